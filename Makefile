@@ -1,0 +1,49 @@
+# One-command set-up and runs. `make run` = set up + the main job end to end; `make test` = set up + tests.
+SHELL := /bin/bash
+PYTHON_BOOT ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
+
+export AIRFLOW_HOME ?= $(CURDIR)/var/airflow
+export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
+export AIRFLOW__CORE__LOAD_EXAMPLES := False
+export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION := False
+export AIRFLOW__CORE__PARALLELISM ?= 4
+export AIRFLOW__COSMOS__ENABLE_TELEMETRY := False
+export OMP_NUM_THREADS ?= 1
+export PYTHONPATH := $(CURDIR)
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: setup run test test-all airflow-ui ingest transform lint clean
+
+$(STAMP): requirements.txt
+	@test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
+	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt
+	@rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+setup: $(STAMP)
+	@mkdir -p var/airflow
+	@$(VENV)/bin/airflow db migrate > var/airflow/db-migrate.log 2>&1 || { cat var/airflow/db-migrate.log; exit 1; }
+	@echo "set-up done: venv $(VENV), AIRFLOW_HOME=$(AIRFLOW_HOME)"
+
+## The main job, end to end on the embedded defaults.
+run: setup
+	$(PY) -m pipeline run
+
+ingest: setup
+	$(PY) -m warehouse ingest --all
+
+## The test suite (what CI runs). Long training tests are marked `slow` and skipped by default.
+test: setup
+	$(PY) -m pytest -q -m "not slow" tests
+
+test-all: setup
+	$(PY) -m pytest -q tests
+
+## The Airflow UI on http://localhost:8080 (log-in: see README).
+airflow-ui: setup
+	AIRFLOW__API__PORT=8080 $(VENV)/bin/airflow standalone
+
+clean:
+	rm -rf var

@@ -1,0 +1,1 @@
+"""The main job end to end (ingest → transform → forecast → plan), as one command: `python -m pipeline run`."""

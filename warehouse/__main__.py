@@ -1,0 +1,81 @@
+"""Command line: `python -m warehouse {ingest,sql,status}`."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from tabulate import tabulate
+
+
+def _cmd_ingest(args: argparse.Namespace) -> int:
+    from warehouse.ingest import ingest, summarize
+    from warehouse.loaders import all_sources
+
+    if args.list:
+        for name, source in all_sources().items():
+            print(f"{name:28s} {source.group:13s} {source.description}")
+        return 0
+    if not args.all and not args.source:
+        print("ingest: give --all or --source NAME (see --list)", file=sys.stderr)
+        return 2
+    results = ingest(None if args.all else args.source, progress=not args.json)
+    summary = summarize(results)
+    if args.json:
+        print(json.dumps({"tables": summary}, indent=2))
+    else:
+        print(tabulate(summary, headers="keys", intfmt=","))
+    return 0
+
+
+def _cmd_sql(args: argparse.Namespace) -> int:
+    from warehouse.db import reader
+
+    with reader() as con:
+        cursor = con.execute(args.query)
+        columns = [d[0] for d in cursor.description] if cursor.description else []
+        rows = cursor.fetchall()
+    if args.json:
+        print(json.dumps([dict(zip(columns, row)) for row in rows], default=str, indent=2))
+    else:
+        print(tabulate(rows, headers=columns, intfmt=","))
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from warehouse.status import table_status
+
+    status = table_status()
+    if args.json:
+        print(json.dumps({"tables": status}, indent=2))
+    else:
+        print(tabulate(status, headers="keys", intfmt=","))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m warehouse", description="The DuckDB warehouse.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("ingest", help="load file sources (and cached live feeds) into raw.*")
+    p.add_argument("--all", action="store_true", help="every source")
+    p.add_argument("--source", action="append", metavar="NAME", help="one source (repeatable)")
+    p.add_argument("--list", action="store_true", help="list the sources and exit")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=_cmd_ingest)
+    p = sub.add_parser("sql", help="run a read-only query")
+    p.add_argument("query")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_sql)
+    p = sub.add_parser("status", help="row counts and time spans per table")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_status)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (FileNotFoundError, KeyError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

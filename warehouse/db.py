@@ -1,0 +1,256 @@
+"""DuckDB access with the single-writer discipline of DESIGN.md.
+
+DuckDB lets one process open a file for writing, and no other process may open it meanwhile. Every process
+that touches the warehouse therefore goes through an advisory file lock beside the database: writers take it
+exclusively, readers shared. Airflow additionally serializes warehouse tasks with a one-slot pool; the lock makes
+the CLI, tests and ad-hoc scripts safe too. Connections are short-lived: open, do the work, close.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import duckdb
+import pandas as pd
+
+from warehouse.config import warehouse_path
+
+LOCK_TIMEOUT_S = 600.0
+META_COLUMNS = ("_source", "_batch_id", "_loaded_at")
+
+DDL = """
+CREATE SCHEMA IF NOT EXISTS raw;
+CREATE SCHEMA IF NOT EXISTS quarantine;
+CREATE TABLE IF NOT EXISTS raw._batches (
+    table_name VARCHAR NOT NULL,
+    batch_id VARCHAR NOT NULL,
+    source VARCHAR NOT NULL,
+    content_hash VARCHAR NOT NULL,
+    row_count BIGINT NOT NULL,
+    rejected_count BIGINT NOT NULL,
+    loaded_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (table_name, batch_id)
+);
+CREATE TABLE IF NOT EXISTS quarantine.rejected_rows (
+    table_name VARCHAR NOT NULL,
+    batch_id VARCHAR NOT NULL,
+    source VARCHAR NOT NULL,
+    file VARCHAR,
+    row_number BIGINT,
+    field VARCHAR,
+    value VARCHAR,
+    reason VARCHAR NOT NULL,
+    record VARCHAR,
+    _loaded_at TIMESTAMPTZ NOT NULL
+);
+"""
+
+
+class WarehouseLockTimeout(RuntimeError):
+    pass
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path, exclusive: bool, timeout_s: float) -> Iterator[None]:
+    lock_path = path.with_name(path.name + ".lock")
+    with open(lock_path, "a+") as handle:
+        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        deadline = time.monotonic() + timeout_s
+        delay = 0.05
+        while True:
+            try:
+                fcntl.flock(handle, mode | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    kind = "write" if exclusive else "read"
+                    raise WarehouseLockTimeout(
+                        f"could not get the {kind} lock on {path} within {timeout_s:.0f} s; another process "
+                        f"holds the warehouse (see {lock_path})"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _connect(path: Path, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyConnection:
+    # A process outside our lock discipline (dbt run by hand, say) may still hold the file: retry briefly.
+    deadline = time.monotonic() + timeout_s
+    delay = 0.1
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
+@contextlib.contextmanager
+def writer(path: Path | str | None = None, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[duckdb.DuckDBPyConnection]:
+    """The one writing connection: exclusive lock, schemas ensured, closed on exit."""
+    db_path = Path(path) if path else warehouse_path()
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    with _file_lock(db_path, exclusive=True, timeout_s=timeout_s):
+        con = _connect(db_path, read_only=False, timeout_s=timeout_s)
+        try:
+            con.execute("SET TimeZone = 'UTC'")
+            con.execute(DDL)
+            yield con
+        finally:
+            con.close()
+
+
+@contextlib.contextmanager
+def reader(path: Path | str | None = None, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-only connection (shared lock). Fails clearly when the warehouse does not exist yet."""
+    db_path = Path(path) if path else warehouse_path()
+    if not db_path.exists():
+        raise FileNotFoundError(
+            f"warehouse {db_path} does not exist yet; run `python -m warehouse ingest --all` first"
+        )
+    with _file_lock(db_path, exclusive=False, timeout_s=timeout_s):
+        con = _connect(db_path, read_only=True, timeout_s=timeout_s)
+        try:
+            con.execute("SET TimeZone = 'UTC'")
+            yield con
+        finally:
+            con.close()
+
+
+@dataclass
+class Rejection:
+    """One rejected input row, with the place and reason it was rejected."""
+
+    reason: str
+    file: str | None = None
+    row_number: int | None = None
+    field: str | None = None
+    value: str | None = None
+    record: dict | None = None
+
+
+@dataclass
+class Batch:
+    """A unit of idempotent loading: `table` gets exactly `frame` for `batch_id` (plus its rejections)."""
+
+    table: str  # schema-qualified, e.g. raw.openb_pods
+    batch_id: str  # stable key: source + file or interval
+    source: str
+    frame: pd.DataFrame
+    rejections: list[Rejection] = field(default_factory=list)
+
+
+@dataclass
+class LoadResult:
+    table: str
+    batch_id: str
+    rows: int
+    rejected: int
+    skipped_unchanged: bool
+
+
+def _content_hash(frame: pd.DataFrame, rejections: list[Rejection]) -> str:
+    digest = hashlib.sha256()
+    digest.update(",".join(map(str, frame.columns)).encode())
+    digest.update(",".join(map(str, frame.dtypes)).encode())
+    digest.update(pd.util.hash_pandas_object(frame, index=False).values.tobytes())
+    for rej in rejections:
+        digest.update(json.dumps(rej.__dict__, sort_keys=True, default=str).encode())
+    return digest.hexdigest()
+
+
+def _table_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    schema, name = table.split(".", 1)
+    return bool(
+        con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?",
+            [schema, name],
+        ).fetchone()[0]
+    )
+
+
+def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, loaded_at: pd.Timestamp | None = None) -> LoadResult:
+    """Replace the rows of `batch.batch_id` in `batch.table` with `batch.frame`, in one transaction.
+
+    Loading identical content again is a no-op (the table, including `_loaded_at`, stays byte-identical), so
+    re-running any ingest for the same interval leaves the warehouse identical. Rejected rows of the batch
+    replace that batch's rows in quarantine.rejected_rows.
+    """
+    if "." not in batch.table:
+        raise ValueError(f"table name must be schema-qualified, got {batch.table!r}")
+    frame = batch.frame.reset_index(drop=True)
+    content_hash = _content_hash(frame, batch.rejections)
+    previous = con.execute(
+        "SELECT content_hash FROM raw._batches WHERE table_name = ? AND batch_id = ?",
+        [batch.table, batch.batch_id],
+    ).fetchone()
+    if previous and previous[0] == content_hash and _table_exists(con, batch.table):
+        return LoadResult(batch.table, batch.batch_id, len(frame), len(batch.rejections), True)
+
+    stamp = loaded_at if loaded_at is not None else pd.Timestamp.now(tz="UTC")
+    frame = frame.copy()
+    frame["_source"] = batch.source
+    frame["_batch_id"] = batch.batch_id
+    frame["_loaded_at"] = stamp
+    schema = batch.table.split(".", 1)[0]
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        con.register("_batch_frame", frame)
+        if not _table_exists(con, batch.table):
+            con.execute(f"CREATE TABLE {batch.table} AS SELECT * FROM _batch_frame LIMIT 0")
+        else:
+            existing = [r[0] for r in con.execute(f"DESCRIBE {batch.table}").fetchall()]
+            missing = [c for c in frame.columns if c not in existing]
+            for column in missing:  # a newer loader added a column: widen, never drop
+                dtype = con.execute(f'SELECT typeof("{column}") FROM _batch_frame LIMIT 1').fetchone()
+                con.execute(f'ALTER TABLE {batch.table} ADD COLUMN "{column}" {dtype[0] if dtype else "VARCHAR"}')
+        con.execute(f"DELETE FROM {batch.table} WHERE _batch_id = ?", [batch.batch_id])
+        con.execute(f"INSERT INTO {batch.table} BY NAME SELECT * FROM _batch_frame")
+        con.unregister("_batch_frame")
+        con.execute(
+            "DELETE FROM quarantine.rejected_rows WHERE table_name = ? AND batch_id = ?",
+            [batch.table, batch.batch_id],
+        )
+        if batch.rejections:
+            rejected = pd.DataFrame(
+                [
+                    {
+                        "table_name": batch.table,
+                        "batch_id": batch.batch_id,
+                        "source": batch.source,
+                        "file": r.file,
+                        "row_number": r.row_number,
+                        "field": r.field,
+                        "value": None if r.value is None else str(r.value)[:500],
+                        "reason": r.reason,
+                        "record": None if r.record is None else json.dumps(r.record, default=str)[:2000],
+                        "_loaded_at": stamp,
+                    }
+                    for r in batch.rejections
+                ]
+            )
+            rejected["row_number"] = rejected["row_number"].astype("Int64")
+            con.register("_rejected_frame", rejected)
+            con.execute("INSERT INTO quarantine.rejected_rows BY NAME SELECT * FROM _rejected_frame")
+            con.unregister("_rejected_frame")
+        con.execute(
+            "INSERT OR REPLACE INTO raw._batches VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [batch.table, batch.batch_id, batch.source, content_hash, len(frame), len(batch.rejections), stamp],
+        )
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return LoadResult(batch.table, batch.batch_id, len(frame), len(batch.rejections), False)
