@@ -1,0 +1,1 @@
+"""Forecasters of carbon intensity and solar/wind generation behind one fit/predict interface."""
