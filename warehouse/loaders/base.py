@@ -7,6 +7,7 @@ A loader turns a file into a `Batch`. Problems with a whole file (missing, empty
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
@@ -77,18 +78,20 @@ def read_checked_csv(
     key: list[str] | None = None,
     assume_utc: bool = True,
     keep_extra: bool = False,
+    line_column: str | None = None,
 ) -> tuple[pd.DataFrame, list[Rejection]]:
     """Read a CSV, check header and types row by row, and split good rows from rejected ones.
 
     Returns the typed frame (warehouse column names) and the rejections. `key` columns (warehouse names) must be
-    unique: later duplicates are rejected. Timestamps without a zone are taken as UTC when `assume_utc`, else the
-    row is rejected.
+    unique: later duplicates of a good row are rejected. Timestamps without a zone are taken as UTC when
+    `assume_utc`, else the row is rejected. With `line_column`, the output gets that column holding each row's
+    line number in the file (for loaders that check rows further and quarantine with the right row number).
     """
     text = _sniff_text(path)
     try:
         frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, na_values=[""])
     except pd.errors.ParserError as exc:
-        raise LoadError(path, f"malformed CSV: {exc}") from None
+        raise LoadError(path, f"malformed CSV: {exc}", row=_parser_error_line(str(exc))) from None
     except pd.errors.EmptyDataError:
         raise LoadError(path, "no header row") from None
     if frame.empty and len(frame.columns) == 0:
@@ -98,7 +101,7 @@ def read_checked_csv(
     out = pd.DataFrame(index=frame.index)
     bad = pd.Series(False, index=frame.index)
     rejections: list[Rejection] = []
-    line_numbers = frame.index.to_numpy() + 2
+    line_numbers = _line_numbers(text, len(frame))
 
     def reject(mask: pd.Series, column: str, values: pd.Series, reason: str) -> None:
         for idx in np.flatnonzero((mask & ~bad).to_numpy()):
@@ -128,12 +131,14 @@ def read_checked_csv(
         if not col.nullable:
             reject(missing, col.name, values, "missing value")
         if col.kind in ("int", "float"):
-            numeric = pd.to_numeric(values.where(~missing), errors="coerce")
+            numeric = pd.to_numeric(values.where(~missing), errors="coerce").astype("float64")
             reject(~missing & numeric.isna(), col.name, values, f"not a number (expected {col.kind})")
+            reject(~missing & np.isinf(numeric), col.name, values, "not a finite number")
             numeric = numeric.where(~bad)
             if col.kind == "int":
                 fractional = numeric.notna() & (numeric != np.floor(numeric.fillna(0)))
                 reject(fractional, col.name, values, "not an integer")
+                reject(numeric.abs() >= 2.0**63, col.name, values, "integer out of range (64-bit)")
                 numeric = numeric.where(~bad)
             if col.min_value is not None:
                 reject(numeric < col.min_value, col.name, values, f"below minimum {col.min_value}")
@@ -165,7 +170,9 @@ def read_checked_csv(
             if name not in known:
                 out[name] = frame[name]
     if key:
-        dup = out[key].duplicated(keep="first") & ~bad
+        # Duplicates among the good rows only: a rejected row must not push out a later good one.
+        dup = pd.Series(False, index=frame.index)
+        dup.loc[~bad] = out.loc[~bad, key].duplicated(keep="first")
         for idx in np.flatnonzero(dup.to_numpy()):
             row_label = frame.index[idx]
             rejections.append(
@@ -179,8 +186,34 @@ def read_checked_csv(
                 )
             )
         bad |= dup
+    if line_column:
+        out[line_column] = pd.Series(line_numbers, index=frame.index, dtype="int64")
     good = out.loc[~bad].reset_index(drop=True)
     return good, rejections
+
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def _line_numbers(text: str, n_rows: int) -> np.ndarray:
+    """1-based file line of each data row. pandas skips blank lines, so count only non-blank ones; fall back
+    to header + index when the count does not match (quoted fields spanning lines)."""
+    lines = _LINE_BREAK.split(text)
+    non_blank = np.flatnonzero(np.fromiter((bool(line.strip()) for line in lines), dtype=bool, count=len(lines)))
+    if len(non_blank) == n_rows + 1:
+        return non_blank[1:] + 1
+    return np.arange(n_rows) + 2
+
+
+def _parser_error_line(message: str) -> int | None:
+    """The file line a pandas ParserError points at, where it says."""
+    match = re.search(r"in line (\d+)", message)
+    if match:
+        return int(match.group(1))
+    match = re.search(r"starting at row (\d+)", message)  # 0-based record index, header = 0
+    if match:
+        return int(match.group(1)) + 1
+    return None
 
 
 def _null_dtype(kind: str) -> str:
