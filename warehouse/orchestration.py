@@ -69,3 +69,18 @@ def ingest_live(regions: list[str] | None, start: str, end: str) -> list[dict]:
     with writer() as con:
         results = [load_batch(con, batch) for batch in batches]
     return summarize(results)
+
+
+def validate_live_window(start, end) -> tuple[str, str]:
+    """[start, end) as ISO UTC strings; a clear error when unparsable or empty."""
+    import pandas as pd
+
+    try:
+        start_ts, end_ts = pd.Timestamp(start), pd.Timestamp(end)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"live window start/end must be ISO timestamps, got {start!r}, {end!r}: {exc}") from None
+    start_ts = start_ts.tz_localize("UTC") if start_ts.tzinfo is None else start_ts.tz_convert("UTC")
+    end_ts = end_ts.tz_localize("UTC") if end_ts.tzinfo is None else end_ts.tz_convert("UTC")
+    if end_ts <= start_ts:
+        raise ValueError(f"live window end {end_ts} must be after start {start_ts}")
+    return start_ts.isoformat(), end_ts.isoformat()
