@@ -53,22 +53,24 @@ def ingest_group(group: str, names: list[str] | None = None, data_dir: str | Non
 def ingest_live(regions: list[str] | None, start: str, end: str) -> list[dict]:
     """Fetch the live grid feeds for [start, end) (the DAG run's data interval) and load them idempotently.
 
-    Regions default to those enabled in the feed configuration; each region uses its primary feed and falls back
-    to the secondary one, and the rows say which feed served them.
+    Regions: the given ones, else LIVE_GRID_REGIONS (comma-separated, or `all` for every region in
+    warehouse/connectors/feeds.yaml). With neither, nothing is fetched: live feeds need API keys and network, so
+    they are opt-in. Each region uses its primary feed and falls back to the secondary; rows name their feed.
     """
-    import pandas as pd
+    import os
 
-    from warehouse.connectors.feeds import enabled_regions, live_batches
-    from warehouse.db import load_batch, writer
+    from warehouse.connectors.ingest import ingest_live as fetch_and_load
 
-    chosen = regions or enabled_regions()
-    if not chosen:
-        log.warning("no live grid feeds enabled (see warehouse/connectors/feeds.yaml); nothing to fetch")
-        return []
-    batches = live_batches(chosen, pd.Timestamp(start), pd.Timestamp(end))
-    with writer() as con:
-        results = [load_batch(con, batch) for batch in batches]
-    return summarize(results)
+    if not regions:
+        configured = os.environ.get("LIVE_GRID_REGIONS", "").strip()
+        if not configured:
+            log.warning("no live grid regions enabled (set LIVE_GRID_REGIONS or the `regions` Param); skipping")
+            return []
+        regions = None if configured.lower() == "all" else [r.strip() for r in configured.split(",") if r.strip()]
+    report = fetch_and_load(regions, start, end)
+    for failure in report.failures:
+        log.warning("live feed problem (not fatal): %s", failure)
+    return summarize(report.results)
 
 
 def validate_live_window(start, end) -> tuple[str, str]:
