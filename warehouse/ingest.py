@@ -31,15 +31,15 @@ def ingest(
     root = Path(data_dir) if data_dir else default_data_dir()
     if not root.exists():
         raise FileNotFoundError(f"DATA_DIR {root} does not exist; set DATA_DIR to the folder holding the sources")
-    files = [(source, path) for source in chosen for path in source.files(root)]
     results: list[LoadResult] = []
-    bar = tqdm(total=len(files) or 1, desc="ingest", unit="file", disable=not progress, file=sys.stderr)
+    bar = tqdm(total=len(chosen), desc="ingest", unit="source", disable=not progress, file=sys.stderr)
     with writer(db_path) as con:
         for source in chosen:
             bar.set_postfix_str(source.name)
             for batch in source.batches(root):
                 results.append(load_batch(con, batch))
-                bar.update(1)
+                bar.set_postfix_str(f"{source.name}: {batch.table} {len(batch.frame):,} rows")
+            bar.update(1)
     bar.close()
     return results
 

@@ -102,9 +102,14 @@ def read_checked_csv(
     bad = pd.Series(False, index=frame.index)
     rejections: list[Rejection] = []
     line_numbers = _line_numbers(text, len(frame))
+    # Stripping is a Python-level loop per value: skip it when no field can start or end with whitespace.
+    needs_strip = _may_need_strip(text)
 
     def reject(mask: pd.Series, column: str, values: pd.Series, reason: str) -> None:
-        for idx in np.flatnonzero((mask & ~bad).to_numpy()):
+        hits = np.asarray(mask, dtype=bool) & ~bad.to_numpy()
+        if not hits.any():  # the common case: nothing to reject, skip the indexing below
+            return
+        for idx in np.flatnonzero(hits):
             row_label = frame.index[idx]
             rejections.append(
                 Rejection(
@@ -116,7 +121,7 @@ def read_checked_csv(
                     record={k: frame.at[row_label, k] for k in header},
                 )
             )
-        bad.loc[mask] = True
+        bad.loc[hits] = True
 
     for col in columns:
         name = next((n for n in (col.name, *col.aliases) if n in header), None)
@@ -126,7 +131,7 @@ def read_checked_csv(
                 raise LoadError(path, f"missing column; header is {header}", row=1, field=col.name)
             out[target] = pd.Series([pd.NA] * len(frame), index=frame.index, dtype=_null_dtype(col.kind))
             continue
-        values = frame[name].str.strip() if len(frame) else frame[name]
+        values = frame[name].str.strip() if len(frame) and needs_strip else frame[name]
         missing = values.isna() | (values == "")
         if not col.nullable:
             reject(missing, col.name, values, "missing value")
@@ -193,6 +198,24 @@ def read_checked_csv(
 
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_SPACE_AT_FIELD_EDGE = re.compile(r'(?:^|[,"])[^\S\r\n]|[^\S\r\n](?:[,"]|\r?$)|"[\r\n]|[\r\n]"', re.MULTILINE)
+_ASCII_SPACES = (" ", "\t", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f")  # what str.strip removes, less CR/LF
+
+
+def _may_need_strip(text: str) -> bool:
+    """False only when no CSV field can start or end with whitespace (fast substring checks; a regex for quoted or
+    non-ASCII text)."""
+    if not text.isascii() or '"' in text:
+        return _SPACE_AT_FIELD_EDGE.search(text) is not None
+    for space in _ASCII_SPACES:
+        if space in text and (
+            text.startswith(space)
+            or text.endswith(space)
+            or any(edge in text for edge in (space + ",", "," + space, space + "\n", "\n" + space, space + "\r",
+                                             "\r" + space))
+        ):
+            return True
+    return False
 
 
 def _line_numbers(text: str, n_rows: int) -> np.ndarray:
@@ -223,8 +246,10 @@ def _null_dtype(kind: str) -> str:
 
 
 def relative_name(path: Path, root: Path) -> str:
-    """Stable batch key part: the file's path relative to DATA_DIR."""
-    try:
-        return str(path.resolve().relative_to(root.resolve()))
-    except ValueError:
-        return path.name
+    """Stable batch key part: the file's path relative to DATA_DIR (also when the file is a symlink elsewhere)."""
+    for file, base in ((Path(path).absolute(), Path(root).absolute()), (Path(path).resolve(), Path(root).resolve())):
+        try:
+            return str(file.relative_to(base))
+        except ValueError:
+            continue
+    return Path(path).name
