@@ -45,7 +45,7 @@ def _cmd_sql(args: argparse.Namespace) -> int:
 def _cmd_status(args: argparse.Namespace) -> int:
     from warehouse.status import table_status
 
-    status = table_status()
+    status = table_status(breakdown=args.json)
     if args.json:
         print(json.dumps({"tables": status}, indent=2))
     else:

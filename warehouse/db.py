@@ -105,6 +105,7 @@ def writer(path: Path | str | None = None, timeout_s: float = LOCK_TIMEOUT_S) ->
         con = _connect(db_path, read_only=False, timeout_s=timeout_s)
         try:
             con.execute("SET TimeZone = 'UTC'")
+            con.execute("SET enable_progress_bar = false")
             con.execute(DDL)
             yield con
         finally:
@@ -126,6 +127,18 @@ def reader(path: Path | str | None = None, timeout_s: float = LOCK_TIMEOUT_S) ->
             yield con
         finally:
             con.close()
+
+
+@contextlib.contextmanager
+def warehouse_lock(
+    path: Path | str | None = None, exclusive: bool = True, timeout_s: float = LOCK_TIMEOUT_S
+) -> Iterator[Path]:
+    """The warehouse's advisory lock alone, without opening DuckDB: for a process that opens the file itself
+    (dbt run by transforms/runner.py). Exclusive = writer, shared = reader; yields the database path."""
+    db_path = Path(path) if path else warehouse_path()
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    with _file_lock(db_path, exclusive=exclusive, timeout_s=timeout_s):
+        yield db_path
 
 
 @dataclass

@@ -32,7 +32,7 @@ def ingest(
     if not root.exists():
         raise FileNotFoundError(f"DATA_DIR {root} does not exist; set DATA_DIR to the folder holding the sources")
     results: list[LoadResult] = []
-    bar = tqdm(total=len(chosen), desc="ingest", unit="source", disable=not progress, file=sys.stderr)
+    bar = tqdm(total=len(chosen), desc="ingest", unit="source", disable=None if progress else True, file=sys.stderr)
     with writer(db_path) as con:
         for source in chosen:
             bar.set_postfix_str(source.name)
