@@ -6,8 +6,9 @@ Two log formats, told apart by the header:
   temperature.gpu --format=csv -l 1` writes a header like `timestamp, index, uuid, name, power.draw [W], ...` and rows
   like `2024/03/01 12:00:00.123, 0, GPU-..., NVIDIA A100-SXM4-80GB, 245.31 W, 400.00 W, 1410 MHz, 87 %, 64`.
   `--format=csv,nounits` (no units in the values) works too; `[N/A]`/`[Not Supported]` are NULL. The timestamp is the
-  machine's local time without a zone: pass `tz` (IANA name, default UTC); it is recorded in `source_tz`. The host is
-  not in the log: pass `host` (default: the file name without extension).
+  machine's local time without a zone: pass `tz` (IANA name, default UTC); it is recorded in `source_tz` (NULL for
+  rows whose timestamp carried its own zone or was a Unix epoch). The host is not in the log: pass `host` (default:
+  the file name without extension).
 * DCGM-exporter, exported to CSV (one row per scrape and GPU; labels and DCGM_FI_* fields as columns):
   `timestamp,gpu,UUID,device,modelName,Hostname,DCGM_FI_DEV_SM_CLOCK,DCGM_FI_DEV_GPU_TEMP,DCGM_FI_DEV_POWER_USAGE,
   DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION,DCGM_FI_DEV_GPU_UTIL,...`; timestamp ISO-8601 (with zone) or Unix epoch
@@ -73,7 +74,6 @@ class Field:
     units: tuple[str, ...] = ()  # units allowed after the number ("" = none)
     min_value: float | None = None
     max_value: float | None = None
-    dcgm_scale: float = 1.0
 
 
 FIELDS = [
@@ -167,8 +167,8 @@ class _Rows:
         self.bad |= mask
 
 
-def _numbers(rows: _Rows, field: Field, header_name: str, unit_in_header: str | None, values: pd.Series,
-             scale: float) -> pd.Series:
+def _numbers(rows: _Rows, field: Field, header_name: str, unit_in_header: str | None, values: pd.Series
+             ) -> pd.Series:
     """Parse '245.31 W' / '245.31' into floats, quarantining bad values; returns float64 with NaN for NULL."""
     text = values.astype("string").str.strip()
     missing = (text.isna() | text.str.lower().isin(NA_TOKENS)).to_numpy(dtype=bool)
@@ -185,7 +185,6 @@ def _numbers(rows: _Rows, field: Field, header_name: str, unit_in_header: str | 
     wrong_unit = (~missing & ~unparsable & ~unit.isin(allowed).to_numpy())
     rows.reject(wrong_unit, header_name, values,
                 f"unexpected unit (expected {' or '.join(u for u in sorted(allowed) if u) or 'none'})")
-    number = number * scale
     finite = np.isfinite(number.to_numpy())
     rows.reject(~missing & ~unparsable & ~finite, header_name, values, "not a finite number")
     if field.kind == "int":
@@ -203,9 +202,10 @@ def _numbers(rows: _Rows, field: Field, header_name: str, unit_in_header: str | 
 
 
 def _timestamps(rows: _Rows, header_name: str, values: pd.Series, zone: ZoneInfo | None, log_format: str
-                ) -> pd.Series:
-    """Parse timestamps to UTC. Zone-less ones are local time in `zone` (quarantined when zone is None or when other
-    rows of the file have a zone); Unix epochs (s/ms/us/ns by magnitude) are UTC."""
+                ) -> tuple[pd.Series, np.ndarray]:
+    """Parse timestamps to UTC; also returns which rows were zone-less. Zone-less ones are local time in `zone`
+    (quarantined when zone is None or when other rows of the file have a zone); Unix epochs (s/ms/us/ns by
+    magnitude) are UTC."""
     text = values.astype("string").str.strip()
     missing = (text.isna() | (text == "")).to_numpy(dtype=bool)
     rows.reject(missing, header_name, values, "missing value")
@@ -248,7 +248,7 @@ def _timestamps(rows: _Rows, header_name: str, values: pd.Series, zone: ZoneInfo
                         f"local time does not exist or is ambiguous in {zone.key} (daylight saving change)")
             out.loc[part.index] = local.dt.tz_convert("UTC")
     rows.reject(~missing & out.isna().to_numpy(), header_name, values, "not a timestamp")
-    return out
+    return out, zoneless
 
 
 def load_telemetry_file(
@@ -298,12 +298,12 @@ def load_telemetry_file(
     rows = _Rows(path, raw, lines, {target: name for target, (_, name) in chosen.items()})
 
     out = pd.DataFrame(index=raw.index)
-    out["ts_utc"] = _timestamps(rows, ts_header, raw["ts"], zone, log_format)
+    out["ts_utc"], zoneless = _timestamps(rows, ts_header, raw["ts"], zone, log_format)
+    out["source_tz"] = pd.Series(np.where(zoneless, tz or "", ""), index=out.index).replace("", pd.NA)
     for target, (field, header_name) in chosen.items():
         if field.kind in ("float", "int"):
             unit = re.search(r"\[([^\]]*)\]", header_name)
-            scale = field.dcgm_scale if log_format == "dcgm" else 1.0
-            out[target] = _numbers(rows, field, header_name, unit.group(1) if unit else None, raw[target], scale)
+            out[target] = _numbers(rows, field, header_name, unit.group(1) if unit else None, raw[target])
         elif field.kind == "str":
             values = raw[target].astype("string").str.strip()
             out[target] = values.where(~values.str.lower().isin(NA_TOKENS).fillna(True))
@@ -321,7 +321,6 @@ def load_telemetry_file(
     frame = out.loc[~rows.bad].copy()
     frame = _energy(frame, max_gap_s)
     frame["log_format"] = log_format
-    frame["source_tz"] = tz if tz is not None else pd.NA
     for name in OUTPUT_COLUMNS:
         if name not in frame:
             frame[name] = np.nan
