@@ -74,7 +74,8 @@ def ingest_live(regions: list[str] | None, start: str, end: str) -> list[dict]:
 
 
 def validate_live_window(start, end) -> tuple[str, str]:
-    """[start, end) as ISO UTC strings; a clear error when unparsable or empty."""
+    """[start, end) as ISO UTC strings; a clear error when unparsable or reversed. A point window (manual runs)
+    becomes the hour ending at it."""
     import pandas as pd
 
     try:
@@ -83,6 +84,8 @@ def validate_live_window(start, end) -> tuple[str, str]:
         raise ValueError(f"live window start/end must be ISO timestamps, got {start!r}, {end!r}: {exc}") from None
     start_ts = start_ts.tz_localize("UTC") if start_ts.tzinfo is None else start_ts.tz_convert("UTC")
     end_ts = end_ts.tz_localize("UTC") if end_ts.tzinfo is None else end_ts.tz_convert("UTC")
-    if end_ts <= start_ts:
+    if end_ts == start_ts:  # a manual run's data interval is a point: take the hour before it
+        start_ts = end_ts - pd.Timedelta(hours=1)
+    if end_ts < start_ts:
         raise ValueError(f"live window end {end_ts} must be after start {start_ts}")
     return start_ts.isoformat(), end_ts.isoformat()
