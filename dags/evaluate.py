@@ -1,0 +1,67 @@
+"""evaluate: replay a historical period with several placement policies and write the evaluation report.
+
+Manual trigger. Params choose the policies (add `optimum` for the LP bound), the period (start date, days), the
+number of jobs, the regions (a count of fleet regions or their names) and the target load. The simulator
+(scheduling/simulator.py) plans every hour from the forecast known then and charges the actual intensity; the report
+(scheduling/report.py) is HTML with PNG charts -- carbon per policy against the optimum, deadline satisfaction,
+unallocated GPUs, the plan's timeline against the forecast band, savings per region -- and an explanation card per
+job (at most `max_cards`). It is written to var/reports/evaluate/<run id>/index.html; the path is in the task log
+and the task's return value. Reads the warehouse only (no pool needed).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pendulum
+import yaml
+from airflow.sdk import DAG, Param, get_current_context, task
+
+from common.assets import FORECASTS, MARTS
+
+POLICIES = ("priority", "performance-first", "greedy-carbon", "carbon-time", "round-robin", "random", "optimum")
+REGIONS = list(yaml.safe_load((Path(__file__).resolve().parents[1] / "scheduling" / "fleet.yaml").read_text())
+               ["regions"])
+
+with DAG(
+    dag_id="evaluate",
+    description="Simulate placement policies over a historical period; HTML report with charts and cards",
+    schedule=None,
+    start_date=pendulum.datetime(2021, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["plan", "evaluation"],
+    doc_md=__doc__,
+    params={
+        "policies": Param(["priority", "greedy-carbon", "carbon-time", "performance-first", "round-robin", "optimum"],
+                          type="array", minItems=1, items={"type": "string", "enum": list(POLICIES)},
+                          description="Policies to simulate; `optimum` adds the LP bound."),
+        "period_start": Param("2021-07-01", type="string", format="date", description="First day (UTC)."),
+        "days": Param(3, type="integer", minimum=1, maximum=31, description="Length of the arrival period."),
+        "jobs": Param(200, type="integer", minimum=1, description="Number of jobs arriving over the period."),
+        "regions": Param(6, type=["integer", "array"], minimum=1, maximum=len(REGIONS),
+                         items={"type": "string", "enum": REGIONS},
+                         description="A count (the first N fleet regions) or a list of region names."),
+        "load": Param(0.5, type="number", enum=[0.5, 0.8], description="Target average GPU load of the fleet."),
+        "max_cards": Param(50, type="integer", minimum=0, maximum=500, description="Explanation cards at most."),
+    },
+):
+
+    @task
+    def validate_params(params=None) -> dict:
+        """Fail fast, before any work, on a bad policy, date, size, region or load."""
+        from scheduling.report import validate_evaluation_params
+
+        return validate_evaluation_params(dict(params))
+
+    @task(inlets=[FORECASTS, MARTS])
+    def simulate_and_report(choice: dict) -> dict:
+        from scheduling.report import run_evaluation, safe_run_id
+
+        run_id = safe_run_id(get_current_context()["dag_run"].run_id)
+        out = run_evaluation(start=choice["start"], days=choice["days"], n_jobs=choice["n_jobs"],
+                             regions=choice["regions"], load=choice["load"], policies=choice["policies"],
+                             run_id=run_id, max_cards=choice["max_cards"])
+        print(f"evaluation report: {out['index']}")
+        return out
+
+    simulate_and_report(validate_params())

@@ -1,0 +1,72 @@
+"""plan_hourly: the hourly carbon-aware plan of the GPU fleet.
+
+Planning time = the run's data interval end (scheduled runs), or the `as_of` Param (replay any hour, e.g. inside
+2021), never the wall clock. The first task checks the Params and fails at once naming a bad value; the second
+plans the pending jobs with the chosen placement policy from the latest forecasts issued at or before that time
+(naive from actuals when none) and writes plan.* plus `var/schedules/<plan time>/` (per-cluster JSON, Kubernetes
+manifests, Slurm headers, index.json), in the one-slot `warehouse` pool. `dry_run` writes plan.explanations only.
+Logic: scheduling/plan_service.py. Consumes `warehouse://forecast` and `warehouse://marts`; emits
+`warehouse://plan`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pendulum
+import yaml
+from airflow.sdk import DAG, Param, get_current_context, task
+
+from common.assets import FORECASTS, MARTS, PLAN
+
+# The planner's policies (scheduling.planner.policies.POLICY_NAMES; kept literal so that parsing this file does not
+# import numpy/pandas -- tests/dags/test_plan_dags.py checks that the two agree).
+POLICIES = ("priority", "performance-first", "greedy-carbon", "carbon-time", "round-robin", "random", "optimum")
+# Empty, or an ISO date/time (the first task parses it; this pattern only lets Airflow reject free text at trigger).
+AS_OF_PATTERN = r"^$|^\d{4}-\d{2}-\d{2}([T ]\d{2}(:\d{2}(:\d{2}(\.\d+)?)?)?)?(Z|[+-]\d{2}(:?\d{2})?)?$"
+REGIONS = list(yaml.safe_load((Path(__file__).resolve().parents[1] / "scheduling" / "fleet.yaml").read_text())
+               ["regions"])
+
+with DAG(
+    dag_id="plan_hourly",
+    description="Hourly plan: pending jobs -> regions, start hours, nodes/GPUs; plan.* + schedule files",
+    schedule="@hourly",
+    start_date=pendulum.datetime(2021, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["plan", "scheduling"],
+    doc_md=__doc__,
+    params={
+        "as_of": Param("", type="string", pattern=AS_OF_PATTERN,
+                       description="Planning time (ISO UTC, e.g. 2021-07-15T12:00Z); empty = data interval end."),
+        "policy": Param("priority", type="string", enum=list(POLICIES), description="Placement policy."),
+        "regions": Param([], type="array", items={"type": "string", "enum": REGIONS},
+                         description="Fleet regions to plan on; empty = every region with grid data."),
+        "horizon_hours": Param(168, type="integer", minimum=24, maximum=168,
+                               description="Longest planning horizon (hours)."),
+        "dry_run": Param(False, type="boolean", description="Write plan.explanations only (no plan rows, no files)."),
+    },
+):
+
+    @task
+    def validate_params(params=None) -> dict:
+        """Fail fast, before any work, on a bad policy, planning time, region or horizon."""
+        from scheduling.plan_service import resolve_run
+
+        ctx = get_current_context()
+        dag_run = ctx.get("dag_run")
+        return resolve_run(dict(params), ctx.get("data_interval_end"), ctx.get("logical_date"),
+                           getattr(dag_run, "run_after", None))
+
+    @task(pool="warehouse", inlets=[FORECASTS, MARTS], outlets=[PLAN])
+    def plan(choice: dict) -> dict:
+        from scheduling.plan_service import plan_hourly
+
+        summary = plan_hourly(choice["as_of"], policy=choice["policy"], dry_run=choice["dry_run"],
+                              regions=choice["regions"] or None, horizon_hours=choice["horizon_hours"],
+                              created_from="airflow:plan_hourly")
+        files = summary.pop("files")
+        summary["n_files"] = len(files)
+        print(f"plan {summary['plan_id']}: schedule dir {summary['schedule_dir'] or '(dry run: none)'}")
+        return summary
+
+    plan(validate_params())
