@@ -19,6 +19,7 @@ from typing import Iterator
 import duckdb
 import pandas as pd
 
+from warehouse import catalog
 from warehouse.config import warehouse_path
 
 LOCK_TIMEOUT_S = 600.0
@@ -50,6 +51,19 @@ CREATE TABLE IF NOT EXISTS quarantine.rejected_rows (
     _loaded_at TIMESTAMPTZ NOT NULL
 );
 """
+
+
+# Shared catalogs (warehouse.catalog: DuckLake, MotherDuck) get the DDL without the PRIMARY KEY, which DuckLake does
+# not support; load_batch keeps raw._batches unique itself (delete-insert in its transaction).
+SHARED_DDL = DDL.replace(",\n    PRIMARY KEY (table_name, batch_id)", "")
+
+
+def _shared_target(path):
+    """The shared catalog configured by WAREHOUSE_CATALOG, or None for the local file (always when a path is given)."""
+    if path:
+        return None
+    target = catalog.from_env()
+    return None if target is None or target.is_local else target
 
 
 class WarehouseLockTimeout(RuntimeError):
@@ -98,7 +112,18 @@ def _connect(path: Path, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyCo
 
 @contextlib.contextmanager
 def writer(path: Path | str | None = None, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[duckdb.DuckDBPyConnection]:
-    """The one writing connection: exclusive lock, schemas ensured, closed on exit."""
+    """The one writing connection: exclusive lock, schemas ensured, closed on exit. With WAREHOUSE_CATALOG=ducklake
+    or motherduck (and no explicit path): a connection to the shared catalog, which arbitrates writers itself."""
+    target = _shared_target(path)
+    if target is not None:
+        con = catalog.connect(target)
+        try:
+            con.execute("SET TimeZone = 'UTC'")
+            con.execute(SHARED_DDL)
+            yield con
+        finally:
+            con.close()
+        return
     db_path = Path(path) if path else warehouse_path()
     db_path.parent.mkdir(parents=True, exist_ok=True)
     with _file_lock(db_path, exclusive=True, timeout_s=timeout_s):
@@ -114,7 +139,17 @@ def writer(path: Path | str | None = None, timeout_s: float = LOCK_TIMEOUT_S) ->
 
 @contextlib.contextmanager
 def reader(path: Path | str | None = None, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A read-only connection (shared lock). Fails clearly when the warehouse does not exist yet."""
+    """A read-only connection (shared lock). Fails clearly when the warehouse does not exist yet. Shared catalog:
+    the lake attached read-only (or the MotherDuck database), no file lock."""
+    target = _shared_target(path)
+    if target is not None:
+        con = catalog.connect(target, read_only=True)
+        try:
+            con.execute("SET TimeZone = 'UTC'")
+            yield con
+        finally:
+            con.close()
+        return
     db_path = Path(path) if path else warehouse_path()
     if not db_path.exists():
         raise FileNotFoundError(
@@ -257,8 +292,9 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, loaded_at: pd.Times
             con.register("_rejected_frame", rejected)
             con.execute("INSERT INTO quarantine.rejected_rows BY NAME SELECT * FROM _rejected_frame")
             con.unregister("_rejected_frame")
+        con.execute("DELETE FROM raw._batches WHERE table_name = ? AND batch_id = ?", [batch.table, batch.batch_id])
         con.execute(
-            "INSERT OR REPLACE INTO raw._batches VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO raw._batches VALUES (?, ?, ?, ?, ?, ?, ?)",
             [batch.table, batch.batch_id, batch.source, content_hash, len(frame), len(batch.rejections), stamp],
         )
         con.execute("COMMIT")
