@@ -26,6 +26,7 @@ setup: $(STAMP)
 	@mkdir -p var/airflow
 	@$(VENV)/bin/airflow db migrate > var/airflow/db-migrate.log 2>&1 || { cat var/airflow/db-migrate.log; exit 1; }
 	@$(VENV)/bin/airflow pools set warehouse 1 "DuckDB single writer" >> var/airflow/db-migrate.log 2>&1 || { cat var/airflow/db-migrate.log; exit 1; }
+	@$(PY) -m transforms.runner manifest > var/airflow/dbt-manifest.log 2>&1 || { cat var/airflow/dbt-manifest.log; exit 1; }
 	@echo "set-up done: venv $(VENV), AIRFLOW_HOME=$(AIRFLOW_HOME)"
 
 ## The main job, end to end on the embedded defaults.
