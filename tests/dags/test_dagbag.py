@@ -8,7 +8,8 @@ from pathlib import Path
 
 from tests.dags.conftest import DAGS, REPO_ROOT, airflow_env
 
-EXPECTED = {"ingest_cluster", "ingest_energy", "ingest_grid"}
+EXPECTED = {"ingest_cluster", "ingest_energy", "ingest_grid", "transform", "forecast_train", "forecast_predict",
+            "predictor", "plan_hourly", "evaluate"}
 
 _PROBE = r"""
 import json, sys, time

@@ -1,0 +1,52 @@
+"""Airflow DAG forecast_predict: issue 96-hour forecasts (P10/P50/P90) for every region, hourly.
+
+Issue time = the run's data interval end, or the `as_of` Param (replay, e.g. inside 2021); never the wall clock.
+Uses the newest good model versions; a failing model falls back to its last good forecast or the seasonal naive,
+and the rows say so (is_fallback, fallback_reason). Writes forecast.forecasts in the `warehouse` pool and emits
+`warehouse://forecast`. Logic: forecasting/service.py.
+"""
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG, Param, get_current_context, task
+
+from common.assets import FORECASTS, MARTS
+
+REGIONS = ["CISO", "ERCO", "PJM", "ISNE", "MISO", "DE", "ES", "NL", "PL", "SE", "GB"]
+AS_OF_PATTERN = r"^$|^\d{4}-\d{2}-\d{2}([T ]\d{2}(:\d{2}(:\d{2}(\.\d+)?)?)?)?(Z|[+-]\d{2}(:?\d{2})?)?$"
+
+with DAG(
+    dag_id="forecast_predict",
+    schedule="@hourly",
+    start_date=pendulum.datetime(2021, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["forecast"],
+    doc_md=__doc__,
+    params={
+        "as_of": Param("", type="string", pattern=AS_OF_PATTERN,
+                       description="Issue time (ISO UTC); empty = the data interval end."),
+        "regions": Param([], type="array", items={"type": "string", "enum": REGIONS},
+                         description="Regions; empty = the default six."),
+        "targets": Param(["carbon_intensity"], type="array",
+                         items={"type": "string", "enum": ["carbon_intensity", "solar", "wind"]},
+                         description="What to forecast."),
+        "models": Param([], type="array", items={"type": "string"}, description="Models; empty = all good ones."),
+        "horizon": Param(96, type="integer", minimum=1, maximum=96, description="Hours ahead."),
+        "tiny": Param(False, type="boolean", description="Train tiny models first when none is registered."),
+    },
+):
+
+    @task
+    def validate_params(params=None) -> dict:
+        from forecasting.orchestration import validate
+
+        return validate(dict(params), get_current_context()["data_interval_end"])
+
+    @task(pool="warehouse", inlets=[MARTS], outlets=[FORECASTS])
+    def predict(choice: dict) -> dict:
+        from forecasting.orchestration import predict as issue
+
+        return issue(choice)
+
+    predict(validate_params())

@@ -1,0 +1,51 @@
+"""Airflow DAG forecast_train: fit, validate and register every forecaster (naive, LightGBM, mix, ensemble,
+Prophet, TFT) within a time budget, daily.
+
+Training cut-off = the run's data interval end, or the `train_end` Param; each version lands in model.registry
+with its validation metrics. Runs in the `warehouse` pool. Logic: forecasting/service.py.
+"""
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG, Param, get_current_context, task
+
+from common.assets import MARTS
+
+REGIONS = ["CISO", "ERCO", "PJM", "ISNE", "MISO", "DE", "ES", "NL", "PL", "SE", "GB"]
+DATE_PATTERN = r"^$|^\d{4}-\d{2}-\d{2}([T ]\d{2}(:\d{2}(:\d{2})?)?)?(Z|[+-]\d{2}(:?\d{2})?)?$"
+
+with DAG(
+    dag_id="forecast_train",
+    schedule="@daily",
+    start_date=pendulum.datetime(2021, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["forecast", "training"],
+    doc_md=__doc__,
+    params={
+        "train_end": Param("", type="string", pattern=DATE_PATTERN,
+                           description="Training cut-off (ISO date); empty = the data interval end."),
+        "regions": Param([], type="array", items={"type": "string", "enum": REGIONS},
+                         description="Regions; empty = the default six."),
+        "targets": Param(["carbon_intensity"], type="array",
+                         items={"type": "string", "enum": ["carbon_intensity", "solar", "wind"]},
+                         description="Targets to train."),
+        "models": Param([], type="array", items={"type": "string"}, description="Models; empty = all."),
+        "budget_s": Param(900, type="integer", minimum=30, maximum=7200, description="Wall-clock budget (s)."),
+        "tiny": Param(False, type="boolean", description="Tiny settings (tests, demos)."),
+    },
+):
+
+    @task
+    def validate_params(params=None) -> dict:
+        from forecasting.orchestration import validate
+
+        return validate(dict(params), get_current_context()["data_interval_end"])
+
+    @task(pool="warehouse", inlets=[MARTS], execution_timeout=pendulum.duration(hours=2))
+    def train(choice: dict) -> list[dict]:
+        from forecasting.orchestration import train as fit
+
+        return fit(choice)
+
+    train(validate_params())

@@ -1,0 +1,40 @@
+"""Airflow DAG predictor: weekly (and on demand) training of the dual-network performance/interference predictor
+and the GPU power model (CA-RM); each run registers a model version with its metrics in model.registry, and the
+planner loads the latest good version. Logic: scheduling/predictor_service.py.
+"""
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG, Param, get_current_context, task
+
+from common.assets import MARTS
+
+AS_OF_PATTERN = r"^$|^\d{4}-\d{2}-\d{2}([T ]\d{2}(:\d{2}(:\d{2})?)?)?(Z|[+-]\d{2}(:?\d{2})?)?$"
+
+with DAG(
+    dag_id="predictor",
+    schedule="@weekly",
+    start_date=pendulum.datetime(2021, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["predictor", "training"],
+    doc_md=__doc__,
+    params={
+        "as_of": Param("", type="string", pattern=AS_OF_PATTERN,
+                       description="Version time recorded with the models; empty = the data interval end."),
+    },
+):
+
+    @task
+    def validate_params(params=None) -> str:
+        from forecasting.orchestration import parse_time
+
+        return parse_time(params["as_of"] or get_current_context()["data_interval_end"], "as_of").isoformat()
+
+    @task(pool="warehouse", inlets=[MARTS])
+    def train_and_register(as_of: str) -> dict:
+        from scheduling.predictor_service import train_and_register as train
+
+        return train(as_of=as_of)
+
+    train_and_register(validate_params())
