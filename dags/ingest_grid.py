@@ -43,9 +43,9 @@ def ingest_grid():
     @task
     def validate_params(params=None) -> dict:
         context = get_current_context()
-        start, end = validate_live_window(
-            params["start"] or context["data_interval_start"], params["end"] or context["data_interval_end"]
-        )
+        # A run triggered with no logical date has no data interval: its window ends at the run's own time.
+        end = params["end"] or context.get("data_interval_end") or context["dag_run"].run_after
+        start, end = validate_live_window(params["start"] or context.get("data_interval_start") or end, end)
         manual = context["dag_run"].run_type == "manual"
         return {
             "files": validate_source_names("grid", params["sources"]) if manual and params["load_files"] else [],

@@ -1,0 +1,266 @@
+"""Commands `evaluate`, `bench-plan` and `plan` (the carbon-aware placement planner).
+
+    python -m scheduling evaluate --jobs 1000 --regions 6 --start 2021-07-01 --days 14 --json
+    python -m scheduling evaluate --start 2021-07-01 2021-12-01 --load 0.5 0.8 --ablations \\
+        --report-md var/reports/planner/results.md          # the README table (periods x loads x policies)
+    python -m scheduling bench-plan --jobs 1000 --hours 168 --regions 10 --json
+    python -m scheduling plan --as-of 2021-07-15T12:00Z --jobs 200 --json
+
+With --json only one JSON document is printed on stdout; the progress bar goes to stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import resource
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+DEFAULT_REPORT_DIR = Path("var") / "reports" / "planner"
+
+
+def register(subparsers) -> None:
+    e = subparsers.add_parser("evaluate", help="simulate every placement policy and the LP bound over a grid period",
+                              description="Replay a job trace hour by hour over historical grid data with every "
+                                          "placement policy (plans from the forecasts known each hour, carbon from "
+                                          "the actual intensity) and the offline LP bound.")
+    e.add_argument("--jobs", type=int, default=1000)
+    e.add_argument("--regions", type=int, default=6, help="the first N regions of the fleet (default 6)")
+    e.add_argument("--start", nargs="+", default=["2021-07-01"], help="period start(s), UTC")
+    e.add_argument("--days", type=float, default=14)
+    e.add_argument("--load", nargs="+", type=float, default=[0.5],
+                   help="target average GPU utilisation(s) under performance-first (the fleet is sized to it)")
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--forecasts", default="auto", choices=["auto", "warehouse", "dacf", "naive", "oracle"])
+    e.add_argument("--forecast-model", default=None, help="model name in forecast.forecasts (default: best present)")
+    e.add_argument("--policies", default="all", help="comma list or all (priority, priority-noprices, "
+                                                     "performance-first, greedy-carbon, carbon-time, round-robin, "
+                                                     "random)")
+    e.add_argument("--no-optimum", action="store_true", help="skip the LP bound")
+    e.add_argument("--ablations", action="store_true",
+                   help="also run priority without capacity prices and with oracle / naive forecasts")
+    e.add_argument("--lp-time-limit", type=float, default=900.0)
+    e.add_argument("--pods", default="default", help="openb pod list variant (default, gpuspec10, ...)")
+    e.add_argument("--max-duration-h", type=float, default=48.0)
+    e.add_argument("--fleet", default=None, help="fleet YAML (default scheduling/fleet.yaml)")
+    e.add_argument("--data-dir", default=None)
+    e.add_argument("--grid-source", default="auto", choices=["auto", "warehouse", "files"])
+    e.add_argument("--json", action="store_true", help="print the report as JSON (only JSON on stdout)")
+    e.add_argument("--out", default=None, help="also write the JSON report there (default "
+                                              "var/reports/planner/evaluate_<start>_<load>.json per run)")
+    e.add_argument("--report-md", default=None, help="write the results table (markdown) there")
+    e.add_argument("--no-progress", action="store_true")
+    e.add_argument("--from-json", default=None,
+                   help="do not simulate: rebuild --report-md (and --json output) from a saved evaluate JSON")
+    e.set_defaults(func=cmd_evaluate)
+
+    b = subparsers.add_parser("bench-plan", help="latency and peak memory of one hourly plan (JSON)",
+                              description="Time one plan of N pending jobs over H hours and R regions (coordinator, "
+                                          "agents packing with FGD, tentative nodes, explanations, Plan frame); "
+                                          "also for --also jobs. Prints JSON with CPU count and versions.")
+    b.add_argument("--jobs", type=int, default=1000)
+    b.add_argument("--also", type=int, nargs="*", default=[5000], help="further job counts (default 5000)")
+    b.add_argument("--hours", type=int, default=168)
+    b.add_argument("--regions", type=int, default=10)
+    b.add_argument("--repeats", type=int, default=3)
+    b.add_argument("--plan-time", default="2021-07-05T00:00Z")
+    b.add_argument("--seed", type=int, default=1)
+    b.add_argument("--json", action="store_true", help="(output is always JSON)")
+    b.add_argument("--out", default=None, help="also write bench_plan.json there (default var/reports/planner)")
+    b.add_argument("--data-dir", default=None)
+    b.set_defaults(func=cmd_bench)
+
+    p = subparsers.add_parser("plan", help="one hourly plan for a synthetic pending queue (JSON summary)",
+                              description="Plan a queue of --jobs trace jobs submitted at --as-of with one "
+                                          "policy on an empty fleet; prints the plan summary (and with --full "
+                                          "the whole plan) as JSON.")
+    p.add_argument("--as-of", required=True, help="plan time, UTC (never the wall clock)")
+    p.add_argument("--jobs", type=int, default=200)
+    p.add_argument("--regions", type=int, default=6)
+    p.add_argument("--policy", default="priority")
+    p.add_argument("--forecasts", default="auto", choices=["auto", "warehouse", "dacf", "naive", "oracle"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--full", action="store_true", help="print the whole plan (assignments, explanations)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--data-dir", default=None)
+    p.set_defaults(func=cmd_plan)
+
+
+def _policies(arg: str) -> list[str]:
+    from scheduling.planner.policies import ONLINE_POLICIES
+
+    if arg in ("all", ""):
+        return list(ONLINE_POLICIES)
+    return [p.strip() for p in arg.split(",") if p.strip()]
+
+
+def _write_json(path: Path, payload: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2))
+    tmp.replace(path)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from scheduling.simulator import build_scenario, evaluate, report_markdown
+
+    runs = []
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text())
+        runs = saved["runs"] if "runs" in saved else [saved]
+    for start in ([] if args.from_json else args.start):
+        for load in args.load:
+            t0 = time.perf_counter()
+            if not args.no_progress:
+                print(f"[evaluate] {start} load {load}: building the scenario", file=sys.stderr)
+            sc = build_scenario(start=start, days=args.days, n_jobs=args.jobs, regions=args.regions, load=load,
+                                seed=args.seed, forecasts=args.forecasts, fleet_path=args.fleet,
+                                data_dir=args.data_dir, pod_list=args.pods, max_duration_h=args.max_duration_h,
+                                grid_source=args.grid_source, forecast_model=args.forecast_model)
+            rep = evaluate(sc, _policies(args.policies), with_optimum=not args.no_optimum, seed=args.seed,
+                           progress=not args.no_progress, lp_time_limit_s=args.lp_time_limit,
+                           ablations=args.ablations)
+            rep["runtime_s"] = round(time.perf_counter() - t0, 1)
+            runs.append(rep)
+            out = Path(args.out) if args.out and len(args.start) * len(args.load) == 1 else (
+                Path(args.out).with_name(f"{Path(args.out).stem}_{start}_{load}.json") if args.out else
+                DEFAULT_REPORT_DIR / f"evaluate_{start}_{load}.json")
+            _write_json(out, rep)
+    if args.report_md:
+        path = Path(args.report_md)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(report_markdown(runs))
+        tmp.replace(path)
+    payload = runs[0] if len(runs) == 1 else {"runs": runs}
+    if args.json:
+        print(json.dumps(payload, indent=2))
+    else:
+        for rep in runs:
+            _print_table(rep)
+    return 0
+
+
+def _print_table(rep: dict) -> None:
+    from scheduling.simulator import fmt
+
+    cfg = rep["config"]
+    print(f"{cfg['start'][:10]} +{cfg['days']}d load {cfg['load_target']} forecasts {rep['forecasts']['used']}")
+    rows = list(rep["policies"].items()) + ([("optimum", rep["optimum"])] if rep.get("optimum") else [])
+    for name, m in rows:
+        print(f"  {name:18s} {fmt(m['kgco2e'], 1):>9s} kg  red {fmt(m.get('reduction_vs_performance_first_pct')):>6s}%"
+              f"  share {fmt(m.get('share_of_optimum_reduction_pct')):>6s}%  deadlines "
+              f"{fmt(100 * m['deadline_satisfaction']):>5s}%  delay {fmt(m.get('mean_delay_h'), 2)} h")
+
+
+# ---------------------------------------------------------------------------------------------------- bench
+def _bench_one(n_jobs: int, hours: int, regions: int, plan_time, seed: int, repeats: int, data_dir) -> dict:
+    import numpy as np
+    import pandas as pd
+
+    from scheduling.fleet import load_fleet
+    from scheduling.jobs import generate_jobs
+    from scheduling.planner.forecasts import GridSeries, make_forecasts
+    from scheduling.planner.problem import JobTable
+    from scheduling.planner.session import HourlyPlanner
+
+    t = pd.Timestamp(plan_time)
+    fleet = load_fleet(regions=regions, data_dir=data_dir)
+    jobs = generate_jobs(n_jobs, t, 1, fleet, seed=seed, data_dir=data_dir, arrival="all-at-start",
+                         max_duration_h=48.0)
+    demand = float((jobs["num_gpu"] * jobs["gpu_milli"] / 1000.0 * jobs["duration_h_home"]).sum())
+    grid = GridSeries.load(fleet.zones, t, t + pd.Timedelta(hours=hours + 72), data_dir=data_dir)
+    fc = make_forecasts("auto", grid, fleet.zones, start=t, end=t + pd.Timedelta(hours=hours + 72))
+    lat, setup, cpu, stats, mem_peak = [], [], [], None, []
+    summary = {}
+    for r in range(repeats + 1):  # the last round runs under tracemalloc (memory only: it slows allocation)
+        traced = r == repeats
+        gc.collect()
+        if traced:
+            tracemalloc.start()
+        t0 = time.perf_counter()
+        table = JobTable(jobs, fleet, data_dir=data_dir)
+        hp = HourlyPlanner(fleet, table=table, policy="priority", forecasts=fc, explain=True, tentative=True,
+                           max_horizon=hours, min_horizon=hours)
+        t1 = time.perf_counter()
+        c1 = time.process_time()
+        plan = hp.plan(t)
+        t2 = time.perf_counter()
+        c2 = time.process_time()
+        if traced:
+            _, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            mem_peak.append(peak)
+            continue
+        setup.append(t1 - t0)
+        lat.append(t2 - t1)
+        cpu.append(c2 - c1)
+        stats = plan.stats
+        summary = plan.summary()
+    return {
+        "jobs": int(len(jobs)), "hours": hours, "regions": regions, "clusters": len(fleet),
+        "fleet_gpus": fleet.total_gpus, "job_gpu_hours": round(demand, 1), "horizon_h": stats.get("horizon_h"),
+        "power_options": stats.get("n_options"),
+        "plan_latency_s": {"min": round(min(lat), 4), "median": round(float(np.median(lat)), 4),
+                           "max": round(max(lat), 4)},
+        "plan_cpu_s_median": round(float(np.median(cpu)), 4),
+        "setup_s_median": round(float(np.median(setup)), 4),
+        "plan_plus_setup_s_median": round(float(np.median(np.add(lat, setup))), 4),
+        "coordinator_s": stats.get("coordinator_s"), "tentative_s": stats.get("tentative_s"),
+        "tracemalloc_peak_mb": round(max(mem_peak) / 2**20, 1),
+        "assigned": summary["n_assigned"], "dispatched": summary["n_dispatched"],
+        "unplaced": summary["n_unplaced"], "agent_rejections": stats.get("agent_rejections"),
+        "n_explanations": len(plan.explanations),
+        "targets": {"latency_s": 1.0 if n_jobs <= 1000 else 5.0, "peak_mb": 300.0},
+    }
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from scheduling.simulator import environment
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    results = [_bench_one(n, args.hours, args.regions, args.plan_time, args.seed, args.repeats, args.data_dir)
+               for n in [args.jobs] + list(args.also or [])]
+    for r in results:
+        r["latency_target_met"] = r["plan_latency_s"]["median"] <= r["targets"]["latency_s"]
+        r["memory_target_met"] = r["tracemalloc_peak_mb"] <= r["targets"]["peak_mb"]
+    load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    payload = {
+        "benchmark": "bench-plan", "policy": "priority",
+        "load_average_1min": load1,
+        "note": "plan_latency_s is wall time; plan_cpu_s this process's CPU time (the fairer figure on a shared "
+                "machine: compare load_average_1min with cpu_count)",
+        "what": "one HourlyPlanner.plan(t): problem build, priority, vectorized coordinator over (K, H, C), FGD "
+                "agents packing the jobs starting now, tentative nodes for later starts, explanations, Plan frame; "
+                "setup = JobTable (durations, power options, hosting) + agents",
+        "results": results,
+        "ru_maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "environment": environment(),
+    }
+    out = Path(args.out) if args.out else DEFAULT_REPORT_DIR
+    _write_json(out / "bench_plan.json", payload)
+    print(json.dumps(payload, indent=2))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------- plan
+def cmd_plan(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from scheduling.fleet import load_fleet
+    from scheduling.jobs import generate_jobs
+    from scheduling.planner.session import plan_hour
+
+    t = pd.Timestamp(args.as_of)
+    t = (t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")).floor("h")
+    fleet = load_fleet(regions=args.regions, data_dir=args.data_dir)
+    jobs = generate_jobs(args.jobs, t, 1, fleet, seed=args.seed, data_dir=args.data_dir, arrival="all-at-start")
+    plan = plan_hour(t, jobs, fleet=fleet, policy=args.policy, forecasts=args.forecasts, data_dir=args.data_dir,
+                     seed=args.seed)
+    payload = plan.to_dict() if args.full else plan.summary()
+    print(json.dumps(payload, indent=2, default=str))
+    return 0

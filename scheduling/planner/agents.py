@@ -1,0 +1,123 @@
+"""Cluster agents: each packs the jobs the coordinator offers onto its nodes and GPU devices with a packing policy
+(FGD by default, `scheduling.packing`) and rejects what does not fit.
+
+Time model (the simplest honest one): the coordinator reasons about capacity over time as GPU-milli per cluster
+and hour. The agent holds the *actual* node/device state (`cluster`, a `scheduling.packing.Cluster`) with the jobs
+running now. A job the coordinator starts in the current hour is offered with `offer()`: the agent places it
+with the packing policy and binds it, or rejects it (no node has the CPU, memory and per-device GPU share it
+needs: fragmentation the GPU-milli view cannot see); the coordinator then re-offers the job to its next-best
+candidate. Jobs starting in a later hour get a *tentative* node from `tentative()`: a copy of the cluster is
+rolled forward hour by hour (jobs whose end hour has passed are released, the tentative jobs starting in that
+hour are packed in the coordinator's order); tentative nodes are advisory, since every hourly plan is made
+again from the state of that hour.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from scheduling.packing import Cluster, Placement, Pod, TargetWorkload, make_policy
+
+
+@dataclass
+class AgentStats:
+    offered: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    tentative_ok: int = 0
+    tentative_failed: int = 0
+
+
+class ClusterAgent:
+    """One cluster's agent. `end_hour[job_id]` is the absolute hour (int, hours since the epoch) at which a
+    bound job frees its resources."""
+
+    def __init__(self, name: str, cluster: Cluster, workload: TargetWorkload | None = None,
+                 policy: str = "fgd", seed: int = 0):
+        self.name = name
+        self.cluster = cluster
+        self.policy_name = policy
+        self.policy = make_policy(policy, workload=workload, seed=seed)
+        self.end_hour: dict[str, int] = {}
+        self.stats = AgentStats()
+
+    def offer(self, pod: Pod, end_hour: int) -> Placement | None:
+        """Place and bind `pod` now (None = rejected)."""
+        self.stats.offered += 1
+        placement = self.policy.place(self.cluster, pod)
+        if placement is None:
+            self.stats.rejected += 1
+            return None
+        self.cluster.allocate(pod, placement)
+        self.end_hour[pod.pod_id] = int(end_hour)
+        self.stats.accepted += 1
+        return placement
+
+    def release(self, job_id: str) -> None:
+        self.cluster.release(job_id)
+        self.end_hour.pop(job_id, None)
+
+    def release_finished(self, hour: int) -> list[str]:
+        """Release every bound job whose end hour is <= `hour`; returns their ids."""
+        done = [j for j, e in self.end_hour.items() if e <= hour]
+        for j in done:
+            self.release(j)
+        return done
+
+    def tentative(self, requests: list[tuple[Pod, int, int]]) -> dict[str, Placement | None]:
+        """Tentative placements for future starts: `requests` = [(pod, start_hour, end_hour)] in the
+        coordinator's order. Works on a copy; the live cluster is unchanged."""
+        if not requests:
+            return {}
+        sim = self.cluster.copy()
+        ends = dict(self.end_hour)
+        out: dict[str, Placement | None] = {}
+        by_start: dict[int, list[tuple[Pod, int]]] = {}
+        for pod, start, end in requests:
+            by_start.setdefault(int(start), []).append((pod, int(end)))
+        for hour in sorted(by_start):
+            for j in [j for j, e in ends.items() if e <= hour]:
+                if j in sim.bindings:
+                    sim.release(j)
+                ends.pop(j)
+            for pod, end in by_start[hour]:
+                pl = self.policy.place(sim, pod)
+                out[pod.pod_id] = pl
+                if pl is None:
+                    self.stats.tentative_failed += 1
+                    continue
+                sim.allocate(pod, pl)
+                ends[pod.pod_id] = end
+                self.stats.tentative_ok += 1
+        return out
+
+    @property
+    def gpu_milli_allocated(self) -> int:
+        return int(self.cluster.gpu_milli_allocated)
+
+
+def default_workload(pods: list[Pod] | None = None) -> TargetWorkload | None:
+    """FGD's target workload: the typical pods of the job trace (None -> FGD cannot be used)."""
+    if not pods:
+        return None
+    return TargetWorkload.from_pods(pods)
+
+
+def make_agents(fleet, workload: TargetWorkload | None, policy: str = "fgd", seed: int = 0) -> list[ClusterAgent]:
+    """One agent per fleet cluster with fresh (empty) node state."""
+    if workload is None and policy == "fgd":
+        workload = TargetWorkload.from_specs([(8000, 1000, 1), (4000, 500, 1)], [0.5, 0.5])
+    return [ClusterAgent(c.name, fleet.packing_cluster(i), workload, policy, seed) for i, c in enumerate(fleet.clusters)]
+
+
+def job_pods(jobs) -> list[Pod]:
+    """`scheduling.packing.Pod` per job row (id, CPU, memory, GPU count, per-GPU milli, GPU model constraint)."""
+    ids = jobs["job_id"].astype(str).tolist()
+    cols = [jobs[c].to_numpy() for c in ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli")]
+    specs = jobs["gpu_spec"].fillna("").astype(str).tolist()
+    return [Pod(i, int(c), int(m), int(k), int(g), s) for i, c, m, k, g, s in zip(ids, *cols, specs)]
+
+
+def used_milli(agents: list[ClusterAgent]) -> np.ndarray:
+    return np.array([a.gpu_milli_allocated for a in agents], dtype=np.int64)

@@ -1,0 +1,465 @@
+"""The coordinator: jobs one at a time in the policy's order; for each job, every candidate (power option k,
+start hour s, cluster c) is evaluated at once with numpy over the (K, H, C) tensor -- no Python loop over
+candidates.
+
+For job j with run time d[k, c] hours (fractional), occupied hours occ = ceil(d), draw kW[k, c]:
+
+* window carbon  W[k, s, c] = S[s + floor(d), c] - S[s, c] + frac(d) * F[s + floor(d), c], with S the cumulative
+  sum of the forecast F over hours (so a window costs two look-ups, whatever its length);
+  cost = kW * W / 1000 (kg) + transfer kWh * (F[s, home] + F[s, c]) / 2 / 1000 when c is outside the home region;
+* capacity       the window fits iff no hour in [s, s + occ) has free[h, c] < g_j (GPU-milli; and, when tracked,
+  free CPU / memory below the job's request): with B the cumulative count of such hours,
+  B[s + occ, c] - B[s, c] == 0. This is the sliding-window minimum of free capacity (min free >= g) for every
+  window length at once, in O(H C);
+* deadline       s <= floor(deadline - d[k, c]), release <= s, s + occ <= H; the cluster must host the job
+  (GPU model, node shape).
+
+The policy turns the candidate view into a score (lower is better; the carbon-aware policy's score is the
+cost), the best feasible candidate wins (ties: lowest k, then earliest s, then lowest c), its GPU-milli are
+reserved over [s, s + occ), and a job that starts now is offered to the cluster's agent, whose rejection masks
+that (now, cluster) candidate and sends the job to its next-best one. A job without any candidate meeting its
+deadline takes the earliest-finishing feasible one (late; binding constraint "deadline"); one without any
+feasible candidate in the horizon is unplaced.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from scheduling.planner.types import (
+    ASSIGNMENT_COLUMNS, EXTRA_ASSIGNMENT_COLUMNS, Plan, PlanningProblem, PriorityWeights, empty_assignments,
+)
+
+EPS = 1e-9
+HOUR = pd.Timedelta(hours=1)
+
+
+# ---------------------------------------------------------------------------------------------- priority
+def range_extrema(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each query i, the max and min of values[lo[i]:hi[i]+1, :] per column (sparse tables, O(H log H C)
+    to build, O(N C) to answer). values (H, C); lo, hi (N,) inclusive, lo <= hi."""
+    H = values.shape[0]
+    mx, mn = [values], [values]
+    span = 1
+    while 2 * span <= H:
+        a, b = mx[-1], mn[-1]
+        mx.append(np.maximum(a[:-span], a[span:]))
+        mn.append(np.minimum(b[:-span], b[span:]))
+        span *= 2
+    length = hi - lo + 1
+    level = np.floor(np.log2(np.maximum(length, 1))).astype(np.int64)
+    out_max = np.empty((len(lo), values.shape[1]))
+    out_min = np.empty_like(out_max)
+    for lv in np.unique(level):
+        sel = level == lv
+        w = 1 << int(lv)
+        a, b = lo[sel], hi[sel] - w + 1
+        out_max[sel] = np.maximum(mx[lv][a], mx[lv][b])
+        out_min[sel] = np.minimum(mn[lv][a], mn[lv][b])
+    return out_max, out_min
+
+
+@dataclass
+class PriorityParts:
+    urgency: np.ndarray
+    flexibility: np.ndarray
+    opportunity: np.ndarray
+    priority: np.ndarray
+    weights: PriorityWeights
+
+
+def priority_parts(problem: PlanningProblem, weights: PriorityWeights) -> PriorityParts:
+    """U = (deadline - now) / duration, F = flexibility, O = (C_max - C_min) / C_max of the forecast over the
+    job's window [release, deadline] and the clusters that can host it; P = w_U U + w_F F + w_O O."""
+    N, H = problem.n_jobs, problem.hours
+    if N == 0:
+        z = np.zeros(0)
+        return PriorityParts(z, z, z, z, weights)
+    d_ref = problem.ref_duration()
+    U = problem.deadline_rel / np.maximum(d_ref, EPS)
+    Fx = problem.jobs["flexibility"].to_numpy(float)
+    lo = np.clip(problem.release, 0, H - 1)
+    hi = np.clip(np.ceil(problem.deadline_rel).astype(np.int64) - 1, 0, H - 1)
+    hi = np.maximum(hi, lo)
+    cmax, cmin = range_extrema(problem.forecast, lo, hi)
+    allowed = problem.allowed
+    cmax = np.where(allowed, cmax, -np.inf).max(axis=1)
+    cmin = np.where(allowed, cmin, np.inf).min(axis=1)
+    O = np.where(np.isfinite(cmax) & (cmax > 0), (cmax - cmin) / np.maximum(cmax, EPS), 0.0)
+    P = weights.urgency * U + weights.flexibility * Fx + weights.opportunity * O
+    return PriorityParts(U, Fx, O, P, weights)
+
+
+# ---------------------------------------------------------------------------------------------- candidates
+class CandidateView:
+    """The (K, H, C) candidate tensor of one job: `cost` (kg, forecast), `end` (hours from now), masks
+    `base_ok` (horizon, release, cluster hosts the job, option exists), `cap_ok`, `timely`, and `feasible`."""
+
+    __slots__ = ("j", "cost", "carbon", "end", "base_ok", "cap_ok", "timely", "feasible", "occ", "dur", "trans", "s",
+                 "n", "price")
+
+
+class Evaluator:
+    """Per-plan precomputation (cumulative forecast sums, flat index grids) and the per-job vectorized
+    evaluation. Arrays over hours are padded to 2H + 2 rows (repeating the last row) so that every window index
+    stays in bounds; windows that leave the horizon are masked by `base_ok`."""
+
+    def __init__(self, problem: PlanningProblem):
+        self.p = problem
+        H, C = problem.hours, problem.n_clusters
+        F = problem.forecast
+        self.H, self.C = H, C
+        pad = H + 2
+        self.Fp = np.vstack([F, np.repeat(F[-1:], pad, axis=0)])  # (2H+2, C)
+        self.S = np.zeros((2 * H + 3, C))
+        np.cumsum(self.Fp, axis=0, out=self.S[1:])
+        self.Fflat = self.Fp.ravel()
+        self.Sflat = self.S.ravel()
+        self.s = np.arange(H)[None, :, None]
+        self.cidx = np.arange(C)[None, None, :]
+        self.base_idx = self.s * C + self.cidx  # (1, H, C) flat index of (s, c)
+        self.hours = np.arange(H)
+        self.B = np.zeros((2 * H + 3, C), dtype=np.int32)
+        self.job_ids = problem.jobs["job_id"].astype(str).tolist()
+        self._iso: dict[int, str] = {}
+        self._dur = np.where(np.isfinite(problem.dur), problem.dur, 0.0)
+        self._finite = np.isfinite(problem.dur)
+        self.occ_all = np.where(self._finite, np.ceil(self._dur - 1e-9), H + 1).astype(np.int64)
+        self.whole_all = np.floor(self._dur + 1e-9).astype(np.int64)
+        frac = np.where(self._finite, self._dur - self.whole_all, 0.0)
+        frac[frac < 1e-9] = 0.0
+        self.frac_all = frac
+        self.latest_all = np.floor(problem.deadline_rel[:, None, None] - self._dur + 1e-9)
+        self.host_all = problem.allowed[:, None, :] & self._finite  # (N, K, C)
+        self.Pflat = None
+        if problem.capacity_price is not None:
+            Pp = np.vstack([problem.capacity_price, np.zeros((pad, C))])
+            P = np.zeros((2 * H + 3, C))
+            np.cumsum(Pp, axis=0, out=P[1:])
+            self.Pflat = P.ravel()
+
+    def iso(self, h: int) -> str:
+        text = self._iso.get(h)
+        if text is None:
+            text = self._iso[h] = (self.p.now + int(h) * HOUR).isoformat()
+        return text
+
+    def starts_needed(self, j: int, extra: int = 0) -> int:
+        """Start hours worth evaluating for job j: up to its latest timely start (+ `extra` hours, for the
+        explanation's look past the deadline), at least one past its release."""
+        lat = np.where(self.host_all[j], self.latest_all[j], -1).max()
+        n = int(max(lat, self.p.release[j])) + 1 + extra
+        return int(min(max(n, 1), self.H))
+
+    def view(self, j: int, free: np.ndarray, n_starts: int | None = None,
+             free_other: np.ndarray | None = None) -> CandidateView:
+        """The candidate tensor of job j over start hours [0, n_starts) (default: the whole horizon)."""
+        p = self.p
+        H, C = self.H, self.C
+        n = H if n_starts is None else int(n_starts)
+        occ = self.occ_all[j]  # (K, C)
+        s, base = self.s[:, :n], self.base_idx[:, :n]
+        # capacity: count of hours with too little free capacity inside the window
+        B = self.B
+        bad = free < p.gpu_total[j]
+        if free_other is not None:
+            req = p.req_other[j]
+            for r in range(len(req)):
+                if req[r]:
+                    bad |= free_other[r] < req[r]
+        np.cumsum(bad, axis=0, out=B[1: H + 1])
+        B[H + 1:] = B[H]
+        Bf = B.ravel()
+        end_idx = base + (occ * C)[:, None, :]
+        cap_ok = Bf[end_idx] == Bf[base]
+        # carbon of the window
+        iw = base + (self.whole_all[j] * C)[:, None, :]
+        W = self.Sflat[iw] - self.Sflat[base] + self.frac_all[j][:, None, :] * self.Fflat[iw]
+        carbon = W * (p.kw[j] / 1000.0)[:, None, :]
+        tk = p.transfer_kwh[j]
+        if tk.any():
+            h = p.home[j]
+            Fh = p.forecast[:, h] if h >= 0 else p.forecast.mean(axis=1)
+            cost = carbon + (tk[None, :] * 0.5 / 1000.0 * (Fh[:n, None] + p.forecast[:n]))[None]
+        else:
+            cost = carbon
+        timely = s <= self.latest_all[j][:, None, :]
+        if p.postpone_margin_h > 0:  # postponing must leave a fallback hour before the latest start
+            timely &= (s == 0) | (s <= self.latest_all[j][:, None, :] - p.postpone_margin_h)
+        base_ok = (s <= (H - occ)[:, None, :]) & (s >= p.release[j]) & self.host_all[j][:, None, :]
+        v = CandidateView()
+        v.j, v.cost, v.carbon, v.occ, v.dur = j, cost, carbon, occ, p.dur[j]
+        v.trans = None
+        v.s, v.n = s, n
+        v.price = None
+        if self.Pflat is not None:
+            v.price = (self.Pflat[end_idx] - self.Pflat[base]) * float(p.gpu_total[j])
+        v.end = s + self._dur[j][:, None, :]
+        v.base_ok, v.cap_ok, v.timely = base_ok, cap_ok, timely
+        v.feasible = base_ok & cap_ok & timely
+        return v
+
+
+# ---------------------------------------------------------------------------------------------- outcome
+@dataclass
+class PlanOutcome:
+    """What one plan decided, as arrays over the problem's jobs (index j), plus explanations."""
+
+    problem: PlanningProblem
+    policy: str
+    order: np.ndarray
+    k: np.ndarray
+    s: np.ndarray
+    c: np.ndarray
+    cost: np.ndarray
+    late: np.ndarray
+    placed: np.ndarray
+    reason: list
+    node: list
+    gpus: list
+    status: list
+    rejections: np.ndarray
+    priority: PriorityParts
+    explanations: list = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+
+    def energy_kwh(self) -> np.ndarray:
+        p = self.problem
+        j = np.arange(p.n_jobs)
+        kk, cc = np.maximum(self.k, 0), np.maximum(self.c, 0)
+        e = p.kw[j, kk, cc] * p.dur[j, kk, cc] + p.transfer_kwh[j, cc]
+        return np.where(self.placed, e, 0.0)
+
+    def to_plan(self) -> Plan:
+        p = self.problem
+        jobs = p.jobs
+        sel = np.flatnonzero(self.placed)
+        if len(sel):
+            kk, ss, cc = self.k[sel], self.s[sel], self.c[sel]
+            dur = p.dur[sel, kk, cc]
+            start = p.now + pd.to_timedelta(ss, unit="h")
+            a = pd.DataFrame({
+                "job_id": jobs["job_id"].to_numpy()[sel],
+                "cluster": np.array(p.clusters, dtype=object)[cc],
+                "region": np.array(p.regions, dtype=object)[cc],
+                "node": [self.node[i] for i in sel],
+                "gpu_devices": [",".join(str(g) for g in self.gpus[i]) if self.gpus[i] is not None else None
+                                for i in sel],
+                "gpu_milli": jobs["gpu_milli"].to_numpy(np.int64)[sel],
+                "gpu_count": jobs["num_gpu"].to_numpy(np.int64)[sel],
+                "start_time": start,
+                "end_time": start + pd.to_timedelta(dur, unit="h"),
+                "power_limit_w": p.limit_w[kk, cc],
+                "expected_energy_kwh": p.kw[sel, kk, cc] * dur + p.transfer_kwh[sel, cc],
+                "expected_kgco2e": self.cost[sel],
+                "priority": self.priority.priority[sel],
+                "zone": np.array(p.zones, dtype=object)[cc],
+                "gpu_model": np.array(p.gpu_models, dtype=object)[cc],
+                "status": [self.status[i] for i in sel],
+                "submit_time": pd.to_datetime(jobs["submit_time"].to_numpy()[sel], utc=True),
+                "deadline": pd.to_datetime(jobs["deadline"].to_numpy()[sel], utc=True),
+                "cpu_milli": jobs["cpu_milli"].to_numpy(np.int64)[sel],
+                "memory_mib": jobs["memory_mib"].to_numpy(np.int64)[sel],
+                "workload_class": jobs["workload_class"].to_numpy()[sel],
+                "checkpointing": jobs["checkpointing"].to_numpy(bool)[sel],
+                "late": self.late[sel],
+            })
+            a = a[list(ASSIGNMENT_COLUMNS + EXTRA_ASSIGNMENT_COLUMNS)]
+        else:
+            a = empty_assignments()
+        un = np.flatnonzero(~self.placed)
+        unplaced = pd.DataFrame({"job_id": jobs["job_id"].to_numpy()[un].astype(object),
+                                 "reason": [self.reason[i] for i in un]})
+        return Plan(plan_time=p.now, policy=self.policy, forecast_version=p.forecast_version, assignments=a,
+                    explanations=self.explanations, unplaced=unplaced, stats=dict(self.stats))
+
+
+# ---------------------------------------------------------------------------------------------- the loop
+class Coordinator:
+    """Runs a sequential policy (see `policies.SequentialPolicy`) over a problem, with optional cluster agents
+    (list aligned with the problem's clusters) for the jobs that start now."""
+
+    def __init__(self, problem: PlanningProblem, policy, agents=None, pods=None, now_hour: int | None = None,
+                 tentative_hours: int = 24):
+        self.p = problem
+        self.tentative_hours = tentative_hours
+        self.policy = policy
+        self.agents = agents
+        self.pods = pods
+        self.now_hour = now_hour
+
+    def run(self, explain: bool = True, tentative: bool = True) -> PlanOutcome:
+        t0 = time.perf_counter()
+        p, policy = self.p, self.policy
+        N = p.n_jobs
+        ev = Evaluator(p)
+        free = p.free.astype(np.int64).copy()
+        free_other = p.free_other.astype(np.int64).copy() if p.free_other is not None else None
+        prio = priority_parts(p, getattr(policy, "weights", PriorityWeights()))
+        order = np.asarray(policy.order(p, prio), dtype=np.int64)
+        policy.begin(p)
+        k = np.full(N, -1, dtype=np.int64)
+        s = np.full(N, -1, dtype=np.int64)
+        c = np.full(N, -1, dtype=np.int64)
+        cost = np.full(N, np.nan)
+        late = np.zeros(N, dtype=bool)
+        placed = np.zeros(N, dtype=bool)
+        reason: list = [None] * N
+        node: list = [None] * N
+        gpus: list = [None] * N
+        status: list = [None] * N
+        rejections = np.zeros(N, dtype=np.int64)
+        explanations = []
+        n_rej = 0
+        for j in order:
+            j = int(j)
+            v = ev.view(j, free, ev.starts_needed(j, 24 if explain else 0), free_other)
+            score = policy.score(p, j, v, ev)
+            rejected = np.zeros(p.n_clusters, dtype=bool)
+            while True:
+                feas = v.feasible.copy()
+                if rejected.any():
+                    feas[:, 0, :] &= ~rejected[None, :]
+                masked = np.where(feas, score, np.inf)
+                flat = int(np.argmin(masked))
+                is_late = False
+                if not np.isfinite(masked.flat[flat]) and v.n < p.hours:
+                    v = ev.view(j, free, None, free_other)  # nothing meets the deadline: whole horizon
+                    score = policy.score(p, j, v, ev)
+                    continue
+                if not np.isfinite(masked.flat[flat]):
+                    lateok = v.base_ok & v.cap_ok
+                    if rejected.any():
+                        lateok[:, 0, :] &= ~rejected[None, :]
+                    if not lateok.any():
+                        break
+                    endt = np.where(lateok, v.end, np.inf)
+                    best_end = endt.min()
+                    cand = lateok & (endt <= best_end + 1e-9)
+                    flat = int(np.argmin(np.where(cand, v.cost, np.inf)))
+                    is_late = True
+                kk, ss, cc = np.unravel_index(flat, masked.shape)
+                kk, ss, cc = int(kk), int(ss), int(cc)
+                if ss == 0 and self.agents is not None:
+                    pod = self.pods[j]
+                    pl = self.agents[cc].offer(pod, self.now_hour + int(v.occ[kk, cc]))
+                    if pl is None:
+                        rejected[cc] = True
+                        rejections[j] += 1
+                        n_rej += 1
+                        continue
+                    node[j], gpus[j], status[j] = pl.node_name, tuple(pl.gpus), "dispatched"
+                else:
+                    status[j] = "dispatched" if ss == 0 else "tentative"
+                break
+            if status[j] is None:
+                any_host = p.allowed[j].any()
+                reason[j] = ("no_hostable_cluster" if not any_host else
+                             "rejected_by_agents" if rejections[j] else "no_capacity_in_horizon")
+                continue
+            k[j], s[j], c[j], cost[j], late[j], placed[j] = kk, ss, cc, v.cost[kk, ss, cc], is_late, True
+            free[ss: ss + int(v.occ[kk, cc]), cc] -= p.gpu_total[j]
+            if free_other is not None:
+                free_other[:, ss: ss + int(v.occ[kk, cc]), cc] -= p.req_other[j][:, None]
+            policy.assigned(j, cc)
+            if explain:
+                explanations.append(self._explain(j, v, score, kk, ss, cc, is_late, rejected, prio, ev))
+        t1 = time.perf_counter()
+        out = PlanOutcome(p, policy.name, order, k, s, c, cost, late, placed, reason, node, gpus, status, rejections,
+                          prio, explanations)
+        if tentative and self.agents is not None:
+            self._tentative(out)
+        out.stats = {"coordinator_s": round(t1 - t0, 4), "tentative_s": round(time.perf_counter() - t1, 4),
+                     "agent_rejections": int(n_rej), "n_jobs": int(N), "n_placed": int(placed.sum()),
+                     "n_late": int(late.sum()), "horizon_h": int(p.hours), "n_options": int(p.n_options)}
+        return out
+
+    def _tentative(self, out: PlanOutcome) -> None:
+        """Tentative nodes for the jobs starting within `tentative_hours` (later starts keep node None: they
+        will be planned again many times before they start)."""
+        p = self.p
+        pos = {int(j): r for r, j in enumerate(out.order)}
+        for cc, agent in enumerate(self.agents):
+            js = [j for j in np.flatnonzero(out.placed & (out.c == cc) & (out.s > 0)
+                                            & (out.s <= self.tentative_hours))]
+            if not js:
+                continue
+            js.sort(key=lambda j: (out.s[j], pos[int(j)]))
+            reqs = [(self.pods[j], self.now_hour + int(out.s[j]),
+                     self.now_hour + int(out.s[j]) + int(np.ceil(p.dur[j, out.k[j], cc] - 1e-9))) for j in js]
+            res = agent.tentative(reqs)
+            for j in js:
+                pl = res.get(self.pods[j].pod_id)
+                if pl is not None:
+                    out.node[j], out.gpus[j] = pl.node_name, tuple(pl.gpus)
+
+    def _explain(self, j, v: CandidateView, score, kk, ss, cc, is_late, rejected, prio: PriorityParts, ev) -> dict:
+        p = self.p
+        now = p.now
+        H, C = p.hours, p.n_clusters
+        chosen_cost = float(v.cost[kk, ss, cc])
+        fc = np.where(v.feasible, v.cost, np.inf)
+        per_sc = fc.min(axis=0) if fc.shape[0] > 1 else fc[0].copy()  # (H, C) best option per (start, cluster)
+        best_default = float(fc[0].min())
+        per_sc[ss, cc] = np.inf
+        flat = per_sc.ravel()
+        top = np.argpartition(flat, 5)[:5] if flat.size > 5 else np.arange(flat.size)
+        top = top[np.isfinite(flat[top])]
+        top = top[np.argsort(flat[top], kind="stable")]
+        alts = []
+        for t in top:
+            hs, hc = divmod(int(t), C)
+            alts.append({"region": p.regions[hc], "cluster": p.clusters[hc],
+                         "start_time": ev.iso(hs), "kgco2e": round(float(flat[t]), 6)})
+        # counterfactuals at the default power limit, capacity ignored: run at release at home; greedy-carbon
+        r = int(min(max(p.release[j], 0), H - 1))
+        ok0 = v.base_ok[0, r]  # (C,)
+        home = int(p.home[j])
+        if home < 0 or not ok0[home]:
+            home = int(np.argmin(np.where(ok0, p.dur[j, 0], np.inf))) if ok0.any() else -1
+        run_now = float(v.cost[0, r, home]) if home >= 0 else None
+        greedy_c = None
+        if ok0.any():
+            gc = int(np.argmin(np.where(ok0, p.forecast[r], np.inf)))
+            greedy_c = float(v.cost[0, r, gc])
+        # binding constraints, judged on the policy's own score
+        chosen_score = float(score[kk, ss, cc])
+        tol = 1e-9 + 1e-9 * abs(chosen_score)
+        binding = []
+        if rejected.any() or np.where(v.base_ok & v.timely & ~v.cap_ok, score, np.inf).min() < chosen_score - tol:
+            binding.append("capacity")
+        if is_late or np.where(v.base_ok & v.cap_ok & ~v.timely, score, np.inf).min() < chosen_score - tol:
+            binding.append("deadline")
+        host_no = ~p.allowed[j]
+        if host_no.any():
+            fin = np.isfinite(p.dur[j]) & host_no[None, :]
+            m = (v.s <= (H - v.occ)[:, None, :]) & (v.s >= p.release[j]) & fin[:, None, :] & v.cap_ok & v.timely
+            if np.where(m, score, np.inf).min() < chosen_score - tol:
+                binding.append("gpu_model")
+        if not binding:
+            binding = ["none"]
+        saving = best_default - chosen_cost if np.isfinite(best_default) else None
+        return {
+            "job_id": ev.job_ids[j],
+            "priority": float(prio.priority[j]),
+            "urgency": float(prio.urgency[j]),
+            "flexibility": float(prio.flexibility[j]),
+            "opportunity": float(prio.opportunity[j]),
+            "weights": prio.weights.as_dict(),
+            "chosen": {"region": p.regions[cc], "cluster": p.clusters[cc], "zone": p.zones[cc],
+                       "start_time": ev.iso(ss), "kgco2e": round(chosen_cost, 6),
+                       "late": bool(is_late)},
+            "alternatives": alts,
+            "counterfactuals": {"run_now_kgco2e": None if run_now is None else round(run_now, 6),
+                                "greedy_carbon_kgco2e": None if greedy_c is None else round(greedy_c, 6),
+                                "optimum_kgco2e": None},
+            "binding_constraints": binding,
+            "forecast_version": p.forecast_version,
+            "power": {"limit_w": float(p.limit_w[kk, cc]),
+                      "saving_kgco2e": None if saving is None else round(max(saving, 0.0), 6)},
+            "policy": self.policy.name,
+            "agent_rejections": [p.clusters[i] for i in np.flatnonzero(rejected)],
+        }

@@ -1,0 +1,244 @@
+"""The offline optimum: a linear-programming relaxation over jobs x (power option, start hour, cluster).
+
+Variables x[j, k, s, c] in [0, 1] for every candidate that meets the job's release, deadline, horizon and hosting
+constraints (the candidate set the coordinator evaluates), and one late variable u[j] in [0, 1] per job.
+Constraints, as sparse matrices (scipy.sparse, solved by HiGHS through `scipy.optimize.linprog`):
+
+* each job runs once:            sum_{k,s,c} x[j,k,s,c] + u[j] = 1
+* capacity per cluster and hour: sum_{j,k,s: s <= h < s + occ[j,k,c]} g_j x[j,k,s,c] <= free[h, c]   (GPU-milli;
+                                 with `resources="all"` also CPU milli-cores and memory MiB)
+
+Objective: the carbon of each candidate (energy x the intensity of the hours it runs, plus data transfer) -- for
+the bound, the *actual* intensity (perfect knowledge) and every job of the trace known from the start. u[j]
+stands for running job j late: it costs the cheapest late candidate of the job (capacity ignored) plus a penalty
+(`late_penalty_kg`, so that lateness is used only where no timely schedule exists); the reported value counts the
+carbon only.
+
+Why it is a bound: for any schedule, setting x to its timely jobs and u = 1 for its late ones satisfies the
+constraints (late jobs are left out of the capacity rows) and costs at most the schedule's carbon. The LP drops
+integrality, node packing (capacity is aggregated per cluster) and the capacity used by late jobs, so its carbon
+is a lower bound for every schedule that runs no more jobs late than the LP does (`late_job_share`, 0 when all
+deadlines can be met) -- whatever the policy and whatever it knew.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import sparse
+from scipy.optimize import linprog
+
+from scheduling.planner.coordinator import Evaluator, PlanOutcome, priority_parts
+from scheduling.planner.policies import PlacementPolicy
+from scheduling.planner.types import PlanningProblem, PriorityWeights
+
+_STATUS = {0: "optimal", 1: "iteration_or_time_limit", 2: "infeasible", 3: "unbounded", 4: "numerical"}
+
+
+@dataclass
+class LPResult:
+    status: str
+    objective_kg: float  # carbon only: timely candidates + the late jobs' cheapest late runs (no penalty)
+    x: np.ndarray  # per candidate
+    job: np.ndarray
+    k: np.ndarray
+    s: np.ndarray
+    c: np.ndarray
+    cost: np.ndarray
+    energy_kwh: np.ndarray
+    renewable_kwh: np.ndarray
+    u: np.ndarray  # (N,) share of each job run late
+    late_cost: np.ndarray  # (N,) cheapest late run (kg)
+    late_energy_kwh: np.ndarray
+    late_renewable_kwh: np.ndarray
+    late_start: np.ndarray  # (N,) start hour of that late run (-1: none in the horizon)
+    n_vars: int
+    n_rows: int
+    nnz: int
+    solve_s: float
+    build_s: float
+    duals: np.ndarray | None = None  # (R, H, C) capacity shadow prices, kgCO2e per unit-hour (GPU-milli, ...)
+
+    @property
+    def late_job_share(self) -> float:
+        return float(self.u.mean()) if len(self.u) else 0.0
+
+    def per_job(self, n: int, values: np.ndarray) -> np.ndarray:
+        return np.bincount(self.job, weights=self.x * values, minlength=n)
+
+    def summary(self) -> dict:
+        return {"status": self.status, "objective_kgco2e": self.objective_kg, "n_vars": self.n_vars,
+                "n_rows": self.n_rows, "nnz": self.nnz, "build_s": round(self.build_s, 3),
+                "solve_s": round(self.solve_s, 3), "late_job_share": self.late_job_share}
+
+
+def _candidates(problem: PlanningProblem):
+    """Timely candidates of every job (capacity ignored) and each job's cheapest late run."""
+    ev = Evaluator(problem)
+    N = problem.n_jobs
+    free_all = np.full_like(problem.free, np.iinfo(np.int64).max // 4)
+    fits = problem.gpu_total[:, None] <= problem.free.max(axis=0)[None, :]  # (N, C)
+    J, K, S, C, cost = [], [], [], [], []
+    late_cost = np.full(N, np.nan)
+    late_pick = np.full((N, 3), -1, dtype=np.int64)
+    for j in range(N):
+        v = ev.view(j, free_all)
+        ok = v.base_ok & fits[j][None, None, :]
+        mask = ok & v.timely
+        kk, ss, cc = np.nonzero(mask)
+        if len(kk):
+            J.append(np.full(len(kk), j, dtype=np.int64))
+            K.append(kk), S.append(ss), C.append(cc)
+            cost.append(v.cost[kk, ss, cc])
+        late = ok & ~v.timely
+        if late.any():
+            flat = int(np.argmin(np.where(late, v.cost, np.inf)))
+            late_cost[j] = v.cost.flat[flat]
+            late_pick[j] = np.unravel_index(flat, late.shape)
+    cat = np.concatenate
+    if not J:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z, z, z, np.zeros(0), late_cost, late_pick
+    return cat(J), cat(K), cat(S), cat(C), cat(cost), late_cost, late_pick
+
+
+def _energy(problem: PlanningProblem, job, k, s, c):
+    """Energy (kWh) and renewable energy (kWh, with the problem's renewable shares) of candidates."""
+    d = problem.dur[job, k, c]
+    kw = problem.kw[job, k, c]
+    tk = problem.transfer_kwh[job, c]
+    energy = kw * d + tk
+    R = problem.renewable
+    if R is None or not len(job):
+        return energy, np.zeros_like(energy)
+    H, C = problem.hours, problem.n_clusters
+    Rp = np.vstack([R, np.repeat(R[-1:], H + 2, axis=0)])
+    SR = np.zeros((Rp.shape[0] + 1, C))
+    np.cumsum(Rp, axis=0, out=SR[1:])
+    whole = np.floor(d + 1e-9).astype(np.int64)
+    frac = d - whole
+    frac[frac < 1e-9] = 0.0
+    iw = s + whole
+    wr = SR[iw, c] - SR[s, c] + frac * Rp[iw, c]
+    h = problem.home[job]
+    rh = np.where(h >= 0, R[s, np.maximum(h, 0)], R[s, c])
+    return energy, kw * wr + tk * 0.5 * (rh + R[s, c])
+
+
+def solve_lp(problem: PlanningProblem, late_penalty_kg: float = 1000.0, time_limit_s: float = 600.0,
+             resources: str = "gpu") -> LPResult:
+    """Solve the relaxation on `problem` (its `forecast` is the intensity the bound assumes). `resources`:
+    "gpu" (GPU-milli capacity rows) or "all" (also CPU and memory, where the problem tracks them)."""
+    t0 = time.perf_counter()
+    N, H, C = problem.n_jobs, problem.hours, problem.n_clusters
+    job, k, s, c, cost, late_cost, late_pick = _candidates(problem)
+    n = len(job)
+    occ = np.ceil(problem.dur[job, k, c] - 1e-9).astype(np.int64)
+    # capacity rows: for candidate v, rows (h, c) with h in [s, s + occ)
+    total = int(occ.sum())
+    var = np.repeat(np.arange(n), occ)
+    first = np.repeat(np.cumsum(occ) - occ, occ)
+    rows = (np.repeat(s, occ) + (np.arange(total) - first)) * C + np.repeat(c, occ)
+    coefs = [problem.gpu_total.astype(float)]
+    bounds = [problem.free.astype(float).reshape(-1)]
+    if resources == "all" and problem.free_other is not None:
+        for r in range(problem.free_other.shape[0]):
+            coefs.append(problem.req_other[:, r].astype(float))
+            bounds.append(problem.free_other[r].astype(float).reshape(-1))
+    R = len(coefs)
+    A_ub = sparse.csr_matrix(
+        (np.concatenate([np.repeat(co[job], occ) for co in coefs]),
+         (np.concatenate([rows + r * H * C for r in range(R)]), np.tile(var, R))),
+        shape=(R * H * C, n + N))
+    b_ub = np.concatenate(bounds)
+    keep = np.asarray(A_ub.getnnz(axis=1) > 0)
+    A_ub, b_ub = A_ub[keep], b_ub[keep]
+    # assignment: sum_x + u = 1; u costs the job's cheapest late run in the horizon (0 when there is none: a run
+    # after the horizon costs at least that, so the bound stays valid) plus the penalty
+    A_eq = sparse.csr_matrix((np.ones(n + N), (np.concatenate([job, np.arange(N)]), np.arange(n + N))),
+                             shape=(N, n + N))
+    lb_late = np.where(np.isfinite(late_cost), late_cost, 0.0)
+    obj = np.concatenate([cost, lb_late + late_penalty_kg])
+    build_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    res = linprog(obj, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=np.ones(N), bounds=(0, 1), method="highs",
+                  options={"time_limit": time_limit_s, "presolve": True})
+    solve_s = time.perf_counter() - t1
+    sol = np.clip(res.x, 0.0, 1.0) if res.x is not None else np.zeros(n + N)
+    x, u = sol[:n], sol[n:]
+    duals = np.zeros(R * H * C)
+    marg = getattr(getattr(res, "ineqlin", None), "marginals", None)
+    if marg is not None and len(marg) == int(keep.sum()):
+        duals[np.flatnonzero(keep)] = -np.asarray(marg)
+    energy, ren = _energy(problem, job, k, s, c)
+    lk, ls, lc = late_pick[:, 0], late_pick[:, 1], late_pick[:, 2]
+    has = lk >= 0
+    le, lr = np.zeros(N), np.zeros(N)
+    if has.any():
+        e2, r2 = _energy(problem, np.flatnonzero(has), lk[has], ls[has], lc[has])
+        le[has], lr[has] = e2, r2
+    return LPResult(status=_STATUS.get(res.status, str(res.status)), objective_kg=float(x @ cost + u @ lb_late),
+                    x=x, job=job, k=k, s=s, c=c, cost=cost, energy_kwh=energy, renewable_kwh=ren, u=u,
+                    late_cost=lb_late, late_energy_kwh=le, late_renewable_kwh=lr, late_start=np.where(has, ls, -1),
+                    n_vars=n + N, n_rows=int(A_ub.shape[0] + N), nnz=int(A_ub.nnz + A_eq.nnz), solve_s=solve_s,
+                    build_s=build_s, duals=duals.reshape(R, H, C))
+
+
+class OptimumPolicy(PlacementPolicy):
+    """The LP bound behind the policy interface. `plan()` solves the relaxation on the problem and reports, per
+    job, the candidate with the largest weight (a rounding for display; the bound is `stats['lp']`)."""
+
+    name = "optimum"
+    power_aware = True
+    description = "LP relaxation over jobs x hours x regions, perfect knowledge (the bound)"
+
+    def __init__(self, late_penalty_kg: float = 1000.0, time_limit_s: float = 600.0):
+        self.late_penalty_kg = late_penalty_kg
+        self.time_limit_s = time_limit_s
+        self.last: LPResult | None = None
+
+    def plan(self, problem, agents=None, pods=None, now_hour=None, *, explain=True, tentative=True):
+        lp = solve_lp(problem, self.late_penalty_kg, self.time_limit_s)
+        self.last = lp
+        N = problem.n_jobs
+        k = np.full(N, -1, dtype=np.int64)
+        s = np.full(N, -1, dtype=np.int64)
+        c = np.full(N, -1, dtype=np.int64)
+        best = np.full(N, -1.0)
+        for v in np.argsort(lp.x, kind="stable"):
+            j = lp.job[v]
+            if lp.x[v] > best[j]:
+                best[j], k[j], s[j], c[j] = lp.x[v], lp.k[v], lp.s[v], lp.c[v]
+        placed = best > 1e-9
+        frac_cost = lp.per_job(N, lp.cost) + lp.u * lp.late_cost
+        cost = np.where(placed, frac_cost, np.nan)
+        late = lp.u > 1e-6
+        prio = priority_parts(problem, PriorityWeights())
+        out = PlanOutcome(problem, self.name, np.arange(N), k, s, c, cost, late, placed,
+                          [None if p else "lp_late" for p in placed], [None] * N, [None] * N,
+                          ["dispatched" if (p and s[i] == 0) else "tentative" for i, p in enumerate(placed)],
+                          np.zeros(N, dtype=np.int64), prio)
+        if explain:
+            out.explanations = [_lp_explanation(problem, prio, j, k[j], s[j], c[j], frac_cost[j], late[j])
+                                for j in np.flatnonzero(placed)]
+        out.stats = {"lp": lp.summary(), "n_jobs": N, "n_placed": int(placed.sum())}
+        return out
+
+
+def _lp_explanation(problem, prio, j, k, s, c, cost, late) -> dict:
+    now = problem.now
+    return {
+        "job_id": str(problem.jobs["job_id"].iat[j]), "priority": float(prio.priority[j]),
+        "urgency": float(prio.urgency[j]), "flexibility": float(prio.flexibility[j]),
+        "opportunity": float(prio.opportunity[j]), "weights": prio.weights.as_dict(),
+        "chosen": {"region": problem.regions[c], "cluster": problem.clusters[c], "zone": problem.zones[c],
+                   "start_time": (now + pd.Timedelta(hours=int(s))).isoformat(), "kgco2e": round(float(cost), 6),
+                   "late": bool(late)},
+        "alternatives": [],
+        "counterfactuals": {"run_now_kgco2e": None, "greedy_carbon_kgco2e": None,
+                            "optimum_kgco2e": round(float(cost), 6)},
+        "binding_constraints": ["none"], "forecast_version": problem.forecast_version,
+        "power": {"limit_w": float(problem.limit_w[k, c]), "saving_kgco2e": None}, "policy": "optimum",
+    }

@@ -1,0 +1,534 @@
+"""Trace-driven simulator: replays a job trace over a historical grid period hour by hour.
+
+Each hour t: jobs that finished free their nodes; the policy plans every pending job (submitted, not started) from
+the forecast known at t (`forecast.*`, DACF published, or seasonal naive: `scheduling.planner.forecasts`); the jobs
+it starts at t are packed onto nodes by the cluster agents (FGD) and run to completion (non-preemptive) -- their
+carbon is then computed from the *actual* intensity of the hours they run. Future starts are only tentative and
+are planned again the next hour. The offline optimum (LP relaxation, perfect knowledge of intensity and of all
+jobs) bounds what any policy can reach.
+
+    from scheduling.simulator import build_scenario, simulate, evaluate
+    sc = build_scenario(start="2021-07-01", days=14, n_jobs=1000, regions=6, load=0.5)
+    res = simulate(sc, "priority")                # SimResult: per-job records + metrics
+    report = evaluate(sc)                          # every policy + the bound, JSON-ready dict
+
+Metrics (per policy): kgCO2e (actual intensity; job energy = the job's share of its GPUs x average board power at
+its power limit x run time x PUE, plus data transfer when it moved), reduction against performance-first, share
+of the optimum's reduction captured ((perf - policy) / (perf - optimum)), deadline satisfaction (finished by the
+deadline), mean delay (start - submission, hours), unallocated GPUs (fleet GPUs not allocated, mean over the
+period's hours), utilisation, energy (kWh), renewable share of the energy used (sum energy x the region's
+renewable share that hour / sum energy).
+"""
+from __future__ import annotations
+
+import math
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from scheduling.fleet import Fleet, load_fleet
+from scheduling.jobs import SpeedModel, generate_jobs, hostable
+from scheduling.planner.agents import default_workload, job_pods
+from scheduling.planner.forecasts import SIGNAL, ForecastProvider, GridSeries, make_forecasts, utc
+from scheduling.planner.policies import ONLINE_POLICIES, make_policy
+from scheduling.planner.power import load_power_table
+from scheduling.planner.problem import JobTable, abs_hours
+from scheduling.planner.session import HourlyPlanner
+from scheduling.planner.types import PriorityWeights
+
+HOUR = pd.Timedelta(hours=1)
+BASELINE = "performance-first"
+DEFAULT_TAIL_DAYS = 10  # simulated hours after the last arrival, for the last jobs to start and finish
+
+
+@dataclass
+class Scenario:
+    start: pd.Timestamp
+    hours: int  # arrival window (the period)
+    fleet: Fleet
+    jobs: pd.DataFrame
+    table: JobTable
+    grid: GridSeries
+    forecasts: ForecastProvider
+    load: float | None
+    config: dict = field(default_factory=dict)
+    workload: object = None
+    tail_hours: int = DEFAULT_TAIL_DAYS * 24
+
+    @property
+    def zone_col(self) -> np.ndarray:
+        pos = {z: i for i, z in enumerate(self.grid.zones)}
+        return np.array([pos[z] for z in self.fleet.cluster_zones], dtype=np.int64)
+
+    def actual(self, what: str = "ci") -> tuple[int, np.ndarray]:
+        """(first absolute hour, (T, C) actual values per cluster) over the grid axis."""
+        arr = self.grid.ci if what == "ci" else self.grid.renewable
+        return abs_hours(self.grid.t0), arr[:, self.zone_col]
+
+
+def demand_gpu_hours(jobs: pd.DataFrame, table: JobTable, on: str = "fastest") -> float:
+    """GPU-hours the jobs need at the default power limit: on the fastest cluster that can host each job
+    (`on="fastest"`, the least work the trace can be done with) or on their home clusters (`"home"`)."""
+    idx = np.arange(table.n)
+    if on == "home":
+        d = table.base_dur[idx, np.maximum(table.home, 0)]
+    else:
+        d = np.where(table.allowed, table.base_dur, np.inf).min(axis=1)
+        d = np.where(np.isfinite(d), d, table.base_dur[idx, np.maximum(table.home, 0)])
+    share = jobs["num_gpu"].to_numpy(float) * jobs["gpu_milli"].to_numpy(float) / 1000.0
+    return float((share * d).sum())
+
+
+def build_scenario(start="2021-07-01", days: float = 14, n_jobs: int = 1000, regions=6, load: float | None = 0.5,
+                   seed: int = 0, forecasts: str = "auto", fleet_path=None, data_dir=None, pod_list: str = "default",
+                   max_duration_h: float = 48.0, grid_source: str = "auto", db_path=None,
+                   forecast_model: str | None = None, tail_days: int = DEFAULT_TAIL_DAYS,
+                   packing: str = "fgd", calibrate: int = 0) -> Scenario:
+    """Fleet, job trace, grid actuals and the forecast provider for one evaluation.
+
+    Fleet size: with `load` set, the clusters are re-sized (in proportion to their weights, whole nodes) so that
+    the offered load -- the jobs' GPU-hours on the fastest GPU that can host each, over the fleet's GPU-hours of
+    the period -- is `load`; the measured utilisation of each policy is reported beside it (it is lower: jobs
+    arriving late in the period run after it, and packing leaves GPUs idle). With `calibrate` > 0 the fleet is
+    instead re-sized that many times by (measured utilisation under performance-first) / `load`. `load=None`
+    keeps the configured sizes."""
+    start = utc(start).floor("h")
+    hours = int(round(days * 24))
+    fleet = load_fleet(fleet_path, regions=regions, data_dir=data_dir)
+    speed = SpeedModel(data_dir)
+    jobs = generate_jobs(n_jobs, start, hours, fleet, seed=seed, data_dir=data_dir, pod_list=pod_list,
+                         max_duration_h=max_duration_h, speed_model=speed)
+    power = load_power_table(fleet, data_dir=data_dir, db_path=db_path)
+    table = JobTable(jobs, fleet, speed, power)
+    if load is not None:
+        need = demand_gpu_hours(jobs, table) / (load * hours)
+        fleet = fleet.scaled(need)
+        ok = hostable(jobs, fleet).any(axis=1)
+        dropped = int((~ok).sum())
+        jobs = jobs[ok].reset_index(drop=True)
+        jobs.attrs["dropped_after_scaling"] = dropped
+        table = JobTable(jobs, fleet, speed, power)
+    end = start + (hours + tail_days * 24 + 24 * 8) * HOUR
+    grid = GridSeries.load(fleet.zones, start, end, source=grid_source, data_dir=data_dir, db_path=db_path)
+    if grid.t0 > start - 24 * HOUR:
+        raise ValueError(f"grid data starts {grid.t0}: the naive forecast at {start} needs the day before")
+    provider = make_forecasts(forecasts, grid, fleet.zones, start=start, end=end, db_path=db_path,
+                              data_dir=data_dir, model=forecast_model)
+    workload = default_workload(job_pods(jobs))
+    calibration = []
+    if load is not None:
+        target_gpus = float(fleet.total_gpus)
+        for _ in range(int(calibrate)):
+            probe = Scenario(start, hours, fleet, jobs, table, grid, provider, load, {}, workload, tail_days * 24)
+            util = simulate(probe, BASELINE).metrics["utilization"]
+            calibration.append({"gpus": fleet.total_gpus, "utilization": round(util, 4)})
+            if abs(util - load) < 0.03 or util <= 0:
+                break
+            target_gpus = target_gpus * util / load
+            fleet = fleet.scaled(target_gpus)
+            ok = hostable(jobs, fleet).any(axis=1)
+            if not ok.all():
+                jobs = jobs[ok].reset_index(drop=True)
+                jobs.attrs["dropped_after_scaling"] = int(jobs.attrs.get("dropped_after_scaling", 0)) + int(
+                    (~ok).sum())
+                workload = default_workload(job_pods(jobs))
+            table = JobTable(jobs, fleet, speed, power)
+    config = {"start": start.isoformat(), "days": days, "n_jobs": int(len(jobs)), "n_jobs_requested": n_jobs,
+              "regions": list(dict.fromkeys(fleet.cluster_regions)), "zones": fleet.zones, "load_target": load,
+              "seed": seed, "pod_list": pod_list, "max_duration_h": max_duration_h, "packing": packing,
+              "forecasts_requested": forecasts, "grid_source": grid.source,
+              "fleet_file": fleet.source_path, "power_options": power.source, "speed_source": speed.source,
+              "jobs_dropped": int(jobs.attrs.get("dropped", 0)) + int(jobs.attrs.get("dropped_after_scaling", 0)),
+              "load_calibration": calibration,
+              "offered_load": round(demand_gpu_hours(jobs, table) / (fleet.total_gpus * hours), 4),
+              "demand_gpu_hours_fastest": round(demand_gpu_hours(jobs, table), 1)}
+    return Scenario(start, hours, fleet, jobs, table, grid, provider, load, config, workload, tail_days * 24)
+
+
+# ---------------------------------------------------------------------------------------------------- results
+@dataclass
+class SimResult:
+    policy: str
+    records: pd.DataFrame  # one row per job
+    metrics: dict
+    hourly_alloc: np.ndarray  # (hours of the period, C) GPU-milli allocated
+
+
+def _window_sums(values: np.ndarray, t0: int, start_h: np.ndarray, dur: np.ndarray, col: np.ndarray) -> np.ndarray:
+    """Sum over [start, start + dur) (fractional last hour) of values[:, col] (hour axis from t0)."""
+    T = values.shape[0]
+    S = np.zeros((T + 1, values.shape[1]))
+    np.cumsum(values, axis=0, out=S[1:])
+    a = start_h - t0
+    whole = np.floor(dur + 1e-9).astype(np.int64)
+    frac = dur - whole
+    frac[frac < 1e-9] = 0.0
+    b = a + whole
+    if (a < 0).any() or (b >= T).any():
+        raise ValueError("a job runs outside the grid data; load a longer period")
+    return S[b, col] - S[a, col] + frac * values[b, col]
+
+
+def execute(sc: Scenario, start_h: np.ndarray, k: np.ndarray, c: np.ndarray) -> dict[str, np.ndarray]:
+    """Actual carbon, energy and renewable energy of jobs started at absolute hours `start_h` on clusters `c`
+    with power option `k` (arrays over all jobs; -1 = never started)."""
+    tbl = sc.table
+    n = tbl.n
+    ok = start_h >= 0
+    idx = np.flatnonzero(ok)
+    out = {"kg": np.zeros(n), "kwh": np.zeros(n), "renew_kwh": np.zeros(n), "dur_h": np.zeros(n)}
+    if not len(idx):
+        return out
+    t0, ci = sc.actual("ci")
+    _, ren = sc.actual("renewable")
+    kk, cc, ss = k[idx], c[idx], start_h[idx]
+    dur = tbl.dur[idx, kk, cc]
+    kw = tbl.kw[idx, kk, cc]
+    tk = tbl.transfer_kwh[idx, cc]
+    home = np.where(tbl.home[idx] >= 0, tbl.home[idx], cc)
+    w_ci = _window_sums(ci, t0, ss, dur, cc)
+    w_re = _window_sums(ren, t0, ss, dur, cc)
+    ci_move = 0.5 * (ci[ss - t0, home] + ci[ss - t0, cc])
+    re_move = 0.5 * (ren[ss - t0, home] + ren[ss - t0, cc])
+    out["kg"][idx] = (kw * w_ci + tk * ci_move) / 1000.0
+    out["kwh"][idx] = kw * dur + tk
+    out["renew_kwh"][idx] = kw * w_re + tk * re_move
+    out["dur_h"][idx] = dur
+    return out
+
+
+def simulate(sc: Scenario, policy: str = "priority", *, seed: int = 0, weights: PriorityWeights | None = None,
+             progress=None, explain: bool = False, forecasts: ForecastProvider | None = None) -> SimResult:
+    """Replay the scenario's trace with one online policy (see module docstring)."""
+    t_run = time.perf_counter()
+    tbl = sc.table
+    n = tbl.n
+    T0 = abs_hours(sc.start)
+    T_arr = T0 + sc.hours
+    T_max = T_arr + sc.tail_hours
+    hp = HourlyPlanner(sc.fleet, table=tbl, policy=make_policy(policy, seed=seed, weights=weights),
+                       forecasts=forecasts or sc.forecasts, workload=sc.workload, explain=explain, tentative=False,
+                       seed=seed)
+    C = len(sc.fleet)
+    alloc = np.zeros((sc.hours, C), dtype=np.int64)
+    plan_s = []
+    late_planned = 0
+    for t in range(T0, T_max):
+        now = pd.Timestamp(t * 3_600_000_000_000, tz="UTC")
+        hp.release_finished(t)
+        pend = hp.pending(t)
+        if len(pend):
+            t1 = time.perf_counter()
+            out = hp.plan_outcome(now, pend)
+            plan_s.append(time.perf_counter() - t1)
+            late_planned += int(out.late[out.placed & (out.s == 0)].sum())
+        if t < T_arr:
+            alloc[t - T0] = [a.gpu_milli_allocated for a in hp.agents]
+        if progress is not None:
+            progress.update(1)
+        if t >= T_arr and hp.started.all():
+            break
+    if progress is not None and t + 1 < T_max:
+        progress.update(T_max - t - 1)
+    ex = execute(sc, np.where(hp.started, hp.start_h, -1), hp.k, hp.c)
+    jobs = sc.jobs
+    submit_h = tbl.submit_h
+    end_h = np.where(hp.started, hp.start_h + ex["dur_h"], np.nan)
+    met = hp.started & (end_h <= tbl.deadline_h + 1e-6)
+    records = pd.DataFrame({
+        "job_id": jobs["job_id"], "started": hp.started,
+        "start_time": pd.to_datetime(np.where(hp.started, hp.start_h, 0) * 3_600_000_000_000, utc=True),
+        "cluster": np.where(hp.c >= 0, np.array(sc.fleet.names, dtype=object)[np.maximum(hp.c, 0)], None),
+        "power_option": hp.k, "delay_h": np.where(hp.started, hp.start_h - submit_h, np.nan),
+        "duration_h": ex["dur_h"], "kgco2e": ex["kg"], "energy_kwh": ex["kwh"], "renewable_kwh": ex["renew_kwh"],
+        "met_deadline": met, "node": hp.node,
+    })
+    cap = sc.fleet.capacity_milli
+    metrics = {
+        "kgco2e": float(ex["kg"].sum()),
+        "energy_kwh": float(ex["kwh"].sum()),
+        "renewable_share": float(ex["renew_kwh"].sum() / max(ex["kwh"].sum(), 1e-12)),
+        "deadline_satisfaction": float(met.mean()) if n else 1.0,
+        "mean_delay_h": float(np.nanmean(records["delay_h"])) if hp.started.any() else None,
+        "unallocated_gpus": float(((cap[None, :] - alloc).sum(axis=1) / 1000.0).mean()),
+        "utilization": float(alloc.sum() / (cap.sum() * sc.hours)),
+        "jobs_started": int(hp.started.sum()),
+        "jobs_late": int((hp.started & ~met).sum()),
+        "jobs_never_started": int((~hp.started).sum()),
+        "agent_rejections": int(hp.rejections),
+        "power_capped_jobs": int((hp.k > 0).sum()),
+        "moved_jobs": int((hp.started & (hp.c != tbl.home)).sum()),
+        "forecast_fallback_share": float(np.nanmean(hp.fallback_shares)) if hp.fallback_shares else None,
+        "plans": len(plan_s),
+        "plan_latency_ms_mean": float(1000 * np.mean(plan_s)) if plan_s else None,
+        "plan_latency_ms_max": float(1000 * np.max(plan_s)) if plan_s else None,
+        "runtime_s": round(time.perf_counter() - t_run, 2),
+        "by_region_kgco2e": {r: float(v) for r, v in pd.Series(ex["kg"]).groupby(
+            np.where(hp.c >= 0, np.array(sc.fleet.cluster_regions, dtype=object)[np.maximum(hp.c, 0)], "none")
+        ).sum().items()},
+    }
+    return SimResult(policy, records, metrics, alloc)
+
+
+# ---------------------------------------------------------------------------------------------------- optimum
+def optimum_problem(sc: Scenario):
+    """The bound's problem: every job of the trace known at the start, actual intensity, empty fleet."""
+    tbl = sc.table
+    T0 = abs_hours(sc.start)
+    d = np.where(np.isfinite(tbl.dur), tbl.dur, 0).max(axis=(1, 2))
+    H = int(np.ceil(max((tbl.deadline_h - T0).max(), (tbl.submit_h - T0 + d).max()) + 48))
+    t0g, ci = sc.actual("ci")
+    _, ren = sc.actual("renewable")
+    a = T0 - t0g
+    if a + H > ci.shape[0]:
+        H = ci.shape[0] - a
+    free = np.repeat(sc.fleet.resource_capacity[:, None, :], H, axis=1)  # (3, H, C)
+    prob = tbl.problem(sc.start, np.arange(tbl.n), free, ci[a: a + H], power_aware=True,
+                       forecast_version="actual (perfect knowledge)", renewable=ren[a: a + H],
+                       release=np.maximum(tbl.submit_h - T0, 0))
+    return prob
+
+
+def solve_optimum(sc: Scenario, time_limit_s: float = 600.0) -> dict:
+    from scheduling.planner.optimum import solve_lp
+
+    t = time.perf_counter()
+    prob = optimum_problem(sc)
+    lp = solve_lp(prob, time_limit_s=time_limit_s)
+    n = prob.n_jobs
+    x, u = lp.x, lp.u
+    late_delay = np.where(lp.late_start >= 0, lp.late_start - prob.release, 0)
+    delay = float(((x * (lp.s - prob.release[lp.job])).sum() + (u * late_delay).sum()) / max(n, 1))
+    energy = float(x @ lp.energy_kwh + u @ lp.late_energy_kwh)
+    renew = float(x @ lp.renewable_kwh + u @ lp.late_renewable_kwh)
+    # allocated GPU-milli per hour of the period from the fractional solution (timely part)
+    H, C = prob.hours, prob.n_clusters
+    occ = np.ceil(prob.dur[lp.job, lp.k, lp.c] - 1e-9).astype(np.int64)
+    diff = np.zeros((H + 1, C))
+    g = prob.gpu_total[lp.job] * x
+    np.add.at(diff, (lp.s, lp.c), g)
+    np.add.at(diff, (np.minimum(lp.s + occ, H), lp.c), -g)
+    alloc = np.cumsum(diff, axis=0)[: sc.hours]
+    cap = sc.fleet.capacity_milli
+    return {
+        "kgco2e": lp.objective_kg,
+        "energy_kwh": energy,
+        "renewable_share": renew / max(energy, 1e-12),
+        "deadline_satisfaction": float(1.0 - u.sum() / max(n, 1)),
+        "mean_delay_h": delay,
+        "unallocated_gpus": float(((cap[None, :] - alloc).sum(axis=1) / 1000.0).mean()),
+        "utilization": float(alloc.sum() / (cap.sum() * sc.hours)),
+        "lp": lp.summary(),
+        "runtime_s": round(time.perf_counter() - t, 2),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------- evaluate
+def environment() -> dict:
+    import scipy
+
+    return {"cpu_count": os.cpu_count(), "python": sys.version.split()[0], "numpy": np.__version__,
+            "pandas": pd.__version__, "scipy": scipy.__version__, "platform": platform.platform(),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
+
+
+def evaluate(sc: Scenario, policies=ONLINE_POLICIES, *, with_optimum: bool = True, seed: int = 0,
+             weights: PriorityWeights | None = None, progress: bool = False, lp_time_limit_s: float = 600.0,
+             ablations: bool = False) -> dict:
+    """Every policy (and the bound) on one scenario; a JSON-ready dict. `ablations`: also the priority policy
+    without capacity prices, and with oracle (actual) and seasonal-naive forecasts (under "ablations")."""
+    policies = list(policies)
+    if BASELINE not in policies:
+        policies.append(BASELINE)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(policies) * (sc.hours + sc.tail_hours), file=sys.stderr, unit="h",
+                   desc=f"{sc.start.date()} load={sc.load}", leave=False)
+    results = {}
+    for name in policies:
+        if bar is not None:
+            bar.set_postfix_str(name)
+        results[name] = simulate(sc, name, seed=seed, weights=weights, progress=bar).metrics
+    if bar is not None:
+        bar.close()
+    opt = solve_optimum(sc, lp_time_limit_s) if with_optimum else None
+    base = results[BASELINE]["kgco2e"]
+    for name, m in results.items():
+        m["reduction_vs_performance_first_pct"] = 100.0 * (base - m["kgco2e"]) / base if base else None
+        if opt is not None and base - opt["kgco2e"] > 1e-9:
+            m["share_of_optimum_reduction_pct"] = 100.0 * (base - m["kgco2e"]) / (base - opt["kgco2e"])
+        else:
+            m["share_of_optimum_reduction_pct"] = None
+    if opt is not None:
+        opt["reduction_vs_performance_first_pct"] = 100.0 * (base - opt["kgco2e"]) / base if base else None
+        opt["share_of_optimum_reduction_pct"] = 100.0
+    extra = {}
+    if ablations:
+        zones = sc.fleet.zones
+        runs = {
+            "priority-noprices": ("priority-noprices", None),
+            "priority-oracle-forecast": ("priority", make_forecasts("oracle", sc.grid, zones)),
+            "priority-naive-forecast": ("priority", make_forecasts("naive", sc.grid, zones)),
+        }
+        for label, (name, provider) in runs.items():
+            m = simulate(sc, name, seed=seed, weights=weights, forecasts=provider).metrics
+            m["reduction_vs_performance_first_pct"] = 100.0 * (base - m["kgco2e"]) / base if base else None
+            m["share_of_optimum_reduction_pct"] = (100.0 * (base - m["kgco2e"]) / (base - opt["kgco2e"])
+                                                   if opt is not None and base - opt["kgco2e"] > 1e-9 else None)
+            extra[label] = m
+    fallback = results.get("priority", next(iter(results.values())))["forecast_fallback_share"]
+    report = {
+        "config": sc.config,
+        "signal": SIGNAL,
+        "forecasts": {**sc.forecasts.describe(), "used": sc.forecasts.name,
+                      "fallback_share_of_cells": fallback,
+                      "note": ("naive = seasonal naive from actuals known at the planning hour"
+                               if sc.forecasts.name == "naive" else None)},
+        "fleet": {"total_gpus": sc.fleet.total_gpus, "clusters": sc.fleet.capacity_table().to_dict("records")},
+        "jobs": {"n": int(len(sc.jobs)), "gpu_hours_home": round(demand_gpu_hours(sc.jobs, sc.table), 1),
+                 "by_class": {str(k): int(v) for k, v in sc.jobs["workload_class"].value_counts().items()},
+                 "mean_duration_h_ref": float(sc.jobs["duration_h_ref"].mean()),
+                 "mean_flexibility": float(sc.jobs["flexibility"].mean())},
+        "policies": results,
+        "optimum": opt,
+        "ablations": extra or None,
+        "targets": _targets(results, opt),
+        "environment": environment(),
+    }
+    return _clean(report)
+
+
+def _targets(results: dict, opt: dict | None) -> dict:
+    ours = results.get("priority")
+    if ours is None:
+        return {}
+    share = ours.get("share_of_optimum_reduction_pct")
+    return {
+        "share_of_optimum_reduction_pct": share,
+        "share_target_90_met": None if share is None else bool(share >= 90.0),
+        "deadline_satisfaction": ours["deadline_satisfaction"],
+        "deadline_target_98_met": bool(ours["deadline_satisfaction"] >= 0.98),
+    }
+
+
+def _clean(value):
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return None
+        return round(value, 6)
+    if isinstance(value, pd.Timestamp):
+        return value.isoformat()
+    return value
+
+
+# ---------------------------------------------------------------------------------------------------- report
+REPORT_POLICIES = ("priority", "priority-noprices", "carbon-time", "greedy-carbon", "performance-first",
+                   "round-robin", "random")
+METHOD_NOTES = """
+How to read this:
+* Jobs: openb GPU pods (CPU, memory, GPU count and share) arriving with the trace's time of day over the period,
+  Philly run times conditioned on GPU count (clipped to 1-48 h, read as V100 hours; other GPUs by Gavel's measured
+  speed per job type), a Gavel job-type mix (vision, language, recommendation, RL), deadline = submission +
+  home-cluster run time x (1 + flexibility), flexibility per class (20-60 %). Plans every hour; jobs never preempted.
+* Load: the fleet (whole openb / PAI nodes per cluster) is sized so that the offered load -- the jobs' GPU-hours on
+  the fastest GPU that can host each, over the fleet's GPU-hours in the period -- is the target; `util.` is the
+  measured mean GPU allocation of the period.
+* Carbon: energy = GPU share x average board power at the chosen power limit x run time x PUE (+ network energy
+  when a job leaves its home region), charged at the actual hourly intensity of the cluster's zone.
+* `priority` = the priority order of the issue (P = 0.35 U + 0.40 F + 0.25 O, lowest P planned first), minimum
+  forecast carbon over (power limit, start hour, region), plus capacity prices learned each day from the LP duals
+  of the previous 72 h of arrivals; `priority-noprices` is the same without the prices.
+* `optimum` is a bound: the LP relaxation with every job and the actual intensity known in advance, fractional
+  jobs and capacity aggregated per cluster (no node packing). Its deadline figure counts the share of jobs its
+  solution runs late. "share of optimum" = (performance-first - policy) / (performance-first - optimum).
+"""
+
+
+def report_markdown(reports: list[dict]) -> str:
+    """The README table(s): periods x loads x policies, the bound beside them, plus the fleet per region."""
+    lines = ["# Carbon-aware planner: simulated results", ""]
+    if not reports:
+        return "\n".join(lines + ["(no results)"])
+    r0 = reports[0]
+    lines += [
+        f"Signal: {r0['signal']}. Each row replays {r0['config']['n_jobs']} jobs (openb pods, Philly durations, "
+        f"Gavel job-type mix; seed {r0['config']['seed']}) over {r0['config']['days']} days on "
+        f"{len(r0['config']['regions'])} regions, planning every hour from the forecast known then and charging "
+        "the actual intensity. `optimum` is the LP relaxation with perfect knowledge (a bound, not a schedule).",
+        "",
+        "Columns: kgCO2e; reduction vs performance-first; share of the optimum's reduction captured; deadline "
+        "satisfaction; mean delay (h); unallocated GPUs (mean over the period); energy (kWh); renewable share of "
+        "the energy used; utilisation.",
+        "",
+    ]
+    lines += METHOD_NOTES.strip().splitlines() + [""]
+    for rep in reports:
+        cfg = rep["config"]
+        fc = rep["forecasts"]
+        lines.append(f"## {cfg['start'][:10]} + {cfg['days']} d, load target {cfg['load_target']} (offered "
+                     f"{fmt(cfg.get('offered_load'), 2)}, {rep['fleet']['total_gpus']} GPUs), forecasts: "
+                     f"{fc.get('used')} (naive fallback share of forecast cells "
+                     f"{fmt(fc.get('fallback_share_of_cells'), 2)})")
+        lines.append("")
+        lines.append("| policy | kgCO2e | red. vs perf-first | share of optimum | deadlines | mean delay h | "
+                     "unalloc. GPUs | energy kWh | renewable | util. |")
+        lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        rows = [(p, rep["policies"][p]) for p in REPORT_POLICIES if p in rep["policies"]]
+        if rep.get("optimum"):
+            rows.append(("optimum (bound)", rep["optimum"]))
+        for name, m in rows:
+            lines.append(
+                f"| {name} | {fmt(m['kgco2e'], 1)} | {fmt(m.get('reduction_vs_performance_first_pct'), 1)} % | "
+                f"{fmt(m.get('share_of_optimum_reduction_pct'), 1)} % | "
+                f"{fmt(100 * m['deadline_satisfaction'], 1)} % | {fmt(m.get('mean_delay_h'), 2)} | "
+                f"{fmt(m.get('unallocated_gpus'), 1)} | {fmt(m['energy_kwh'], 0)} | "
+                f"{fmt(100 * m['renewable_share'], 1)} % | {fmt(100 * m.get('utilization', float('nan')), 1)} % |")
+        lines.append("")
+        for name, m in (rep.get("ablations") or {}).items():
+            lines.insert(len(lines) - 1, f"| *{name}* | {fmt(m['kgco2e'], 1)} | "
+                         f"{fmt(m.get('reduction_vs_performance_first_pct'), 1)} % | "
+                         f"{fmt(m.get('share_of_optimum_reduction_pct'), 1)} % | "
+                         f"{fmt(100 * m['deadline_satisfaction'], 1)} % | {fmt(m.get('mean_delay_h'), 2)} | "
+                         f"{fmt(m.get('unallocated_gpus'), 1)} | {fmt(m['energy_kwh'], 0)} | "
+                         f"{fmt(100 * m['renewable_share'], 1)} % | {fmt(100 * m.get('utilization', float('nan')), 1)} % |")
+        ours = rep["policies"].get("priority")
+        if ours is not None:
+            others = {p: m for p, m in rep["policies"].items() if p != "priority"}
+            carbon = [p for p, m in others.items() if m["kgco2e"] < ours["kgco2e"]]
+            dl = [f"{p} ({fmt(100 * m['deadline_satisfaction'], 1)} %)" for p, m in others.items()
+                  if m["deadline_satisfaction"] > ours["deadline_satisfaction"] + 1e-9]
+            lines.append("Where a baseline wins: "
+                         + (f"less carbon: {', '.join(carbon)}; " if carbon else "no baseline emits less carbon; ")
+                         + (f"more deadlines met: {', '.join(dl)}." if dl else "none meets more deadlines."))
+            lines.append("")
+    lines.append("## Fleet capacity per region")
+    lines.append("")
+    for rep in reports:
+        cfg = rep["config"]
+        lines.append(f"- {cfg['start'][:10]}, load target {cfg['load_target']}: "
+                     + "; ".join(f"{c['region']} ({c['zone']}) {c['cluster']}: {c['nodes']} nodes, {c['gpus']} "
+                                 f"{c['gpu_model']} GPUs, PUE {c['pue']}" for c in rep["fleet"]["clusters"]))
+        lines.append("")
+    env = reports[0]["environment"]
+    lines.append(f"Environment: {env['cpu_count']} CPUs, Python {env['python']}, numpy {env['numpy']}, "
+                 f"scipy {env['scipy']}.")
+    return "\n".join(lines) + "\n"
+
+
+def fmt(v, nd: int = 1) -> str:
+    if v is None or (isinstance(v, float) and (math.isnan(v) or math.isinf(v))):
+        return "n/a"
+    return f"{v:.{nd}f}"

@@ -1,0 +1,411 @@
+"""Planner core on small hand-checkable instances: the LP optimum by hand, priority order, the vectorized
+coordinator against a brute-force loop, deadlines and capacity, agents rejecting and re-offering, the Plan
+contract."""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from scheduling.planner.coordinator import Coordinator, priority_parts, range_extrema
+from scheduling.planner.optimum import OptimumPolicy, solve_lp
+from scheduling.planner.policies import (
+    POLICY_NAMES, CarbonTime, GreedyCarbon, PerformanceFirst, PlacementPolicy, PriorityCarbon, make_policy,
+)
+from scheduling.planner.types import (
+    ASSIGNMENT_COLUMNS, BINDING_CONSTRAINTS, EXPLANATION_KEYS, Plan, PlanningProblem, PriorityWeights,
+)
+
+NOW = pd.Timestamp("2021-07-01T00:00Z")
+
+
+def toy_problem(forecast, free, gpu, dur, kw, deadline, release=None, allowed=None, transfer=None, home=None,
+                flex=None, limit_w=None):
+    """A PlanningProblem from plain arrays: forecast/free (H, C); per job gpu (N,), dur/kw (N, K, C) or (N, C),
+    deadline (N,) hours from now."""
+    forecast = np.asarray(forecast, float)
+    H, C = forecast.shape
+    dur = np.asarray(dur, float)
+    kw = np.asarray(kw, float)
+    if dur.ndim == 2:
+        dur, kw = dur[:, None, :], kw[:, None, :]
+    N, K = dur.shape[0], dur.shape[1]
+    gpu = np.asarray(gpu, np.int64)
+    jobs = pd.DataFrame({
+        "job_id": [f"j{i}" for i in range(N)],
+        "submit_time": [NOW] * N,
+        "deadline": [NOW + pd.Timedelta(hours=float(d)) for d in deadline],
+        "flexibility": flex if flex is not None else [0.3] * N,
+        "num_gpu": np.ones(N, np.int64), "gpu_milli": gpu, "cpu_milli": np.zeros(N, np.int64),
+        "memory_mib": np.zeros(N, np.int64), "workload_class": ["vision"] * N, "checkpointing": [False] * N,
+        "gpu_spec": [""] * N,
+    })
+    return PlanningProblem(
+        now=NOW, hours=H, clusters=[f"c{c}" for c in range(C)], regions=[f"r{c}" for c in range(C)],
+        zones=[f"Z{c}" for c in range(C)], gpu_models=["V100"] * C, capacity=np.asarray(free).max(axis=0),
+        forecast=forecast, free=np.asarray(free, np.int64), jobs=jobs,
+        release=np.zeros(N, np.int64) if release is None else np.asarray(release, np.int64),
+        deadline_rel=np.asarray(deadline, float), gpu_total=gpu, dur=dur, kw=kw,
+        limit_w=np.full((K, C), 300.0) if limit_w is None else np.asarray(limit_w, float),
+        allowed=np.ones((N, C), bool) if allowed is None else np.asarray(allowed, bool),
+        transfer_kwh=np.zeros((N, C)) if transfer is None else np.asarray(transfer, float),
+        home=np.zeros(N, np.int64) if home is None else np.asarray(home, np.int64),
+        forecast_version="test",
+    )
+
+
+# ------------------------------------------------------------------------------------------------ the optimum
+def test_optimum_two_regions_by_hand():
+    """Two regions, four hours, one GPU each. Region 0 is 100 g/kWh all day; region 1 is 50 g at hour 0 and
+    300 g later. Jobs: 1 kW, 1 h each; job 0 and 1 due by hour 1, job 2 by hour 4.
+    Best: one early job in region 1 at hour 0 (0.05 kg), the other early job in region 0 at hour 0 (0.10 kg),
+    job 2 in region 0 at hour 1..3 (0.10 kg) -> 0.25 kg."""
+    F = [[100, 50], [100, 300], [100, 300], [100, 300]]
+    free = [[1000, 1000]] * 4
+    p = toy_problem(F, free, gpu=[1000, 1000, 1000], dur=[[1, 1]] * 3, kw=[[1, 1]] * 3, deadline=[1, 1, 4])
+    lp = solve_lp(p)
+    assert lp.status == "optimal"
+    assert lp.objective_kg == pytest.approx(0.25, abs=1e-9)
+    # the heuristic reaches it too here
+    out = PriorityCarbon(learn_prices=False).plan(p)
+    assert out.cost.sum() == pytest.approx(0.25, abs=1e-9)
+    assert sorted(out.c[:2].tolist()) == [0, 1] and (out.s[:2] == 0).all()
+
+
+def test_optimum_fractional_bound_below_integer():
+    """One GPU in one region for 2 hours; two 1-GPU jobs of 1 h: each must take one hour. Hour 0: 100 g,
+    hour 1: 300 g. Any schedule costs 0.1 + 0.3 = 0.4 kg; the LP gives the same (capacity forces it)."""
+    p = toy_problem([[100], [300]], [[1000], [1000]], gpu=[1000, 1000], dur=[[1], [1]], kw=[[1], [1]],
+                    deadline=[2, 2])
+    assert solve_lp(p).objective_kg == pytest.approx(0.4)
+    # a half-GPU job pair shares the cheap hour in the relaxation
+    p2 = toy_problem([[100], [300]], [[1000], [1000]], gpu=[500, 500], dur=[[1], [1]], kw=[[1], [1]],
+                     deadline=[2, 2])
+    assert solve_lp(p2).objective_kg == pytest.approx(0.2)
+
+
+def test_optimum_uses_late_candidates_only_when_needed():
+    # two 1-GPU jobs, one GPU, both due at hour 1: one must be late; its cheapest late run is at hour 2 (50 g)
+    p = toy_problem([[100], [200], [50]], [[1000]] * 3, gpu=[1000, 1000], dur=[[1], [1]], kw=[[1], [1]],
+                    deadline=[1, 1])
+    lp = solve_lp(p)
+    assert lp.late_job_share == pytest.approx(0.5)
+    assert lp.objective_kg == pytest.approx(0.1 + 0.05)
+    # with room for both, nothing is late
+    p2 = toy_problem([[100], [200], [50]], [[2000]] * 3, gpu=[1000, 1000], dur=[[1], [1]], kw=[[1], [1]],
+                     deadline=[1, 1])
+    lp2 = solve_lp(p2)
+    assert lp2.late_job_share == 0 and lp2.objective_kg == pytest.approx(0.2)
+
+
+def test_optimum_policy_plan_and_bound_not_above_policies():
+    rng = np.random.default_rng(3)
+    p = random_problem(rng, N=12, K=2, H=10, C=3)
+    opt = OptimumPolicy().plan(p)
+    assert opt.stats["lp"]["status"] == "optimal"
+    bound = opt.stats["lp"]["objective_kgco2e"]
+    for name in ("priority", "performance-first", "greedy-carbon", "carbon-time"):
+        pol = make_policy(name, learn_prices=False)
+        out = pol.plan(p)
+        if out.placed.all() and not out.late.any():
+            assert out.cost.sum() >= bound - 1e-9, name
+
+
+# ------------------------------------------------------------------------------------------------ priority
+def test_priority_parts_by_hand():
+    # one cluster, forecast 100..400 over 4 hours; job: 1 h, deadline 4 h, flexibility 0.3
+    p = toy_problem([[100], [200], [300], [400]], [[1000]] * 4, gpu=[1000], dur=[[1.0]], kw=[[1.0]],
+                    deadline=[4], flex=[0.3])
+    w = PriorityWeights()
+    parts = priority_parts(p, w)
+    assert parts.urgency[0] == pytest.approx(4.0)
+    assert parts.flexibility[0] == pytest.approx(0.3)
+    assert parts.opportunity[0] == pytest.approx((400 - 100) / 400)
+    assert parts.priority[0] == pytest.approx(0.35 * 4 + 0.40 * 0.3 + 0.25 * 0.75)
+
+
+def test_priority_order_ascending_and_configurable():
+    F = [[100, 200]] * 6
+    free = [[4000, 4000]] * 6
+    # job 0: tight (U = 1), job 1: slack (U = 6), job 2: medium
+    p = toy_problem(F, free, gpu=[1000] * 3, dur=[[1, 1]] * 3, kw=[[1, 1]] * 3, deadline=[1, 6, 3],
+                    flex=[0.2, 0.6, 0.4])
+    parts = priority_parts(p, PriorityWeights())
+    asc = PriorityCarbon(learn_prices=False).order(p, parts)
+    assert asc.tolist() == [0, 2, 1]
+    desc = PriorityCarbon(PriorityWeights(order="descending"), learn_prices=False).order(p, parts)
+    assert desc.tolist() == [1, 2, 0]
+    only_flex = PriorityWeights(urgency=0, flexibility=1, opportunity=0)
+    parts2 = priority_parts(p, only_flex)
+    assert PriorityCarbon(only_flex, learn_prices=False).order(p, parts2).tolist() == [0, 2, 1]
+    with pytest.raises(ValueError):
+        PriorityWeights(order="sideways")
+
+
+def test_tight_job_planned_first_gets_the_scarce_clean_slot():
+    """The clean hour 0 in region 0 fits one job. The tight job (due at 1 h) is planned first and takes it
+    only if it is cheapest for it; the flexible job waits for region 0's next clean hour."""
+    F = [[50, 300], [300, 300], [60, 300]]
+    free = [[1000, 1000]] * 3
+    p = toy_problem(F, free, gpu=[1000, 1000], dur=[[1, 1]] * 2, kw=[[1, 1]] * 2, deadline=[1, 3])
+    out = PriorityCarbon(learn_prices=False).plan(p)
+    assert (out.c[0], out.s[0]) == (0, 0)
+    assert (out.c[1], out.s[1]) == (0, 2)
+
+
+def test_range_extrema_matches_numpy():
+    rng = np.random.default_rng(0)
+    v = rng.random((37, 4))
+    lo = rng.integers(0, 37, 50)
+    hi = np.minimum(lo + rng.integers(0, 20, 50), 36)
+    mx, mn = range_extrema(v, lo, hi)
+    for i in range(50):
+        np.testing.assert_allclose(mx[i], v[lo[i]: hi[i] + 1].max(axis=0))
+        np.testing.assert_allclose(mn[i], v[lo[i]: hi[i] + 1].min(axis=0))
+
+
+# ------------------------------------------------------------------------------------------------ brute force
+def random_problem(rng, N=8, K=2, H=12, C=3, tight=False):
+    F = rng.uniform(20, 500, size=(H, C))
+    cap = rng.integers(1, 4, size=C) * 1000
+    free = np.repeat(cap[None, :], H, axis=0) - rng.integers(0, 2, size=(H, C)) * 500
+    gpu = rng.choice([250, 500, 1000, 2000], size=N)
+    base = rng.uniform(0.5, 5.0, size=(N, 1, C))
+    tf = np.array([1.0, 1.15, 1.3])[:K][None, :, None]
+    dur = base * tf
+    kw = rng.uniform(0.1, 2.0, size=(N, 1, C)) * np.array([1.0, 0.8, 0.7])[:K][None, :, None]
+    deadline = base.max(axis=(1, 2)) * rng.uniform(1.0, 3.0 if not tight else 1.2, size=N)
+    release = rng.integers(0, 3, size=N)
+    deadline = deadline + release
+    allowed = rng.random((N, C)) < 0.85
+    allowed[np.arange(N), rng.integers(0, C, N)] = True
+    transfer = rng.uniform(0, 2, size=(N, C))
+    home = rng.integers(0, C, N)
+    transfer[np.arange(N), home] = 0.0
+    return toy_problem(F, free, gpu, dur, kw, deadline, release, allowed, transfer, home,
+                       flex=rng.uniform(0.2, 0.6, N), limit_w=np.tile([[300.0], [200.0], [150.0]][:K], (1, C)))
+
+
+def brute_force(p: PlanningProblem, order):
+    """Loop over every candidate (k, s, c) with plain Python arithmetic; same rules as the coordinator."""
+    free = p.free.astype(np.int64).copy()
+    H, C = p.hours, p.n_clusters
+    picks = {}
+    for j in order:
+        best, best_key = None, None
+        late_best = None
+        for k, s, c in itertools.product(range(p.n_options), range(H), range(C)):
+            d = p.dur[j, k, c]
+            if not math.isfinite(d) or not p.allowed[j, c] or s < p.release[j]:
+                continue
+            occ = math.ceil(d - 1e-9)
+            if s + occ > H:
+                continue
+            if any(free[h, c] < p.gpu_total[j] for h in range(s, s + occ)):
+                continue
+            whole = math.floor(d + 1e-9)
+            frac = d - whole if d - whole >= 1e-9 else 0.0
+            ci = sum(p.forecast[h, c] for h in range(s, s + whole))
+            if frac:
+                ci += frac * p.forecast[s + whole, c]
+            cost = p.kw[j, k, c] * ci / 1000.0
+            if p.transfer_kwh[j, c]:
+                cost += p.transfer_kwh[j, c] * 0.5 * (p.forecast[s, p.home[j]] + p.forecast[s, c]) / 1000.0
+            timely = s <= math.floor(p.deadline_rel[j] - d + 1e-9)
+            if timely:
+                key = (round(cost, 12), k, s, c)
+                if best_key is None or key < best_key:
+                    best_key, best = key, (k, s, c, cost)
+            else:
+                key = (round(s + d, 9), round(cost, 12), k, s, c)
+                if late_best is None or key < late_best[0]:
+                    late_best = (key, (k, s, c, cost))
+        pick = best if best is not None else (late_best[1] if late_best else None)
+        picks[j] = pick
+        if pick is not None:
+            k, s, c, _ = pick
+            free[s: s + math.ceil(p.dur[j, k, c] - 1e-9), c] -= p.gpu_total[j]
+    return picks
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_vectorized_coordinator_equals_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    p = random_problem(rng, tight=seed % 2 == 1)
+    pol = PriorityCarbon(learn_prices=False)
+    out = pol.plan(p, explain=True)
+    picks = brute_force(p, out.order)
+    for j in range(p.n_jobs):
+        pick = picks[j]
+        if pick is None:
+            assert not out.placed[j]
+            continue
+        assert out.placed[j]
+        k, s, c, cost = pick
+        assert (out.k[j], out.s[j], out.c[j]) == (k, s, c), f"job {j}"
+        assert out.cost[j] == pytest.approx(cost, rel=1e-9, abs=1e-12)
+
+
+# ------------------------------------------------------------------------------------------------ invariants
+def _check_invariants(p: PlanningProblem, out):
+    used = np.zeros_like(p.free)
+    for j in np.flatnonzero(out.placed):
+        k, s, c = out.k[j], out.s[j], out.c[j]
+        d = p.dur[j, k, c]
+        assert p.allowed[j, c]
+        assert s >= p.release[j]
+        occ = math.ceil(d - 1e-9)
+        assert s + occ <= p.hours
+        used[s: s + occ, c] += p.gpu_total[j]
+        if not out.late[j]:
+            assert s + d <= p.deadline_rel[j] + 1e-6, "deadline violated"
+    assert (used <= p.free).all(), "capacity exceeded"
+
+
+@pytest.mark.parametrize("name", ["priority", "performance-first", "greedy-carbon", "carbon-time",
+                                  "round-robin", "random"])
+@pytest.mark.parametrize("seed", range(4))
+def test_deadline_and_capacity_invariants(name, seed):
+    rng = np.random.default_rng(100 + seed)
+    p = random_problem(rng, N=15, K=2, H=14, C=3, tight=seed % 2 == 0)
+    out = make_policy(name, seed=seed, learn_prices=False).plan(p)
+    _check_invariants(p, out)
+    # a job is late only when no timely candidate existed when it was planned
+    assert out.late.sum() <= p.n_jobs
+
+
+def test_deadline_never_violated_when_capacity_allows():
+    rng = np.random.default_rng(7)
+    p = random_problem(rng, N=10, K=2, H=16, C=3)
+    p.free[:] = 10**6  # ample capacity
+    for name in ("priority", "performance-first", "greedy-carbon", "carbon-time", "round-robin", "random"):
+        out = make_policy(name, learn_prices=False).plan(p)
+        assert out.placed.all() and not out.late.any(), name
+        _check_invariants(p, out)
+
+
+def test_power_option_chosen_only_when_it_lowers_carbon_within_deadline():
+    # option 1 (capped): 20 % slower, 30 % less power -> lower energy; deadline allows it for job 0 only
+    F = [[100]] * 6
+    dur = np.array([[[2.0], [2.4]], [[2.0], [2.4]]])
+    kw = np.array([[[1.0], [0.7]], [[1.0], [0.7]]])
+    p = toy_problem(F, [[4000]] * 6, gpu=[1000, 1000], dur=dur, kw=kw, deadline=[3, 2.2])
+    out = PriorityCarbon(learn_prices=False).plan(p)
+    assert out.k[0] == 1 and out.cost[0] == pytest.approx(0.7 * 2.4 * 100 / 1000)
+    assert out.k[1] == 0
+    base = PerformanceFirst().plan(toy_problem(F, [[4000]] * 6, gpu=[1000], dur=dur[:1, :1], kw=kw[:1, :1],
+                                               deadline=[3]))
+    assert base.k[0] == 0
+
+
+def test_baseline_scores():
+    # region 1 is cleaner now, region 0 cleaner later; greedy takes region 1 now; performance-first the faster
+    F = [[300, 100], [50, 400], [50, 400]]
+    free = [[1000, 1000]] * 3
+    dur = [[1.0, 1.5]]
+    p = toy_problem(F, free, gpu=[1000], dur=dur, kw=[[1, 1]], deadline=[3])
+    assert (GreedyCarbon().plan(p).c[0], GreedyCarbon().plan(p).s[0]) == (1, 0)
+    pf = PerformanceFirst().plan(p)
+    assert (pf.c[0], pf.s[0]) == (0, 0)
+    ct = CarbonTime().plan(p)
+    # the best earliest start costs 0.1 + 0.2 = 0.15 kg (region 1); waiting one hour in region 0 costs 0.05 kg
+    assert (ct.c[0], ct.s[0]) == (0, 1)
+    assert PriorityCarbon(learn_prices=False).plan(p).cost[0] == pytest.approx(0.05)
+
+
+def test_policy_registry():
+    assert set(POLICY_NAMES) >= {"priority", "performance-first", "greedy-carbon", "carbon-time", "round-robin",
+                                 "random", "optimum"}
+    for name in POLICY_NAMES:
+        assert isinstance(make_policy(name), PlacementPolicy)
+    with pytest.raises(KeyError):
+        make_policy("nope")
+
+
+# ------------------------------------------------------------------------------------------------ agents
+def test_agent_rejects_fragmented_cluster_and_job_goes_to_next_best():
+    from scheduling.packing import Cluster, Pod
+    from scheduling.planner.agents import ClusterAgent
+
+    # cluster 0 (clean): two nodes with one GPU each, both half used: 1000 milli free in total, no device fits
+    c0 = Cluster(["n0", "n1"], [64000, 64000], [262144, 262144], [1, 1], ["V100", "V100"])
+    c1 = Cluster(["m0"], [64000], [262144], [1], ["V100"])
+    a0, a1 = ClusterAgent("c0", c0, policy="bestfit"), ClusterAgent("c1", c1, policy="bestfit")
+    for i, node in enumerate((0, 1)):
+        pod = Pod(f"old{i}", 1000, 1024, 1, 500)
+        c0.allocate(pod, node, (0,))
+        a0.end_hour[pod.pod_id] = 10**9
+    F = [[50, 300], [50, 300]]
+    p = toy_problem(F, [[1000, 1000], [1000, 1000]], gpu=[1000], dur=[[1, 1]], kw=[[1, 1]], deadline=[1])
+    pods = [Pod("j0", 1000, 1024, 1, 1000)]
+    out = Coordinator(p, PriorityCarbon(learn_prices=False), [a0, a1], pods, now_hour=0).run()
+    assert out.c[0] == 1 and out.s[0] == 0
+    assert out.rejections[0] == 1
+    assert out.node[0] == "m0" and out.status[0] == "dispatched"
+    assert "capacity" in out.explanations[0]["binding_constraints"]
+    assert out.explanations[0]["agent_rejections"] == ["c0"]
+
+
+def test_tentative_nodes_for_future_starts():
+    from scheduling.packing import Cluster, Pod
+    from scheduling.planner.agents import ClusterAgent
+
+    c0 = Cluster(["n0"], [64000], [262144], [2], ["V100"])
+    agent = ClusterAgent("c0", c0, policy="bestfit")
+    F = [[300], [50], [50], [300]]
+    p = toy_problem(F, [[2000]] * 4, gpu=[1000, 1000], dur=[[1], [1]], kw=[[1], [1]], deadline=[4, 4])
+    pods = [Pod("j0", 1000, 1024, 1, 1000), Pod("j1", 1000, 1024, 1, 1000)]
+    out = Coordinator(p, PriorityCarbon(learn_prices=False), [agent], pods, now_hour=0).run()
+    assert (out.s > 0).all() and all(st == "tentative" for st in out.status)
+    assert all(n == "n0" for n in out.node)
+    assert len(c0.bindings) == 0  # the live cluster is untouched
+
+
+# ------------------------------------------------------------------------------------------------ contract
+def test_plan_contract_fields():
+    rng = np.random.default_rng(11)
+    p = random_problem(rng, N=6, K=2, H=10, C=3)
+    plan = PriorityCarbon(learn_prices=False).plan(p).to_plan()
+    assert isinstance(plan, Plan)
+    assert plan.plan_time == NOW and plan.policy == "priority" and plan.forecast_version == "test"
+    for col in ASSIGNMENT_COLUMNS:
+        assert col in plan.assignments.columns
+    assert len(plan.assignments) + len(plan.unplaced) == p.n_jobs
+    assert list(plan.unplaced.columns) == ["job_id", "reason"]
+    assert len(plan.explanations) == len(plan.assignments)
+    for e in plan.explanations:
+        for key in EXPLANATION_KEYS:
+            assert key in e
+        assert set(e["chosen"]) >= {"region", "cluster", "start_time", "kgco2e"}
+        assert len(e["alternatives"]) <= 5
+        for alt in e["alternatives"]:
+            assert set(alt) >= {"region", "start_time", "kgco2e"}
+            assert alt["kgco2e"] >= e["chosen"]["kgco2e"] - 1e-9  # the chosen one is the cheapest
+        assert set(e["counterfactuals"]) == {"run_now_kgco2e", "greedy_carbon_kgco2e", "optimum_kgco2e"}
+        assert set(e["binding_constraints"]) <= set(BINDING_CONSTRAINTS)
+        assert set(e["power"]) == {"limit_w", "saving_kgco2e"}
+        assert set(e["weights"]) >= {"urgency", "flexibility", "opportunity"}
+    a = plan.assignments
+    assert (a["end_time"] > a["start_time"]).all()
+    assert a["expected_kgco2e"].notna().all() and (a["expected_energy_kwh"] > 0).all()
+    s = plan.summary()
+    assert s["n_jobs"] == p.n_jobs
+    d = plan.to_dict()
+    import json
+
+    json.dumps(d)
+
+
+def test_plan_store_accepts_plan(tmp_warehouse):
+    store = pytest.importorskip("scheduling.plan_store")
+    rng = np.random.default_rng(12)
+    p = random_problem(rng, N=5, K=2, H=10, C=3)
+    plan = PriorityCarbon(learn_prices=False).plan(p).to_plan()
+    if not hasattr(store, "write_plan"):
+        pytest.skip("plan store not available")
+    store.write_plan(plan, created_from="test")
+    back = store.read_plan(store.plan_id_for("priority", NOW))
+    assert len(back.assignments) == len(plan.assignments)

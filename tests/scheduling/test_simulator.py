@@ -1,0 +1,155 @@
+"""The simulator on real data (2 days, 50 jobs, 6 regions), forecast providers, and the CLI."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from scheduling.planner.forecasts import GridSeries, NaiveForecast, PublishedForecast, make_forecasts
+from scheduling.simulator import build_scenario, evaluate, report_markdown, simulate
+
+START = "2021-07-05"
+
+
+@pytest.fixture(scope="module")
+def scenario(data_dir):
+    return build_scenario(start=START, days=2, n_jobs=50, regions=6, load=0.5, seed=3, forecasts="dacf",
+                          data_dir=data_dir, grid_source="files", tail_days=4)
+
+
+@pytest.fixture(scope="module")
+def report(scenario):
+    return evaluate(scenario)
+
+
+def test_report_shape_and_metrics(report, scenario):
+    json.dumps(report)
+    pol = report["policies"]
+    assert set(pol) == {"priority", "performance-first", "greedy-carbon", "carbon-time", "round-robin", "random"}
+    assert report["forecasts"]["used"] == "dacf"
+    assert report["signal"].startswith("average, production-based, direct")
+    assert len(report["fleet"]["clusters"]) == 6
+    for name, m in pol.items():
+        assert m["jobs_started"] + m["jobs_never_started"] == len(scenario.jobs)
+        assert 0 <= m["deadline_satisfaction"] <= 1
+        assert 0 <= m["renewable_share"] <= 1
+        assert m["kgco2e"] > 0 and m["energy_kwh"] > 0
+        assert m["unallocated_gpus"] >= 0
+    assert pol["performance-first"]["reduction_vs_performance_first_pct"] == 0
+    opt = report["optimum"]
+    assert opt["lp"]["status"] == "optimal"
+    for name, m in pol.items():
+        if m["deadline_satisfaction"] == 1.0:  # the bound holds for every schedule meeting the deadlines
+            assert opt["kgco2e"] <= m["kgco2e"] + 1e-6, name
+    assert opt["share_of_optimum_reduction_pct"] == 100.0
+    assert pol["priority"]["kgco2e"] < pol["performance-first"]["kgco2e"]
+    assert pol["priority"]["deadline_satisfaction"] >= 0.98
+    md = report_markdown([report])
+    assert "| priority |" in md and "optimum (bound)" in md and "Fleet capacity per region" in md
+
+
+def test_simulation_is_deterministic_and_capacity_respected(scenario):
+    a = simulate(scenario, "priority")
+    b = simulate(scenario, "priority")
+    pd.testing.assert_frame_equal(a.records, b.records)
+    cap = scenario.fleet.capacity_milli
+    assert (a.hourly_alloc <= cap[None, :]).all()
+    rec = a.records[a.records["started"]]
+    assert (rec["delay_h"] >= 0).all()
+    # energy and carbon recomputed from the actual intensity
+    t0, ci = scenario.actual("ci")
+    j = rec.index[0]
+    c = scenario.fleet.names.index(rec.loc[j, "cluster"])
+    s = int(rec.loc[j, "start_time"].value // 3_600_000_000_000) - t0
+    d = rec.loc[j, "duration_h"]
+    k = int(rec.loc[j, "power_option"])
+    kw = scenario.table.kw[j, k, c]
+    whole = int(np.floor(d + 1e-9))
+    expect = kw * (ci[s: s + whole, c].sum() + (d - whole) * ci[s + whole, c]) / 1000.0
+    home = scenario.table.home[j]
+    expect += scenario.table.transfer_kwh[j, c] * 0.5 * (ci[s, home] + ci[s, c]) / 1000.0
+    assert rec.loc[j, "kgco2e"] == pytest.approx(expect, rel=1e-9)
+
+
+def test_grid_and_naive_forecast(data_dir):
+    g = GridSeries.load(["CISO", "SE"], "2021-07-01", "2021-07-10", source="files", data_dir=data_dir)
+    now = pd.Timestamp("2021-07-03T05:00Z")
+    naive = NaiveForecast(g, ["CISO", "SE"])
+    F, version, meta = naive.at(now, 30)
+    i = g.index(now)
+    # the next 24 h: same hour yesterday; later hours repeat that day
+    np.testing.assert_allclose(F[:24], g.ci[i - 24: i])
+    np.testing.assert_allclose(F[24:30], g.ci[i - 24: i - 18])
+    assert meta["fallback_share"] == 1.0 and version.startswith("naive-24")
+
+
+def test_dacf_forecast_known_only_for_the_day(data_dir):
+    g = GridSeries.load(["CISO", "MISO"], "2021-07-01", "2021-07-10", source="files", data_dir=data_dir)
+    fc = make_forecasts("dacf", g, ["CISO", "MISO"], start="2021-07-02", end="2021-07-10", data_dir=data_dir)
+    assert isinstance(fc, PublishedForecast)
+    now = pd.Timestamp("2021-07-03T20:00Z")
+    F, version, meta = fc.at(now, 10)
+    naive, _, _ = NaiveForecast(g, ["CISO", "MISO"]).at(now, 10)
+    # CISO: DACF for 20:00..23:00 (4 h), naive after; MISO has no DACF series: naive throughout
+    assert not np.allclose(F[:4, 0], naive[:4, 0])
+    np.testing.assert_allclose(F[4:, 0], naive[4:, 0])
+    np.testing.assert_allclose(F[:, 1], naive[:, 1])
+    assert meta["fallback_share"] == pytest.approx(1 - 4 / 20)
+
+
+def test_warehouse_forecasts_are_read(tmp_warehouse, data_dir):
+    from forecasting.registry import write_forecasts
+
+    issued = pd.Timestamp("2021-07-03T00:00Z")
+    targets = issued + pd.to_timedelta(np.arange(48), unit="h")
+    rows = pd.DataFrame({"issued_at": issued, "target_time": targets, "region": "CISO", "target": "carbon_intensity",
+                         "p10": 90.0, "p50": 100.0 + np.arange(48), "p90": 110.0, "model": "lgbm",
+                         "model_version": "v1", "is_fallback": False, "fallback_reason": None})
+    write_forecasts(rows)
+    g = GridSeries.load(["CISO", "SE"], "2021-07-01", "2021-07-10", source="files", data_dir=data_dir)
+    fc = make_forecasts("auto", g, ["CISO", "SE"], start="2021-07-03", end="2021-07-06")
+    assert fc.name == "warehouse"
+    now = pd.Timestamp("2021-07-03T06:00Z")
+    F, version, meta = fc.at(now, 60)
+    np.testing.assert_allclose(F[:42, 0], 106.0 + np.arange(42))  # p50 of the 00:00 issue from 06:00 on
+    naive, _, _ = NaiveForecast(g, ["CISO", "SE"]).at(now, 60)
+    np.testing.assert_allclose(F[42:, 0], naive[42:, 0])  # beyond the issue's horizon: naive
+    np.testing.assert_allclose(F[:, 1], naive[:, 1])  # SE not issued: naive
+    assert "lgbm" in version and 0 < meta["fallback_share"] < 1
+
+
+def test_plan_hour_api(data_dir):
+    from scheduling.fleet import load_fleet
+    from scheduling.jobs import generate_jobs
+    from scheduling.planner import plan_hour
+
+    fleet = load_fleet(regions=3, data_dir=data_dir)
+    t = pd.Timestamp("2021-07-05T12:00Z")
+    jobs = generate_jobs(30, t - pd.Timedelta(hours=5), 6, fleet, seed=1, data_dir=data_dir)
+    running = pd.DataFrame({"job_id": ["r0"], "cluster": [fleet.names[0]], "num_gpu": [2], "gpu_milli": [1000],
+                            "cpu_milli": [4000], "memory_mib": [8192],
+                            "end_time": [t + pd.Timedelta(hours=3)]})
+    plan = plan_hour(t, jobs, fleet=fleet, forecasts="naive", running=running, data_dir=data_dir)
+    assert plan.plan_time == t and plan.n_jobs == len(jobs)
+    assert (plan.assignments["start_time"] >= t).all()
+    assert plan.forecast_version.startswith("naive-24")
+    disp = plan.dispatched()
+    assert disp["node"].notna().all()
+
+
+def test_cli_evaluate_json_only(capsys, data_dir, tmp_path):
+    from scheduling.__main__ import main
+
+    rc = main(["evaluate", "--jobs", "30", "--regions", "3", "--start", START, "--days", "1", "--load", "0.6",
+               "--forecasts", "naive", "--policies", "priority,greedy-carbon", "--json", "--no-progress",
+               "--out", str(tmp_path / "ev.json"), "--report-md", str(tmp_path / "results.md"),
+               "--data-dir", str(data_dir)])
+    assert rc == 0
+    out = capsys.readouterr().out
+    rep = json.loads(out)
+    assert rep["forecasts"]["used"] == "naive"
+    assert set(rep["policies"]) == {"priority", "greedy-carbon", "performance-first"}
+    assert (tmp_path / "results.md").read_text().startswith("# Carbon-aware planner")
+    assert json.loads((tmp_path / "ev.json").read_text())["config"]["n_jobs"] == rep["config"]["n_jobs"]
