@@ -1,0 +1,228 @@
+"""Command line: `python -m forecasting backtest|results` (here) and `train|predict` (forecasting.service).
+
+    python -m forecasting backtest --region CISO --target carbon_intensity --model ensemble \\
+        --start 2021-07-01 --end 2021-12-31 --horizon 24 --json
+    python -m forecasting results --out var/reports/forecast/results.md
+
+`--json` prints exactly one JSON document on stdout; progress and library chatter go to stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+TARGET_ALIASES = {
+    "carbon_intensity": "carbon_intensity",
+    "ci": "carbon_intensity",
+    "carbon_intensity_direct_gco2_per_kwh": "carbon_intensity",
+    "solar": "solar",
+    "solar_mw": "solar",
+    "wind": "wind",
+    "wind_mw": "wind",
+}
+DEFAULT_MODELS = ("naive-24", "naive-168", "lgbm", "mix", "ensemble")
+REPORT_DIR = Path("var/reports/forecast")
+
+
+def _target(name: str) -> str:
+    try:
+        return TARGET_ALIASES[name]
+    except KeyError:
+        raise SystemExit(f"unknown target {name!r}; use carbon_intensity, solar or wind") from None
+
+
+def _regions(values) -> list[str]:
+    out = []
+    for v in values or []:
+        out += [r.strip().upper() for r in v.split(",") if r.strip()]
+    return out
+
+
+def make_any_model(name: str, target: str, **kwargs):
+    """Models of this package by name, and the registry's (prophet, tft) when it is installed."""
+    try:
+        from forecasting import registry
+
+        return registry.make_model(name, target, **kwargs)
+    except ImportError:
+        from forecasting.models import make_model
+
+        return make_model(name, target, **kwargs)
+
+
+def _quiet():
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    for name in ("cmdstanpy", "prophet", "lightning", "pytorch_lightning", "lightning.pytorch"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+# ------------------------------------------------------------------------------------------------------ backtest
+
+def backtest_command(args) -> int:
+    from forecasting.backtest import load_inputs, run_backtest, utc
+    from forecasting.data import STANDARD_REGIONS
+    from forecasting.metrics import point_metric_name
+
+    _quiet()
+    target = _target(args.target)
+    regions = _regions(args.region) or list(STANDARD_REGIONS)
+    out_stream = sys.stderr if args.json else sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):
+        data, published = load_inputs(regions, source=args.source)
+        model = make_any_model(args.model, target, horizon=max(args.horizon, 24)) if args.model in (
+            "lgbm", "mix", "ensemble") else make_any_model(args.model, target)
+        results = run_backtest(model, target, regions, data, published, start=args.start, end=args.end,
+                               horizon=args.horizon, train_end=args.train_end, context_days=args.context_days)
+        docs = []
+        for res in results:
+            doc = res.to_json()
+            if not args.no_plot and len(res.forecasts):
+                doc["plot"] = str(write_plot(res, published, Path(args.plot_dir)))
+            docs.append(doc)
+    name = point_metric_name(target)
+    if len(docs) == 1:
+        payload = docs[0]
+    else:
+        vals = [d[name] for d in docs if d.get(name) is not None]
+        payload = {"target": target, "model": args.model, "start": args.start, "end": args.end,
+                   "horizon": args.horizon, f"mean_{name}": round(sum(vals) / len(vals), 3) if vals else None,
+                   "regions": {d["region"]: d for d in docs}}
+    payload["start"], payload["end"], payload["horizon"] = args.start, args.end, args.horizon
+    payload["train_end"] = str(utc(args.train_end or args.start))
+    if args.json:
+        print(json.dumps(payload, default=str))
+    else:
+        for d in docs:
+            base = d.get("baseline_dacf_mape", d.get("baseline_operator_error_pct_of_mean"))
+            print(f"{d['region']:5s} {target:17s} {args.model:10s} {name}={d.get(name)} "
+                  f"coverage={d.get('coverage_p10_p90')} published={base}", file=out_stream)
+    return 0
+
+
+def write_plot(res, published, plot_dir: Path) -> Path:
+    from forecasting.plots import plot_forecast
+
+    baseline = None
+    label = "published"
+    if published is not None and len(published):
+        pub_target = "carbon_intensity_direct" if res.target == "carbon_intensity" else f"{res.target}_mw"
+        part = published[(published["region"] == res.region) & (published["target"] == pub_target)]
+        if len(part):
+            baseline = part.set_index("hour_utc")["value"]
+            label = f"published day-ahead ({part['publisher'].iloc[0]})"
+    path = plot_dir / f"{res.target}_{res.model}_{res.region}.png"
+    metric = res.metrics.get("day_ahead_mape", res.metrics.get("day_ahead_error_pct_of_mean"))
+    title = (f"{res.region} {res.target}: {res.model} day-ahead (issued 00:00 UTC, h 1–24), "
+             f"error {metric} %, P10–P90 coverage {res.metrics.get('day_ahead_coverage_p10_p90')} %")
+    return plot_forecast(res.forecasts, path, title, target=res.target, baseline=baseline, baseline_label=label)
+
+
+# ------------------------------------------------------------------------------------------------------- results
+
+def results_command(args) -> int:
+    from forecasting.backtest import build_results, render_markdown
+    from forecasting.data import STANDARD_REGIONS
+
+    _quiet()
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    targets = [_target(t.strip()) for t in args.targets.split(",") if t.strip()]
+    regions = _regions([args.regions]) if args.regions else list(STANDARD_REGIONS)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    if args.render_only:
+        results = json.loads(out.with_suffix(".json").read_text())
+        out.write_text(render_markdown(results, results.get("command", "")))
+        print(json.dumps(results, default=str) if args.json else f"wrote {out}")
+        return 0
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(sys.stderr):
+        results = build_results(models, targets, regions, args.start, args.end, horizon=args.horizon, jobs=args.jobs,
+                                source=args.source,
+                                plot_models=[m.strip() for m in args.plot_models.split(",") if m.strip()],
+                                plot_dir=str(out.parent), progress=say)
+    results["elapsed_wall_s"] = round(time.perf_counter() - t0, 1)
+    if args.append and out.with_suffix(".json").exists():
+        # Keep the runs of other (target, model) pairs from the previous document; replace the ones run now.
+        previous = json.loads(out.with_suffix(".json").read_text())
+        done = {(r["target"], r["model"]) for r in results["runs"]}
+        kept = [r for r in previous.get("runs", []) if (r["target"], r["model"]) not in done]
+        results["runs"] = kept + results["runs"]
+        results["models"] = list(dict.fromkeys(previous.get("models", []) + results["models"]))
+        results["targets"] = list(dict.fromkeys(previous.get("targets", []) + results["targets"]))
+        results["baselines"] = {**previous.get("baselines", {}), **results["baselines"]}
+        order = {m: i for i, m in enumerate(results["models"])}
+        torder = {t: i for i, t in enumerate(results["targets"])}
+        results["runs"].sort(key=lambda r: (torder.get(r["target"], 0), order.get(r["model"], 0)))
+    command = ("python -m forecasting results --out " + str(out) + f" --models {','.join(models)}"
+               f" --targets {','.join(targets)} --start {args.start} --end {args.end} --horizon {args.horizon}")
+    results["command"] = command
+    out.write_text(render_markdown(results, command))
+    out.with_suffix(".json").write_text(json.dumps(results, indent=1, default=str))
+    if args.json:
+        print(json.dumps(results, default=str))
+    else:
+        print(f"wrote {out} and {out.with_suffix('.json')} in {results['elapsed_wall_s']} s")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m forecasting", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("backtest", help="rolling-origin backtest of one model (daily 00:00 UTC issues)")
+    p.add_argument("--region", action="append", help="region (repeatable or comma-separated); default: the six")
+    p.add_argument("--target", default="carbon_intensity", help="carbon_intensity, solar or wind")
+    p.add_argument("--model", default="ensemble", help=f"one of {', '.join(DEFAULT_MODELS)}, prophet, tft")
+    p.add_argument("--start", default="2021-07-01", help="first issue date (UTC)")
+    p.add_argument("--end", default="2021-12-31", help="last date scored (inclusive)")
+    p.add_argument("--horizon", type=int, default=24, help="hours ahead per issue (1–96)")
+    p.add_argument("--train-end", default=None, help="training cut-off (exclusive); default --start")
+    p.add_argument("--context-days", type=int, default=70, help="days of data before each issue given to predict")
+    p.add_argument("--source", choices=("auto", "warehouse", "files"), default="auto",
+                   help="marts.grid_hourly (warehouse), the CSVs (files) or whichever exists (auto)")
+    p.add_argument("--plot-dir", default=str(REPORT_DIR), help="where the PNG goes")
+    p.add_argument("--no-plot", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p.set_defaults(func=backtest_command)
+
+    p = sub.add_parser("results", help="regenerate the full results table (every model, region, horizon bucket)")
+    p.add_argument("--out", default=str(REPORT_DIR / "results.md"))
+    p.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma-separated model names")
+    p.add_argument("--targets", default="carbon_intensity,solar,wind")
+    p.add_argument("--regions", default=None, help="comma-separated; default: the six of the standard comparison")
+    p.add_argument("--start", default="2021-07-01")
+    p.add_argument("--end", default="2021-12-31")
+    p.add_argument("--horizon", type=int, default=96)
+    p.add_argument("--jobs", type=int, default=1, help="(target, model) backtests run in parallel processes")
+    p.add_argument("--source", choices=("auto", "warehouse", "files"), default="auto")
+    p.add_argument("--plot-models", default="ensemble", help="models whose per-region plots are written")
+    p.add_argument("--render-only", action="store_true", help="re-render the markdown from the existing JSON")
+    p.add_argument("--append", action="store_true",
+                   help="merge into the existing results (runs of other models/targets are kept)")
+    p.add_argument("--json", action="store_true", help="print the results as one JSON document on stdout")
+    p.set_defaults(func=results_command)
+
+    try:
+        from forecasting import service
+    except ImportError:
+        service = None
+    if service is not None and hasattr(service, "register"):
+        service.register(sub)
+
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

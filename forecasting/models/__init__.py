@@ -1,0 +1,40 @@
+"""Forecasters behind `forecasting.base.Forecaster`.
+
+`make_model(name, target)` builds the configured model by name (naive-24, naive-168, lgbm, mix, ensemble); other
+packages' models (Prophet, TFT) register themselves in `forecasting.registry` and are looked up there.
+"""
+from __future__ import annotations
+
+from forecasting.models.naive import SeasonalNaive
+
+__all__ = ["SeasonalNaive", "make_model", "MODEL_NAMES"]
+
+MODEL_NAMES = ("naive-24", "naive-168", "lgbm", "mix", "ensemble")
+
+
+TINY = {"n_estimators": 60}
+
+
+def make_model(name: str, target: str = "carbon_intensity", tiny: bool = False, **kwargs):
+    """A fresh, unfitted model of this package by name (see MODEL_NAMES).
+
+    `tiny=True` shrinks the boosted models (60 trees) and the ensemble's windows, for tests and demos."""
+    if name in ("naive", "naive-24", "seasonal-naive-24"):
+        kwargs.pop("horizon", None)
+        return SeasonalNaive(period=24, **kwargs)
+    if name in ("naive-168", "seasonal-naive-168"):
+        kwargs.pop("horizon", None)
+        return SeasonalNaive(period=168, **kwargs)
+    if name == "lgbm":
+        from forecasting.models.lgbm import LGBMForecaster
+
+        return LGBMForecaster(**({**TINY, **kwargs} if tiny else kwargs))
+    if name == "mix":
+        from forecasting.models.mix import MixCompositeForecaster
+
+        return MixCompositeForecaster(**({**TINY, **kwargs} if tiny else kwargs))
+    if name == "ensemble":
+        from forecasting.models.ensemble import default_ensemble
+
+        return default_ensemble(target, tiny=tiny, **kwargs)
+    raise KeyError(f"unknown model {name!r}; known: {', '.join(MODEL_NAMES)}")

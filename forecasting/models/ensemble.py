@@ -1,0 +1,518 @@
+"""Combining forecasters: a weighted ensemble with conformal calibration, and the operator-forecast blend.
+
+`EnsembleForecaster(members)` accepts any `Forecaster` (Prophet and TFT included). `fit(history, target)`:
+
+1. fits a copy of every member on the history before the validation window (the last `validation_days` of history),
+2. issues daily forecasts over the validation window with those copies (rolling origin, masked data) and scores them,
+3. fits non-negative weights summing to one per (region, horizon bucket) by linear programming, minimising the
+   validation MAPE (carbon intensity) or MAE (solar, wind) of the combined P50; the combined P10/P90 are the same
+   weighted averages of the members' quantiles (quantile averaging),
+4. calibrates the P10/P90 band per (region, bucket) by split-conformal quantile regression (CQR, each tail separately,
+   scores normalised by the band width) to 10 % / 90 %,
+5. refits the members on the whole history (`refit=True`).
+
+With `weighting="static"` those weights and calibrations are used for every forecast. With `weighting="rolling"` the
+same fit is repeated at every issue time on the `rolling_days` before it (the validation forecasts first, then the
+members' own forecasts of the issues since), so the weights follow what was learnt before `issued_at` and never what
+comes after. The rolling mode exists because some inputs only exist in the test period: the operators' published
+day-ahead forecasts start on 2021-07-01, so a member that uses them cannot be weighed on any window before it.
+
+`PublishedBlendForecaster(base)` improves the operators' published solar/wind forecast where it is known at
+`issued_at` (`forecasting.data.mask_known`): per horizon, a ridge regression fitted on the previous `window_days` of
+issues corrects the published value with the base model's forecast, the last observed error of the published
+forecast before issued_at, and the error at the same hour one day earlier (a nowcast of the operator's error). Its
+band is the base model's band width scaled by conformal quantiles of the trailing residuals. Where no published value
+is known (later horizons, other regions) it returns the base model's forecast.
+"""
+from __future__ import annotations
+
+import copy
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from forecasting.backtest import issue_times
+from forecasting.base import QUANTILE_COLUMNS, TARGET_COLUMNS, Forecaster
+from forecasting.data import PUBLISHED_COLUMNS, mask_known
+from forecasting.metrics import HORIZON_BUCKETS
+
+HOUR = pd.Timedelta(hours=1)
+DAY = pd.Timedelta(days=1)
+FRAME_COLUMNS = ["region", "issued_at", "target_time", "horizon_h", *QUANTILE_COLUMNS, "model"]
+
+
+def _utc_hour(issued_at) -> pd.Timestamp:
+    ts = pd.Timestamp(issued_at)
+    ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
+    return ts.ceil("h")
+
+
+def _bucket_of(h: np.ndarray) -> np.ndarray:
+    out = np.full(len(h), -1)
+    for i, (lo, hi) in enumerate(HORIZON_BUCKETS):
+        out[(h >= lo) & (h <= hi)] = i
+    out[h > HORIZON_BUCKETS[-1][1]] = len(HORIZON_BUCKETS) - 1
+    return out
+
+
+def fit_weights(F: np.ndarray, y: np.ndarray, relative: bool) -> np.ndarray:
+    """Non-negative weights summing to one minimising Σ|y − F·w| (÷ y when `relative`), by linear programming."""
+    n, m = F.shape
+    if m == 1:
+        return np.ones(1)
+    from scipy.optimize import linprog
+
+    scale = 1.0 / np.maximum(np.abs(y), 1e-9) if relative else np.full(n, 1.0 / max(np.mean(np.abs(y)), 1e-9))
+    # variables: w (m), u (n), v (n);  F w − y = u − v;  minimise Σ scale·(u + v)
+    c = np.concatenate([np.zeros(m), scale, scale])
+    A_eq = np.hstack([F, -np.eye(n), np.eye(n)])
+    A_eq = np.vstack([A_eq, np.concatenate([np.ones(m), np.zeros(2 * n)])])
+    b_eq = np.concatenate([y, [1.0]])
+    res = linprog(c, A_eq=A_eq, b_eq=b_eq, bounds=[(0, None)] * (m + 2 * n), method="highs")
+    if not res.success:
+        return np.full(m, 1.0 / m)
+    w = np.clip(res.x[:m], 0, None)
+    return w / w.sum() if w.sum() > 0 else np.full(m, 1.0 / m)
+
+
+def conformal_offsets(p10, p50, p90, y, level: float = 0.8, floor: float = 1e-6) -> tuple[float, float]:
+    """CQR per tail with width-normalised scores: offsets (lo, hi) so that P10' = P10 − lo·w and P90' = P90 + hi·w
+    leave ~10 % of the calibration actuals below and above (finite-sample corrected); w = max(P90 − P10, floor)."""
+    w = np.maximum(p90 - p10, floor)
+    tail = (1 - level) / 2
+    n = len(y)
+    q = min(1.0, np.ceil((n + 1) * (1 - tail)) / n) if n else 1.0
+    lo = float(np.quantile((p10 - y) / w, q)) if n else 0.0
+    hi = float(np.quantile((y - p90) / w, q)) if n else 0.0
+    return lo, hi
+
+
+def apply_offsets(p10, p50, p90, lo, hi, floor, nonnegative=True):
+    w = np.maximum(p90 - p10, floor)
+    a = np.minimum(p10 - lo * w, p50)
+    b = np.maximum(p90 + hi * w, p50)
+    if nonnegative:
+        a = np.clip(a, 0, None)
+    return a, b
+
+
+class ForecastMemory:
+    """One member's forecasts by issue time: frames, plus per-region (horizon × [p10, p50, p90]) arrays."""
+
+    def __init__(self):
+        self.frames: dict[pd.Timestamp, pd.DataFrame] = {}
+        self._arrays: dict[tuple, np.ndarray] = {}
+
+    def put(self, T: pd.Timestamp, frame: pd.DataFrame) -> None:
+        self.frames[T] = frame
+        for key in [k for k in self._arrays if k[0] == T]:
+            del self._arrays[key]
+
+    def __contains__(self, T) -> bool:
+        return T in self.frames
+
+    def get(self, model: Forecaster, T: pd.Timestamp, horizon: int, data: pd.DataFrame) -> pd.DataFrame:
+        frame = self.frames.get(T)
+        if frame is None or (len(frame) and frame["horizon_h"].max() < horizon):
+            self.put(T, model.predict(T, horizon, mask_known(data, T)))
+        return self.frames[T]
+
+    def array(self, T: pd.Timestamp, region: str, H: int) -> np.ndarray:
+        key = (T, region, H)
+        arr = self._arrays.get(key)
+        if arr is None:
+            arr = np.full((H, 3), np.nan)
+            frame = self.frames.get(T)
+            if frame is not None and len(frame):
+                part = frame[(frame["region"] == region) & (frame["horizon_h"] <= H)]
+                idx = part["horizon_h"].to_numpy(dtype=int) - 1
+                arr[idx] = part[list(QUANTILE_COLUMNS)].to_numpy(dtype=float)
+            self._arrays[key] = arr
+        return arr
+
+
+class HourlyArray:
+    """One region's column as an hourly numpy array (NaN where unknown)."""
+
+    def __init__(self, part: pd.DataFrame, col: str):
+        part = part.sort_values("hour_utc")
+        self.start = part["hour_utc"].iloc[0] if len(part) else pd.Timestamp("1970-01-01", tz="UTC")
+        n = int((part["hour_utc"].iloc[-1] - self.start) / HOUR) + 1 if len(part) else 0
+        self.values = np.full(n, np.nan)
+        if n:
+            pos = ((part["hour_utc"] - self.start) / HOUR).to_numpy().astype(np.int64)
+            self.values[pos] = pd.to_numeric(part[col], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+
+    def index(self, ts) -> int:
+        return int((pd.Timestamp(ts) - self.start) / HOUR)
+
+    def take(self, idx) -> np.ndarray:
+        idx = np.atleast_1d(np.asarray(idx))
+        out = np.full(idx.shape, np.nan)
+        ok = (idx >= 0) & (idx < len(self.values))
+        out[ok] = self.values[idx[ok]]
+        return out
+
+
+def _simplex_grid(m: int, step: float = 0.05) -> np.ndarray:
+    k = int(round(1 / step))
+    if m == 1:
+        return np.ones((1, 1))
+    rows = []
+
+    def rec(prefix, left, depth):
+        if depth == m - 1:
+            rows.append(prefix + [left])
+            return
+        for i in range(left + 1):
+            rec(prefix + [i], left - i, depth + 1)
+
+    rec([], k, 0)
+    return np.array(rows, dtype=float) / k
+
+
+def fit_weights_fast(F: np.ndarray, y: np.ndarray, relative: bool) -> np.ndarray:
+    """`fit_weights` by exhaustive search on a 5 % simplex grid for up to 4 members (LP beyond)."""
+    m = F.shape[1]
+    if m > 4:
+        return fit_weights(F, y, relative)
+    grid = _simplex_grid(m)
+    pred = F @ grid.T  # n × g
+    err = np.abs(pred - y[:, None])
+    if relative:
+        err = err / np.maximum(np.abs(y), 1e-9)[:, None]
+    return grid[int(np.argmin(err.mean(axis=0)))]
+
+
+class EnsembleForecaster(Forecaster):
+    """Weighted combination of any forecasters; weights and P10–P90 calibration fitted on a validation window."""
+
+    name = "ensemble"
+
+    def __init__(
+        self,
+        members: list[Forecaster],
+        validation_days: int = 56,
+        weighting: str = "rolling",
+        rolling_days: int = 28,
+        refit: bool = True,
+        calibrate: bool = True,
+        horizon: int = 96,
+        issue_hour: int = 0,
+        min_rows: int = 24,
+        level: float = 0.82,
+        name: str | None = None,
+    ):
+        self.members = list(members)
+        # Calibration aims a little above the nominal 80 %: split-conformal on a few weeks of a drifting series
+        # under-covers the weeks that follow by a few points.
+        self.level = level
+        self.validation_days = validation_days
+        self.weighting = weighting
+        self.rolling_days = rolling_days
+        self.refit = refit
+        self.calibrate = calibrate
+        self.horizon = horizon
+        self.issue_hour = issue_hour
+        self.min_rows = min_rows
+        if name:
+            self.name = name
+        self._fitted: list[Forecaster] = []
+        self._memory: list[ForecastMemory] = []
+        self._static: dict = {}
+        self._val_issues: list = []
+        self._target = None
+        self._cutoff = None
+
+    @property
+    def member_names(self) -> list[str]:
+        return [getattr(m, "name", type(m).__name__) for m in self.members]
+
+    def _relative(self) -> bool:
+        return str(self._target).startswith("carbon_intensity")
+
+    def _col(self) -> str:
+        return TARGET_COLUMNS.get(self._target, self._target)
+
+    def fit(self, history: pd.DataFrame, target: str) -> "EnsembleForecaster":
+        self._target = target
+        col = self._col()
+        end = history["hour_utc"].max() + HOUR
+        self._cutoff = end
+        val_start = (end - pd.Timedelta(days=self.validation_days)).floor("D")
+        train = history[history["hour_utc"] < val_start]
+        self._memory = [ForecastMemory() for _ in self.members]
+        issues = [T for T in issue_times(val_start, end - DAY, self.issue_hour) if T < end]
+        self._val_issues = issues
+        fitted_val = []
+        for member, memory in zip(self.members, self._memory):
+            m = copy.deepcopy(member).fit(train, target)
+            fitted_val.append(m)
+            for T in issues:
+                window = history[(history["hour_utc"] >= T - pd.Timedelta(days=40))
+                                 & (history["hour_utc"] < T + (self.horizon + 24) * HOUR)]
+                memory.put(T, m.predict(T, self.horizon, mask_known(window, T)))
+        self._static = self._fit_combination(issues, history, col, before=end, H=self.horizon)
+        if self.refit:
+            self._fitted = [copy.deepcopy(member).fit(history, target) for member in self.members]
+        else:
+            self._fitted = fitted_val
+        return self
+
+    # ------------------------------------------------------------------------------------------- combination fit
+    def _fit_combination(self, issues, data, col, before, H) -> dict:
+        """Weights and conformal offsets per (region, bucket) from the members' forecasts of `issues`, scored on the
+        actuals known before `before`."""
+        out = {}
+        issues = [T for T in issues if all(T in mem for mem in self._memory)]
+        if not issues:
+            return out
+        rel = self._relative()
+        M = len(self._memory)
+        h = np.arange(1, H + 1)
+        buckets = _bucket_of(h)
+        for region, part in data.groupby("region", sort=True):
+            ya = HourlyArray(part[part["hour_utc"] < before], col)
+            F = np.stack([np.stack([mem.array(T, region, H) for mem in self._memory], axis=1) for T in issues])  # W,H,M,3
+            Y = np.stack([ya.take(ya.index(T) + h - 1) for T in issues])  # W,H
+            for b in np.unique(buckets):
+                sel = buckets == b
+                f = F[:, sel].reshape(-1, M, 3)
+                y = Y[:, sel].reshape(-1)
+                ok = np.isfinite(y) & np.isfinite(f).all(axis=(1, 2))
+                if ok.sum() < self.min_rows:
+                    continue
+                f, y = f[ok], y[ok]
+                w = fit_weights_fast(f[:, :, 1], y, rel)
+                p10, p50, p90 = f[:, :, 0] @ w, f[:, :, 1] @ w, f[:, :, 2] @ w
+                floor = 0.01 * max(float(np.mean(np.abs(y))), 1e-6)
+                lo, hi = conformal_offsets(p10, p50, p90, y, level=self.level, floor=floor) if self.calibrate else (0.0, 0.0)
+                out[(region, int(b))] = {"w": w, "lo": lo, "hi": hi, "floor": floor, "n": int(ok.sum())}
+        return out
+
+    def weights(self) -> pd.DataFrame:
+        """The static (validation-window) weights per region and horizon bucket."""
+        rows = []
+        for (region, b), p in sorted(self._static.items()):
+            lo, hi = HORIZON_BUCKETS[b]
+            rows.append({"region": region, "bucket": f"{lo}-{hi}", **dict(zip(self.member_names, np.round(p["w"], 3))),
+                         "conformal_lo": round(p["lo"], 3), "conformal_hi": round(p["hi"], 3), "n": p["n"]})
+        return pd.DataFrame(rows)
+
+    # --------------------------------------------------------------------------------------------------- predict
+    def predict(self, issued_at, horizon: int, data: pd.DataFrame) -> pd.DataFrame:
+        T0 = _utc_hour(issued_at)
+        data = mask_known(data, T0)
+        col = self._col()
+        preds = []
+        for m, memory in zip(self._fitted, self._memory):
+            p = memory.get(m, T0, horizon, data)
+            preds.append(p[p["horizon_h"] <= horizon])
+        params = self._static
+        if self.weighting == "rolling":
+            past = [T0 - k * DAY for k in range(self.rolling_days, 0, -1)]
+            for T in past:
+                if T >= self._cutoff:
+                    for m, mem in zip(self._fitted, self._memory):
+                        mem.get(m, T, horizon, data)
+            rolling = self._fit_combination(past, data, col, before=T0, H=horizon)
+            params = {**self._static, **rolling}
+        return self._combine(preds, params, T0, horizon)
+
+    def _combine(self, preds: list[pd.DataFrame], params: dict, T0, horizon) -> pd.DataFrame:
+        M = len(preds)
+        regions = sorted(set().union(*[set(p["region"]) for p in preds if len(p)])) if preds else []
+        h = np.arange(1, horizon + 1)
+        buckets = _bucket_of(h)
+        out = []
+        tmp = [ForecastMemory() for _ in preds]
+        for mem, p in zip(tmp, preds):
+            mem.put(T0, p)
+        for region in regions:
+            F = np.stack([mem.array(T0, region, horizon) for mem in tmp], axis=1)  # H,M,3
+            res = np.full((horizon, 3), np.nan)
+            for b in np.unique(buckets):
+                rows = buckets == b
+                prm = params.get((region, int(b)))
+                w = prm["w"] if prm is not None else np.full(M, 1.0 / M)
+                vals = F[rows]  # r,M,3
+                avail = np.isfinite(vals).all(axis=2)
+                ww = np.where(avail, w, 0.0)
+                tot = ww.sum(axis=1, keepdims=True)
+                eq = avail / np.maximum(avail.sum(axis=1, keepdims=True), 1)
+                # A member without a forecast for a row: the others' weights renormalised (or an equal split).
+                ww = np.where(tot > 0, ww / np.maximum(tot, 1e-12), eq)
+                res[rows] = np.einsum("rm,rmq->rq", ww, np.where(np.isfinite(vals), vals, 0.0))
+                res[np.flatnonzero(rows)[~avail.any(axis=1)]] = np.nan
+                if prm is not None and self.calibrate:
+                    lo, hi = apply_offsets(res[rows, 0], res[rows, 1], res[rows, 2], prm["lo"], prm["hi"], prm["floor"])
+                    res[rows, 0], res[rows, 2] = lo, hi
+            out.append(pd.DataFrame({
+                "region": region, "issued_at": T0, "target_time": T0 + (h - 1) * HOUR, "horizon_h": h,
+                "p10": res[:, 0], "p50": res[:, 1], "p90": res[:, 2], "model": self.name,
+            }))
+        return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=FRAME_COLUMNS)
+
+
+# ---------------------------------------------------------------------------------------------- operator blend
+
+PUBLISHED_FOR = {"solar_mw": "published_solar_mw", "wind_mw": "published_wind_mw"}
+
+
+class PublishedBlendForecaster(Forecaster):
+    """The operator's published day-ahead forecast, corrected online; the base model elsewhere (see module doc)."""
+
+    name = "operator-blend"
+
+    def __init__(self, base: Forecaster, window_days: int = 56, min_days: int = 7, ridge: float = 5.0,
+                 level: float = 0.8, ffill_hours: int = 6, name: str | None = None):
+        self.base = base
+        self.window_days = window_days
+        self.min_days = min_days
+        self.ridge = ridge
+        self.level = level
+        self.ffill_hours = ffill_hours
+        if name:
+            self.name = name
+        self._memory = ForecastMemory()
+        self._target = None
+
+    def fit(self, history: pd.DataFrame, target: str) -> "PublishedBlendForecaster":
+        self._target = target
+        self._memory = ForecastMemory()
+        self.base.fit(history, target)
+        return self
+
+    def predict(self, issued_at, horizon: int, data: pd.DataFrame) -> pd.DataFrame:
+        T0 = _utc_hour(issued_at)
+        data = mask_known(data, T0)
+        col = TARGET_COLUMNS.get(self._target, self._target)
+        pub_col = PUBLISHED_FOR.get(col)
+        base = self._memory.get(self.base, T0, horizon, data)
+        base = base[base["horizon_h"] <= horizon].copy()
+        base["model"] = self.name
+        if pub_col is None or pub_col not in data.columns or data[pub_col].notna().sum() == 0:
+            return base
+        out = []
+        for region, bpart in base.groupby("region", sort=False):
+            part = data[data["region"] == region]
+            out.append(self._region(region, T0, horizon, bpart.sort_values("horizon_h"), part, col, pub_col, data))
+        return pd.concat(out, ignore_index=True)
+
+    def _op_feature(self, pub: HourlyArray, region: str, T: pd.Timestamp, h: np.ndarray) -> np.ndarray:
+        """The published value for T + h − 1 as known at T: itself while published, then the last published value
+        carried forward for up to `ffill_hours` (DE/SE's last UTC hours belong to the next, unpublished CET day)."""
+        from forecasting.data import published_known_until
+
+        Ti = pub.index(T)
+        t = Ti + h - 1
+        until = pub.index(published_known_until(T, region))
+        vals = pub.take(np.minimum(t, until - 1))
+        vals[(t >= until) & (t - (until - 1) > self.ffill_hours)] = np.nan
+        return vals
+
+    def _region(self, region, T0, horizon, bpart, part, col, pub_col, data) -> pd.DataFrame:
+        ya = HourlyArray(part, col)
+        pa = HourlyArray(part, pub_col)
+        if not np.isfinite(pa.values).any():
+            return bpart
+        h = np.arange(1, horizon + 1)
+        T0i = ya.index(T0)
+        base_now = self._memory.array(T0, region, horizon)
+        op_now = self._op_feature(pa, region, T0, h)
+        known = np.isfinite(op_now) & np.isfinite(base_now[:, 1])
+        if not known.any():
+            return bpart
+
+        def err(idx):
+            return ya.take(idx) - pa.take(idx)
+
+        X_list, Y_list, W_list, K = [], [], [], 0
+        for k in range(1, self.window_days + 1):
+            T = T0 - k * DAY
+            self._memory.get(self.base, T, horizon, data)
+            b = self._memory.array(T, region, horizon)
+            Ti = ya.index(T)
+            yy = ya.take(Ti + h - 1)
+            yy[Ti + h - 1 >= T0i] = np.nan
+            op = self._op_feature(pa, region, T, h)
+            e24 = np.where(h <= 24, err(Ti + h - 1 - 24), np.nan)  # the same hour a day earlier, known at T
+            feats = np.column_stack([op - b[:, 1], np.full(horizon, err(Ti - 1)), e24, np.ones(horizon)])
+            X_list.append(feats); Y_list.append(yy - b[:, 1]); W_list.append(b[:, 2] - b[:, 0])
+            K += int(np.isfinite(yy - b[:, 1] + feats[:, 0]).any())
+        X = np.stack(X_list)  # K,H,4
+        X[:, :, 1:3] = np.nan_to_num(X[:, :, 1:3])
+        Y = np.stack(Y_list)
+        Wd = np.stack(W_list)
+        b50 = base_now[:, 1]
+        p10, p50, p90 = base_now[:, 0].copy(), b50.copy(), base_now[:, 2].copy()
+        level = max(float(np.nanmean(np.abs(ya.values))), 1e-6)
+        floor = 0.02 * level
+        x_now = np.column_stack([op_now - b50, np.full(horizon, np.nan_to_num(err(T0i - 1))),
+                                 np.nan_to_num(np.where(h <= 24, err(T0i + h - 1 - 24), np.nan)), np.ones(horizon)])
+        prior = np.array([1.0, 0.0, 0.0, 0.0])  # shrink towards "the published value as is"
+        resid = np.full(Y.shape, np.nan)
+        for j in np.flatnonzero(known):
+            ok = np.isfinite(X[:, j]).all(axis=1) & np.isfinite(Y[:, j])
+            if ok.sum() < self.min_days:
+                p50[j] = op_now[j]
+                p10[j] = op_now[j] - (b50[j] - base_now[j, 0])
+                p90[j] = op_now[j] + (base_now[j, 2] - b50[j])
+                continue
+            Xj, Yj = X[ok, j], Y[ok, j]
+            scale = np.sqrt(np.mean(Xj ** 2, axis=0))
+            scale[3] = 1.0
+            scale = np.where(scale > 1e-9 * level, scale, 1.0)
+            Xs = Xj / scale
+            lam = self.ridge * len(Xs) * 0.05 * np.ones(4)
+            beta = np.linalg.solve(Xs.T @ Xs + np.diag(lam), Xs.T @ Yj + lam * prior * scale) / scale
+            p50[j] = b50[j] + x_now[j] @ beta
+            resid[ok, j] = Yj - Xj @ beta
+        # Band: the base model's width, scaled by conformal quantiles of the trailing residuals per bucket.
+        buckets = _bucket_of(h)
+        tail = (1 - self.level) / 2
+        infl = 1.15  # in-sample residuals of a 4-parameter fit understate the error a little
+        for b in np.unique(buckets[known]):
+            cols = (buckets == b) & known
+            R = resid[:, cols]
+            Wb = np.maximum(Wd[:, cols], floor)
+            ok = np.isfinite(R) & np.isfinite(Wb)
+            if ok.sum() < 20:
+                continue
+            qlo = max(infl * np.quantile((-R / Wb)[ok], 1 - tail), 0.0)
+            qhi = max(infl * np.quantile((R / Wb)[ok], 1 - tail), 0.0)
+            w_now = np.maximum(base_now[cols, 2] - base_now[cols, 0], floor)
+            p10[cols] = p50[cols] - qlo * w_now
+            p90[cols] = p50[cols] + qhi * w_now
+        p50 = np.clip(p50, 0, None)
+        p10 = np.clip(np.minimum(p10, p50), 0, None)
+        p90 = np.maximum(p90, p50)
+        out = bpart.copy()
+        idx = out["horizon_h"].to_numpy(dtype=int) - 1
+        out["p10"], out["p50"], out["p90"] = p10[idx], p50[idx], p90[idx]
+        return out
+
+
+def default_ensemble(target: str = "carbon_intensity", tiny: bool = False, **kwargs) -> Forecaster:
+    """The configured ensemble per target.
+
+    carbon intensity: LightGBM + mix composite + seasonal naive, weights and calibration on the validation window,
+    re-fitted at every issue on the previous `rolling_days` (see the module docstring for why);
+    solar, wind: the operator blend over a static ensemble of LightGBM and seasonal naive."""
+    from forecasting.models.lgbm import LGBMForecaster
+    from forecasting.models.mix import MixCompositeForecaster
+    from forecasting.models.naive import SeasonalNaive
+
+    horizon = kwargs.pop("horizon", 96)
+    boost = {"n_estimators": 60} if tiny else {}
+    windows = {"validation_days": 14, "rolling_days": 14} if tiny else {}
+    windows.update({k: kwargs.pop(k) for k in ("validation_days", "rolling_days", "weighting", "refit") if k in kwargs})
+    if target == "carbon_intensity":
+        members = [LGBMForecaster(horizon=horizon, **boost), MixCompositeForecaster(horizon=horizon, **boost),
+                   SeasonalNaive(24)]
+        return EnsembleForecaster(members, horizon=horizon, **windows, **kwargs)
+    members = [LGBMForecaster(horizon=horizon, **boost), SeasonalNaive(24)]
+    windows["weighting"] = "static"
+    inner = EnsembleForecaster(members, horizon=horizon, name="ensemble-base", **windows)
+    return PublishedBlendForecaster(inner, name="ensemble", **kwargs)

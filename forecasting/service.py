@@ -1,0 +1,698 @@
+"""Training and forecast issuing: `python -m forecasting train` and `python -m forecasting predict`.
+
+train(models, targets, regions, train_end, budget_s)
+    For every (model, target): fit on the history before `train_end − val_days`, score day-ahead forecasts issued
+    daily at 00:00 UTC over the last `val_days` before the cut-off (forecasting.metrics.summarize, plus the seasonal
+    naive's MAPE on the same hours), refit on the whole history before the cut-off and register the version with
+    those validation metrics (`model.registry`, `trained_at` = the cut-off). With `refit="auto"` the refit is
+    skipped when it would not fit in the job's budget share; the validated fit is then registered with its own
+    cut-off (`trained_at` = the start of the validation window). The TFT is trained once: its own `val_days` window
+    (the same hours) selects the best epoch and is then scored, so it is never trained on them.
+    Models of the other package (naive-24, naive-168, lgbm, mix, ensemble) are imported lazily; a missing one is
+    skipped with a message. The total wall-clock `budget_s` is shared out by weight over the jobs still to run,
+    cheap models first and the TFT last (it stops itself through Lightning's `max_time` and so takes what is left);
+    a job that cannot start within the budget is skipped.
+
+predict(as_of, horizon, regions, targets, models)
+    Issues forecasts at `as_of` (explicit, never the wall clock; rounded up to the hour) with the newest good
+    version of each model whose training cut-off is ≤ as_of, from data masked as known at as_of. When a model has
+    no usable version, fails, or leaves regions/hours out, the missing rows are filled from the most recent earlier
+    non-fallback forecast of that model covering the hours, else from the seasonal naive (same hour on the last
+    known day), and flagged `is_fallback` with `fallback_reason`. Rows go to `forecast.forecasts` by delete-insert
+    per (issued_at, region, target, model), so issuing twice gives identical rows.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from forecasting import registry
+from forecasting.base import TARGET_COLUMNS, known_at
+
+HOUR = pd.Timedelta(hours=1)
+DEFAULT_REGIONS = ("CISO", "PJM", "ERCO", "ISNE", "SE", "DE")
+# Cheap models first, the TFT (which stops itself on its budget share) last so that it gets what is left.
+DEFAULT_TRAIN_MODELS = ("naive-24", "prophet", "lgbm", "mix", "ensemble", "tft")
+# Relative shares of the training budget.
+BUDGET_WEIGHT = {"tft": 6.0, "lgbm": 2.0, "mix": 2.0, "ensemble": 3.0, "prophet": 0.5, "naive-24": 0.2,
+                 "naive-168": 0.2}
+CHEAP_REFIT_S = 30.0  # with refit="auto", a fit this fast is always repeated on the whole history
+PREDICT_CONTEXT_DAYS = 60  # history handed to predict (the longest look-back is the TFT's 336 h)
+FALLBACK_NAIVE = "naive-24"
+
+log = logging.getLogger(__name__)
+
+
+def utc(value) -> pd.Timestamp:
+    ts = pd.Timestamp(value)
+    return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
+
+
+def cutoff_from(train_end) -> pd.Timestamp:
+    """`--train-end 2021-06-30` (a date) includes that whole day: the cut-off is 2021-07-01T00:00Z. A timestamp with a
+    time is the exclusive cut-off itself."""
+    text = str(train_end)
+    ts = utc(train_end)
+    if len(text) <= 10 and ts == ts.floor("D"):
+        return ts + pd.Timedelta(days=1)
+    return ts.ceil("h")
+
+
+def issue_hour(as_of) -> pd.Timestamp:
+    return utc(as_of).ceil("h")
+
+
+# ------------------------------------------------------------------------------------------------ data
+
+def load_frame(regions, start=None, end=None, source: str = "auto", db_path=None) -> pd.DataFrame:
+    """grid_hourly for `regions` in [start, end), with the operators' published forecasts attached when available."""
+    from forecasting import data as fdata
+
+    frame = fdata.grid_hourly(list(regions), start=start, end=end, source=source, db_path=db_path)
+    try:
+        published = fdata.load_published_forecasts(list(regions), start=start, end=end, source=source,
+                                                   db_path=db_path)
+        frame = fdata.attach_published(frame, published)
+    except Exception as exc:  # noqa: BLE001 - published forecasts are optional inputs
+        log.info("published forecasts not attached: %s", exc)
+    return frame
+
+
+def _mask(frame: pd.DataFrame, issued: pd.Timestamp) -> pd.DataFrame:
+    try:
+        from forecasting.data import mask_known
+    except ImportError:  # pragma: no cover
+        return known_at(frame, issued)
+    return mask_known(frame, issued)
+
+
+# ------------------------------------------------------------------------------------------------ validation
+
+def _naive_day_ahead(data: pd.DataFrame, column: str, scored: pd.DataFrame) -> pd.Series:
+    """Seasonal-naive (same hour, last known day) point forecast for the scored rows (day-ahead issues at 00:00)."""
+    series = data.drop_duplicates(["region", "hour_utc"]).set_index(["region", "hour_utc"])[column]
+    h = scored["horizon_h"].to_numpy()
+    back = 24 * np.ceil(h / 24).astype(int)
+    src = pd.to_datetime(scored["target_time"], utc=True) - pd.to_timedelta(back, unit="h")
+    keys = pd.MultiIndex.from_arrays([scored["region"].to_numpy(), src])
+    return pd.Series(series.reindex(keys).to_numpy(), index=scored.index)
+
+
+def validate(model, data: pd.DataFrame, target: str, start: pd.Timestamp, end: pd.Timestamp,
+             horizon: int = 24) -> dict:
+    """Day-ahead scores of a fitted model over issues at 00:00 UTC in [start, end)."""
+    from forecasting.metrics import mape, point_metric_name, summarize
+
+    column = TARGET_COLUMNS[target]
+    frames = []
+    for issued in pd.date_range(start.ceil("D"), end - HOUR, freq="D"):
+        window = data[(data["hour_utc"] >= issued - pd.Timedelta(days=PREDICT_CONTEXT_DAYS))
+                      & (data["hour_utc"] < issued + horizon * HOUR)]
+        out = model.predict(issued, horizon, _mask(window, issued))
+        if out is not None and len(out):
+            frames.append(out)
+    if not frames:
+        return {"error": "no validation forecasts"}
+    scored = pd.concat(frames, ignore_index=True)
+    scored["target_time"] = pd.to_datetime(scored["target_time"], utc=True)
+    actual = data[["region", "hour_utc", column]].rename(columns={"hour_utc": "target_time", column: "actual"})
+    scored = scored.merge(actual, on=["region", "target_time"], how="left")
+    scored = scored[scored["target_time"] < end]
+    metrics = summarize(scored, target)
+    metrics.pop("by_horizon", None)
+    name = point_metric_name(target)
+    metrics["by_region"] = {
+        region: summarize(part, target)[name] for region, part in scored.groupby("region", sort=True)
+    }
+    naive = _naive_day_ahead(data, column, scored)
+    if name == "mape":
+        metrics["naive24_mape"] = round(mape(scored["actual"], naive), 3)
+    else:
+        from forecasting.metrics import error_pct_of_mean
+
+        metrics[f"naive24_{name}"] = round(error_pct_of_mean(scored["actual"], naive), 3)
+    metrics["window"] = [start.isoformat(), end.isoformat()]
+    return metrics
+
+
+# ------------------------------------------------------------------------------------------------ train
+
+@dataclass
+class TrainResult:
+    model: str
+    target: str
+    status: str  # good | failed | skipped
+    version: str | None = None
+    trained_at: str | None = None
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    metrics: dict = field(default_factory=dict)
+    message: str | None = None
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _budget_share(name: str, remaining_jobs: list[str], remaining_s: float) -> float:
+    weights = [BUDGET_WEIGHT.get(n, 0.5) for n in remaining_jobs]
+    return remaining_s * BUDGET_WEIGHT.get(name, 0.5) / max(sum(weights), 1e-9)
+
+
+def _fit(model, history: pd.DataFrame, target: str, budget_s: float | None):
+    import inspect
+
+    if budget_s is not None and "budget_s" in inspect.signature(model.fit).parameters:
+        return model.fit(history, target, budget_s=budget_s)
+    return model.fit(history, target)
+
+
+def train(
+    models=None,
+    targets=("carbon_intensity",),
+    regions=DEFAULT_REGIONS,
+    train_end="2021-06-30",
+    budget_s: float = 900.0,
+    tiny: bool = False,
+    val_days: int = 14,
+    data: pd.DataFrame | None = None,
+    source: str = "auto",
+    db_path=None,
+    progress=None,
+    refit: str = "auto",
+    min_tft_s: float = 60.0,
+    workers: int = 1,
+) -> list[TrainResult]:
+    """Fit, validate and register each (model, target). Returns one TrainResult per job (see module docstring).
+
+    `workers=2` trains the TFT in a second (single-threaded) process beside the other models, each lane with the
+    whole wall-clock budget: on two cores that halves the time of a full training."""
+    import torch
+
+    if refit not in ("auto", "always", "never"):
+        raise ValueError("refit must be auto, always or never")
+    torch.set_num_threads(1)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    models = list(models or DEFAULT_TRAIN_MODELS)
+    targets = list(targets)
+    regions = list(regions)
+    cutoff = cutoff_from(train_end)
+    val_start = cutoff - pd.Timedelta(days=val_days)
+    say = progress or (lambda msg: None)
+    started = time.monotonic()
+    if data is None:
+        data = load_frame(regions, end=cutoff, source=source, db_path=db_path)
+    data = data[data["region"].isin(regions) & (data["hour_utc"] < cutoff)]
+    if data.empty:
+        raise ValueError(f"no grid data before {cutoff.isoformat()} for regions {regions}")
+    lane, pool = None, None
+    if workers >= 2 and "tft" in models and len(models) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        lane = pool.submit(
+            _train_lane,
+            dict(models=["tft"], targets=targets, regions=regions, train_end=train_end,
+                 budget_s=budget_s - (time.monotonic() - started) if budget_s else budget_s, tiny=tiny,
+                 val_days=val_days, data=data, source=source, db_path=db_path, refit=refit, min_tft_s=min_tft_s),
+        )
+        models = [m for m in models if m != "tft"]
+        say("tft: training in a second process")
+    jobs = [(m, t) for t in targets for m in models]
+    results: list[TrainResult] = []
+    for i, (name, target) in enumerate(jobs):
+        elapsed = time.monotonic() - started
+        remaining = budget_s - elapsed if budget_s else None
+        share = _budget_share(name, [m for m, _ in jobs[i:]], remaining) if remaining is not None else None
+        floor = min_tft_s if name == "tft" else 1.0
+        if remaining is not None and remaining <= floor:
+            results.append(TrainResult(name, target, "skipped",
+                                       message=f"training budget of {budget_s:.0f} s spent ({remaining:.0f} s left)"))
+            say(f"{name}/{target}: skipped (budget spent)")
+            continue
+        t0 = time.monotonic()
+        c0 = time.process_time()
+        trained_at = cutoff
+        try:
+            try:
+                model = registry.make_model(name, target, tiny=tiny)
+            except registry.ModelUnavailable as exc:
+                results.append(TrainResult(name, target, "skipped", message=str(exc)))
+                say(f"{name}/{target}: skipped ({exc})")
+                continue
+            is_tft = name == "tft"
+            if is_tft:
+                # One fit: the TFT holds out the validation window itself (best-epoch selection), then is scored on it.
+                model.settings.val_days = val_days
+                # Leave room for scoring and registering after the fit.
+                _fit(model, data, target, max(share - 30.0, 0.9 * share) if share is not None else None)
+                metrics = validate(model, data, target, val_start, cutoff)
+                final = model
+            else:
+                fit_budget = share / 2 if share is not None else None
+                t_fit = time.monotonic()
+                _fit(model, data[data["hour_utc"] < val_start], target, fit_budget)
+                fit_s = time.monotonic() - t_fit
+                metrics = validate(model, data, target, val_start, cutoff)
+                used = time.monotonic() - t0
+                do_refit = refit == "always" or (
+                    refit == "auto" and (share is None or used + fit_s <= share or fit_s <= CHEAP_REFIT_S)
+                )
+                if do_refit:
+                    final = registry.make_model(name, target, tiny=tiny)
+                    _fit(final, data, target, fit_budget)
+                else:
+                    # Register the validated fit itself: its cut-off is the start of the validation window.
+                    final, trained_at = model, val_start
+                    metrics["refit"] = False
+                    say(f"{name}/{target}: no refit on the last {val_days} days ({refit=}, "
+                        f"{used:.0f} s used of a {share or 0:.0f} s share)")
+            seconds = time.monotonic() - t0
+            metrics["train_seconds"] = round(seconds, 2)
+            metrics["train_cpu_seconds"] = round(time.process_time() - c0, 2)
+            params = {"tiny": tiny, "regions": regions, "val_days": val_days}
+            try:
+                params["model"] = final.get_params()
+            except Exception:  # noqa: BLE001
+                pass
+            record = registry.register_model(final, name, target, trained_at, params=params, metrics=metrics,
+                                             db_path=db_path)
+            results.append(TrainResult(name, target, "good", record.version, trained_at.isoformat(), round(seconds, 2),
+                                       round(time.process_time() - c0, 2), metrics))
+            say(f"{name}/{target}: {record.version} in {seconds:.1f} s; validation {_headline(metrics)}")
+        except Exception as exc:  # noqa: BLE001 - a failing model must not stop the others
+            seconds = time.monotonic() - t0
+            message = f"{type(exc).__name__}: {exc}"
+            log.debug("training %s/%s failed\n%s", name, target, traceback.format_exc())
+            try:
+                record = registry.register_model(None, name, target, cutoff, params={"tiny": tiny, "regions": regions},
+                                                 metrics={"error": message}, status="failed", db_path=db_path)
+                version = record.version
+            except Exception:  # noqa: BLE001
+                version = None
+            results.append(TrainResult(name, target, "failed", version, cutoff.isoformat(), round(seconds, 2),
+                                       round(time.process_time() - c0, 2), message=message))
+            say(f"{name}/{target}: FAILED after {seconds:.1f} s: {message}")
+    if lane is not None:
+        try:
+            for doc in lane.result():
+                result = TrainResult(**doc)
+                results.append(result)
+                say(f"{result.model}/{result.target}: {result.status} {result.version or ''} in {result.seconds:.1f} s"
+                    + (f"; validation {_headline(result.metrics)}" if result.metrics else f" ({result.message})"))
+        except Exception as exc:  # noqa: BLE001 - the second process died
+            for target in targets:
+                results.append(TrainResult("tft", target, "failed", message=f"TFT process: {type(exc).__name__}: {exc}"))
+        finally:
+            pool.shutdown()
+    return results
+
+
+def _train_lane(kwargs: dict) -> list[dict]:
+    """The second process of `train(workers=2)`."""
+    _quiet_logs()
+    return [r.to_dict() for r in train(**kwargs)]
+
+
+def _headline(metrics: dict) -> str:
+    for key in ("mape", "error_pct_of_mean"):
+        if metrics.get(key) is not None:
+            naive = metrics.get(f"naive24_{key}")
+            return f"{key} {metrics[key]:.2f} (naive-24 {naive})"
+    return json.dumps(metrics)[:120]
+
+
+# ------------------------------------------------------------------------------------------------ predict
+
+@dataclass
+class PredictResult:
+    model: str
+    target: str
+    version: str | None
+    rows: int
+    fallback_rows: int
+    regions: list[str]
+    reasons: list[str]
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _seasonal_naive(data: pd.DataFrame, target: str, issued: pd.Timestamp, horizon: int, regions) -> pd.DataFrame:
+    """The fallback's seasonal naive (the other package's SeasonalNaive, period 24), fitted on the known history."""
+    from forecasting.models.naive import SeasonalNaive
+
+    history = data[(data["hour_utc"] < issued) & data["region"].isin(list(regions))]
+    model = SeasonalNaive(period=24, max_horizon=max(horizon, 24)).fit(history, target)
+    out = model.predict(issued, horizon, data[data["region"].isin(list(regions))])
+    if not len(out):
+        return out
+    out = out[out["p50"].notna()].copy()
+    for col in ("p10", "p90"):  # no residual quantiles (short history): a point band
+        out[col] = out[col].fillna(out["p50"])
+    return out
+
+
+def _check_output(out: pd.DataFrame, regions, issued: pd.Timestamp, horizon: int) -> tuple[pd.DataFrame, dict]:
+    """Keep the complete, finite, on-grid rows; return them and {region: problem} for the rest."""
+    problems: dict[str, str] = {}
+    if out is None or len(out) == 0:
+        return pd.DataFrame(), {r: "no rows" for r in regions}
+    out = out.copy()
+    out["target_time"] = pd.to_datetime(out["target_time"], utc=True)
+    hours = pd.date_range(issued, periods=horizon, freq="h")
+    good = []
+    for region in regions:
+        part = out[out["region"] == region]
+        if part.empty:
+            problems[region] = "no rows for region"
+            continue
+        part = part[part["target_time"].isin(hours)].drop_duplicates("target_time")
+        finite = np.isfinite(part[["p10", "p50", "p90"]].to_numpy(dtype=float)).all(axis=1)
+        bad = len(hours) - int(finite.sum())
+        if bad:
+            problems[region] = f"{bad} of {len(hours)} hours missing or not finite"
+        good.append(part[finite])
+    return (pd.concat(good, ignore_index=True) if good else pd.DataFrame()), problems
+
+
+def _fallback_rows(model_name: str, target: str, reason: str, missing: dict[str, pd.DatetimeIndex],
+                   issued: pd.Timestamp, horizon: int, data: pd.DataFrame, db_path=None) -> pd.DataFrame:
+    """Rows for `missing` {region: hours}: the last good earlier forecast, else the seasonal naive; flagged."""
+    if not missing:
+        return pd.DataFrame()
+    regions = sorted(missing)
+    end = issued + horizon * HOUR
+    parts = []
+    previous = registry.last_good_forecast(model_name, target, regions, before=issued, target_from=issued,
+                                           target_until=end, db_path=db_path)
+    covered: dict[str, set] = {r: set() for r in regions}
+    if len(previous):
+        for region, part in previous.groupby("region"):
+            part = part[part["target_time"].isin(missing[region])]
+            if part.empty:
+                continue
+            src_issue = part["issued_at"].max()
+            parts.append(
+                pd.DataFrame(
+                    {
+                        "region": region,
+                        "target_time": part["target_time"].to_numpy(),
+                        "p10": part["p10"].to_numpy(),
+                        "p50": part["p50"].to_numpy(),
+                        "p90": part["p90"].to_numpy(),
+                        "model_version": part["model_version"].to_numpy(),
+                        "fallback_reason": [
+                            f"{reason}; last good forecast issued {pd.Timestamp(t).isoformat()}"
+                            for t in part["issued_at"]
+                        ],
+                    }
+                )
+            )
+            covered[region] = set(part["target_time"])
+            log.info("%s/%s %s: reused forecast issued up to %s", model_name, target, region, src_issue)
+    rest = {r: missing[r].difference(pd.DatetimeIndex(sorted(covered[r])) if covered[r] else pd.DatetimeIndex([]))
+            for r in regions}
+    rest = {r: h for r, h in rest.items() if len(h)}
+    if rest:
+        try:
+            naive = _seasonal_naive(data, target, issued, horizon, sorted(rest))
+        except Exception as exc:  # noqa: BLE001
+            naive = pd.DataFrame()
+            log.warning("seasonal naive fallback failed: %s", exc)
+        if len(naive):
+            naive["target_time"] = pd.to_datetime(naive["target_time"], utc=True)
+            for region, hours in rest.items():
+                part = naive[(naive["region"] == region) & naive["target_time"].isin(hours)]
+                if part.empty:
+                    continue
+                parts.append(
+                    pd.DataFrame(
+                        {
+                            "region": region,
+                            "target_time": part["target_time"].to_numpy(),
+                            "p10": part["p10"].to_numpy(),
+                            "p50": part["p50"].to_numpy(),
+                            "p90": part["p90"].to_numpy(),
+                            "model_version": FALLBACK_NAIVE,
+                            "fallback_reason": f"{reason}; seasonal naive ({FALLBACK_NAIVE})",
+                        }
+                    )
+                )
+    if not parts:
+        return pd.DataFrame()
+    out = pd.concat(parts, ignore_index=True)
+    out["is_fallback"] = True
+    return out
+
+
+def predict(
+    as_of,
+    horizon: int = 96,
+    regions=DEFAULT_REGIONS,
+    targets=("carbon_intensity",),
+    models=None,
+    data: pd.DataFrame | None = None,
+    source: str = "auto",
+    db_path=None,
+    write: bool = True,
+    bootstrap_tiny: bool = False,
+) -> tuple[pd.DataFrame, list[PredictResult]]:
+    """Issue forecasts at `as_of` (see module docstring). Returns the rows (as stored) and a summary per job."""
+    import torch
+
+    torch.set_num_threads(1)
+    if as_of is None:
+        raise ValueError("predict needs an explicit as_of (the issue time); the wall clock is never used")
+    if horizon < 1:
+        raise ValueError("horizon must be ≥ 1")
+    issued = issue_hour(as_of)
+    regions = list(regions)
+    targets = list(targets)
+    if data is None:
+        data = load_frame(regions, start=issued - pd.Timedelta(days=PREDICT_CONTEXT_DAYS), end=issued + horizon * HOUR,
+                          source=source, db_path=db_path)
+    data = data[data["region"].isin(regions)
+                & (data["hour_utc"] >= issued - pd.Timedelta(days=PREDICT_CONTEXT_DAYS))
+                & (data["hour_utc"] < issued + horizon * HOUR)]
+    data = _mask(data.sort_values(["region", "hour_utc"]).reset_index(drop=True), issued)
+    hours = pd.date_range(issued, periods=horizon, freq="h")
+    all_rows, summary = [], []
+    for target in targets:
+        names = list(models) if models else [
+            n for n in registry.ALL_MODELS if registry.latest_good(n, target, issued, db_path) is not None
+        ]
+        if not names:
+            raise ValueError(
+                f"no good model for {target} trained before {issued.isoformat()}; run `python -m forecasting train` "
+                "first or name --models"
+            )
+        for name in names:
+            record = registry.latest_good(name, target, issued, db_path)
+            if record is None and bootstrap_tiny:
+                train([name], [target], regions, issued.isoformat(), budget_s=300, tiny=True, val_days=7,
+                      source=source, db_path=db_path)
+                record = registry.latest_good(name, target, issued, db_path)
+            good = pd.DataFrame()
+            problems: dict[str, str] = {}
+            reason = None
+            try:
+                if record is None:
+                    raise LookupError(f"no good version of {name}/{target} trained before {issued.isoformat()}")
+                forecaster = record.load()
+                out = forecaster.predict(issued, horizon, data)
+                good, problems = _check_output(out, regions, issued, horizon)
+            except Exception as exc:  # noqa: BLE001 - any failure falls back
+                reason = f"{name} failed: {type(exc).__name__}: {exc}"
+                problems = {r: reason for r in regions}
+                good = pd.DataFrame()
+            rows = []
+            if len(good):
+                good = good.assign(model_version=record.version, is_fallback=False, fallback_reason=None)
+                rows.append(good[["region", "target_time", "p10", "p50", "p90", "model_version", "is_fallback",
+                                  "fallback_reason"]])
+            missing = {}
+            for region in regions:
+                have = set(good.loc[good["region"] == region, "target_time"]) if len(good) else set()
+                gap = hours.difference(pd.DatetimeIndex(sorted(have)) if have else pd.DatetimeIndex([]))
+                if len(gap):
+                    missing[region] = gap
+            reasons = sorted(set(problems.values()))
+            if missing:
+                region_reason = reason or f"{name} incomplete: " + "; ".join(
+                    f"{r}: {problems.get(r, 'hours missing')}" for r in sorted(missing))
+                fb = _fallback_rows(name, target, region_reason, missing, issued, horizon, data, db_path)
+                if len(fb):
+                    rows.append(fb)
+            frame = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+            if len(frame):
+                frame["issued_at"] = issued
+                frame["target"] = target
+                frame["model"] = name
+                frame = frame.sort_values(["region", "target_time"]).reset_index(drop=True)
+                all_rows.append(frame)
+            summary.append(
+                PredictResult(
+                    model=name,
+                    target=target,
+                    version=record.version if record else None,
+                    rows=len(frame),
+                    fallback_rows=int(frame["is_fallback"].sum()) if len(frame) else 0,
+                    regions=sorted(frame["region"].unique().tolist()) if len(frame) else [],
+                    reasons=reasons,
+                )
+            )
+    out = pd.concat(all_rows, ignore_index=True) if all_rows else pd.DataFrame(columns=list(registry.FORECAST_COLUMNS))
+    out = registry._forecast_frame(out) if len(out) else out
+    if write and len(out):
+        registry.write_forecasts(out, db_path=db_path)
+    return out, summary
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+def _split(values) -> list[str] | None:
+    if not values:
+        return None
+    out = []
+    for v in values:
+        out += [x for x in v.replace(",", " ").split() if x]
+    return out
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr(active: bool):
+    """With --json, stdout carries the JSON document only: anything else printed meanwhile (libraries included,
+    at the file-descriptor level) goes to stderr."""
+    if not active:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _quiet_logs() -> None:
+    for name in ("cmdstanpy", "prophet", "lightning", "lightning.pytorch", "pytorch_lightning"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    _quiet_logs()
+    say = (lambda m: print(m, file=sys.stderr)) if args.json else print
+    t0 = time.monotonic()
+    with _stdout_to_stderr(args.json):
+        results = train(
+            models=_split(args.models),
+            targets=_split(args.targets) or ["carbon_intensity"],
+            regions=_split(args.regions) or list(DEFAULT_REGIONS),
+            train_end=args.train_end,
+            budget_s=args.budget_s,
+            tiny=args.tiny,
+            val_days=args.val_days,
+            source=args.source,
+            progress=say,
+            refit=args.refit,
+            workers=args.workers,
+        )
+    doc = {
+        "train_end": args.train_end,
+        "cutoff": cutoff_from(args.train_end).isoformat(),
+        "budget_s": args.budget_s,
+        "elapsed_s": round(time.monotonic() - t0, 2),
+        "cpu_seconds": round(time.process_time(), 2),
+        "cpu_count": os.cpu_count(),
+        "results": [r.to_dict() for r in results],
+    }
+    if args.json:
+        print(json.dumps(doc, indent=2, default=str))
+    else:
+        for r in results:
+            line = f"{r.model:10s} {r.target:17s} {r.status:8s} {r.version or '-':20s} {r.seconds:7.1f} s"
+            print(line + (f"  {_headline(r.metrics)}" if r.metrics else f"  {r.message or ''}"))
+        print(f"elapsed {doc['elapsed_s']} s")
+    return 0 if all(r.status != "failed" for r in results) else 1
+
+
+def _cmd_predict(args: argparse.Namespace) -> int:
+    _quiet_logs()
+    t0 = time.monotonic()
+    with _stdout_to_stderr(args.json):
+        rows, summary = predict(
+            as_of=args.as_of,
+            horizon=args.horizon,
+            regions=_split(args.regions) or list(DEFAULT_REGIONS),
+            targets=_split(args.targets) or ["carbon_intensity"],
+            models=_split(args.models),
+            source=args.source,
+            write=not args.no_write,
+            bootstrap_tiny=args.tiny,
+        )
+    doc = {
+        "as_of": issue_hour(args.as_of).isoformat(),
+        "horizon": args.horizon,
+        "rows": int(len(rows)),
+        "fallback_rows": int(rows["is_fallback"].sum()) if len(rows) else 0,
+        "written": not args.no_write,
+        "elapsed_s": round(time.monotonic() - t0, 2),
+        "forecasts": [s.to_dict() for s in summary],
+    }
+    if args.json:
+        print(json.dumps(doc, indent=2, default=str))
+    else:
+        for s in summary:
+            print(f"{s.model:10s} {s.target:17s} {s.version or '-':20s} rows {s.rows:5d} fallback {s.fallback_rows:5d}"
+                  + (f"  ({'; '.join(s.reasons)})" if s.reasons else ""))
+        print(f"{doc['rows']} rows issued at {doc['as_of']} in {doc['elapsed_s']} s")
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add `train` and `predict` to `python -m forecasting`."""
+    p = subparsers.add_parser("train", help="fit, validate and register models (model.registry)")
+    p.add_argument("--models", nargs="+", metavar="NAME",
+                   help=f"models to train (default: {' '.join(DEFAULT_TRAIN_MODELS)})")
+    p.add_argument("--targets", nargs="+", metavar="TARGET", help="carbon_intensity (default), solar, wind")
+    p.add_argument("--regions", nargs="+", metavar="REGION", help=f"default: {' '.join(DEFAULT_REGIONS)}")
+    p.add_argument("--train-end", default="2021-06-30",
+                   help="last day of training data (inclusive date) or an exclusive timestamp cut-off")
+    p.add_argument("--budget-s", type=float, default=900.0, help="wall-clock budget for all models (s)")
+    p.add_argument("--val-days", type=int, default=14, help="validation window before the cut-off (days)")
+    p.add_argument("--tiny", action="store_true", help="tiny settings (tests, demos)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="2: train the TFT in a second single-threaded process beside the others (2 cores)")
+    p.add_argument("--refit", choices=("auto", "always", "never"), default="auto",
+                   help="refit on the validation days after scoring (auto: when the budget share allows)")
+    p.add_argument("--source", choices=("auto", "warehouse", "files"), default="auto")
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p.set_defaults(func=_cmd_train)
+
+    p = subparsers.add_parser("predict", help="issue forecasts at --as-of into forecast.forecasts")
+    p.add_argument("--as-of", required=True, help="issue time, e.g. 2021-07-15T12:00Z (never the wall clock)")
+    p.add_argument("--horizon", type=int, default=96, help="hours ahead (default 96)")
+    p.add_argument("--models", nargs="+", metavar="NAME", help="default: every model with a good version")
+    p.add_argument("--targets", nargs="+", metavar="TARGET", help="carbon_intensity (default), solar, wind")
+    p.add_argument("--regions", nargs="+", metavar="REGION", help=f"default: {' '.join(DEFAULT_REGIONS)}")
+    p.add_argument("--tiny", action="store_true",
+                   help="when a named model has no version yet, train a tiny one on data before --as-of first")
+    p.add_argument("--no-write", action="store_true", help="do not store the rows")
+    p.add_argument("--source", choices=("auto", "warehouse", "files"), default="auto")
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p.set_defaults(func=_cmd_predict)

@@ -1,0 +1,109 @@
+"""Rolling-origin backtests, scoring, the published baselines, the command line and the results table."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from forecasting import backtest
+from forecasting.models.naive import SeasonalNaive
+
+
+def test_issue_times_daily_at_midnight_inclusive():
+    times = backtest.issue_times("2021-07-01", "2021-07-03")
+    assert list(times) == [pd.Timestamp(f"2021-07-0{d}", tz="UTC") for d in (1, 2, 3)]
+    assert backtest.window_end("2021-07-03") == pd.Timestamp("2021-07-04", tz="UTC")
+
+
+class Spy(SeasonalNaive):
+    """Records what each predict call could see."""
+
+    def __init__(self):
+        super().__init__(24)
+        self.seen = []
+
+    def predict(self, issued_at, horizon, data):
+        observed = data.loc[data["carbon_intensity_direct_gco2_per_kwh"].notna(), "hour_utc"].max()
+        weather = data.loc[data["wind_speed_m_per_s"].notna(), "hour_utc"].max()
+        self.seen.append((issued_at, observed, weather))
+        return super().predict(issued_at, horizon, data)
+
+
+def test_rolling_forecasts_only_pass_known_data(grid_frame):
+    spy = Spy().fit(grid_frame[grid_frame["hour_utc"] < "2021-04-01"], "carbon_intensity")
+    out = backtest.rolling_forecasts(spy, grid_frame, "2021-04-01", "2021-04-05", horizon=48, context_days=10)
+    assert len(spy.seen) == 5
+    for issued_at, observed, weather in spy.seen:
+        assert observed < issued_at  # targets only before the issue time
+        assert weather >= issued_at + pd.Timedelta(hours=47)  # weather forecasts for the whole horizon
+    assert len(out) == 5 * 2 * 48
+    scored = backtest.score(out, grid_frame, "carbon_intensity", end="2021-04-05")
+    assert scored["target_time"].max() < pd.Timestamp("2021-04-06", tz="UTC")
+    assert scored["actual"].notna().all()
+
+
+def test_published_baseline_reproduces_the_dacf_paper(grid_dir):
+    data, published = backtest.load_inputs(["DE", "CISO", "SE"], source="files")
+    for region, expected in (("DE", 9.08), ("CISO", 7.41), ("SE", 6.47)):
+        b = backtest.published_baseline(published, data, "carbon_intensity", region, "2021-07-01", "2021-12-31")
+        assert b["value"] == pytest.approx(expected, abs=0.01)
+    wind = backtest.published_baseline(published, data, "wind", "DE", "2021-07-01", "2021-12-31")
+    assert wind["value"] == pytest.approx(10.2, abs=0.1) and wind["publisher"] == "ENTSO-E"
+    # PJM's "published" wind is DACF's own ANN: not an operator baseline.
+    assert backtest.published_baseline(published, data, "wind", "PJM", "2021-07-01", "2021-12-31") is None
+
+
+def test_run_backtest_metrics_and_baseline(grid_dir):
+    data, published = backtest.load_inputs(["DE"], source="files")
+    res = backtest.run_backtest(SeasonalNaive(24), "carbon_intensity", ["DE"], data, published,
+                                start="2021-07-01", end="2021-07-14", horizon=24)
+    doc = res[0].to_json()
+    assert doc["region"] == "DE" and doc["baseline_dacf_mape"] is not None
+    assert set(doc["by_horizon"]) == {"1-6", "7-24"}
+    assert 0 < doc["mape"] < 100 and 0 <= doc["coverage_p10_p90"] <= 100
+    assert len(res[0].forecasts) == 14 * 24
+
+
+def test_cli_backtest_prints_one_json_document(grid_dir, tmp_path, capsys):
+    from forecasting.__main__ import main
+
+    rc = main(["backtest", "--region", "CISO", "--target", "carbon_intensity", "--model", "naive-24",
+               "--start", "2021-07-01", "--end", "2021-07-10", "--horizon", "24", "--json", "--source", "files",
+               "--plot-dir", str(tmp_path)])
+    assert rc == 0
+    out = capsys.readouterr().out
+    doc = json.loads(out)  # stdout holds exactly one JSON document
+    assert {"mape", "coverage_p10_p90", "by_horizon", "baseline_dacf_mape"} <= set(doc)
+    assert doc["baseline_dacf_mape"] > 0
+    assert (tmp_path / "carbon_intensity_naive-24_CISO.png").stat().st_size > 10_000
+
+    rc = main(["backtest", "--region", "SE", "--target", "wind", "--model", "naive-24", "--start", "2021-07-01",
+               "--end", "2021-07-05", "--json", "--source", "files", "--no-plot"])
+    doc = json.loads(capsys.readouterr().out)
+    assert {"error_pct_of_mean", "baseline_operator_error_pct_of_mean"} <= set(doc)
+
+
+def test_results_table_renders_every_bucket_and_the_baselines(grid_dir, tmp_path, monkeypatch):
+    calls = []
+
+    def fake_job(spec):
+        calls.append(spec)
+        regions = backtest.target_regions(spec["target"], spec["regions"])
+        by = {b: {"mape": 5.0, "error_pct_of_mean": 12.0, "coverage_p10_p90": 80.0} for b in
+              ("1-6", "7-24", "25-48", "49-96")}
+        metrics = {"mape": 5.0, "day_ahead_mape": 5.0, "error_pct_of_mean": 12.0, "day_ahead_error_pct_of_mean": 12.0,
+                   "coverage_p10_p90": 80.0, "day_ahead_coverage_p10_p90": 80.0, "by_horizon": by}
+        return {"target": spec["target"], "model": spec["model"], "fit_cpu_s": 1.0, "fit_wall_s": 1.0,
+                "predict_cpu_s": 1.0, "predict_wall_s": 1.0, "regions": {r: metrics for r in regions}}
+
+    monkeypatch.setattr(backtest, "results_job", fake_job)
+    res = backtest.build_results(["naive-24", "ensemble"], ["carbon_intensity", "wind"], ["DE", "SE", "PJM"],
+                                 "2021-07-01", "2021-12-31", source="files")
+    text = backtest.render_markdown(res, "python -m forecasting results")
+    assert len(calls) == 4
+    assert "| DE | published: DACF |" in text and "49-96" in text
+    assert "**5.00**" in text  # 5 % beats DACF's DE 9.08
+    assert "DACF ANN" in text  # PJM wind is not an operator forecast
+    assert "wind SE: ensemble 12.00 vs ENTSO-E" in text  # a loss is listed
