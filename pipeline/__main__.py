@@ -49,7 +49,9 @@ def run(args: argparse.Namespace) -> int:
         models=args.models, train_end=args.train_end, budget_s=args.budget_s, tiny=args.tiny,
         progress=lambda msg: print(f"   {msg}", flush=True),
     )
-    print(tabulate([forecast_service.train_row(r) for r in trained], headers="keys"))
+    print(tabulate([{"model": r.model, "target": r.target, "status": r.status, "seconds": round(r.seconds, 1),
+                     "val_mape": r.metrics.get("mape"), "note": (r.message or "")[:60]} for r in trained],
+                   headers="keys"))
     _done(t)
     t = _stage(f"forecast: predict 96 h issued at {args.as_of}")
     rows, summary = forecast_service.predict(args.as_of, horizon=96)

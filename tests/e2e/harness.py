@@ -45,7 +45,8 @@ class AirflowServer:
             AIRFLOW_HOME=str(self.home),
             AIRFLOW__CORE__DAGS_FOLDER=str(REPO_ROOT / "dags"),
             AIRFLOW__CORE__LOAD_EXAMPLES="False",
-            AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="False",
+            # Paused until a test triggers them: no scheduled runs of other DAGs competing for the pool.
+            AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="True",
             AIRFLOW__CORE__PARALLELISM="4",
             AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS=f"{USER}:admin",
             AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=str(passwords),
