@@ -9,11 +9,10 @@ import pytest
 from tests.e2e.harness import AirflowServer
 
 
-@pytest.mark.slow
 def test_standalone_runs_ingest_through_rest_api(tmp_path):
     server = AirflowServer(home=tmp_path / "airflow", warehouse=tmp_path / "wh.duckdb").start()
     try:
-        run_id = server.trigger("ingest_cluster", {"sources": []})
+        run_id = server.trigger("ingest_cluster", {"sources": ["openb_nodes", "pai_machine_specs"]})
         state = server.wait_for_run("ingest_cluster", run_id)
         assert state == "success", server.failed_task_logs("ingest_cluster", run_id)
     finally:
