@@ -35,19 +35,7 @@ import pandas as pd
 
 from forecasting.base import KNOWN_FUTURE_COLUMNS, known_at
 
-FUELS = (
-    "coal",
-    "nat_gas",
-    "nuclear",
-    "oil",
-    "hydro",
-    "solar",
-    "wind",
-    "other",
-    "unknown",
-    "biomass",
-    "geothermal",
-)
+from warehouse.loaders.grid_factors import FUELS  # the contract's fuel names
 FUEL_COLUMNS = tuple(f"{f}_mw" for f in FUELS)
 RENEWABLE_FUELS = ("hydro", "solar", "wind", "biomass", "geothermal")
 # Emission factors in gCO2eq/kWh, identified by exact regression on the files (SOURCE.md).
