@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+import numpy as np
 import pandas as pd
 
 QUANTILES = (0.1, 0.5, 0.9)
@@ -41,7 +42,11 @@ def known_at(data: pd.DataFrame, issued_at: pd.Timestamp) -> pd.DataFrame:
     future = data["hour_utc"] >= issued_at
     masked = data.copy()
     observed = [c for c in data.columns if c not in KNOWN_FUTURE_COLUMNS and c not in ("region", "hour_utc")]
-    masked.loc[future, observed] = pd.NA
+    for column in observed:
+        if masked[column].dtype == bool:
+            # numpy bool cannot hold a missing value (pandas 3 raises); the nullable boolean can
+            masked[column] = masked[column].astype("boolean")
+        masked.loc[future, column] = np.nan if pd.api.types.is_float_dtype(masked[column]) else pd.NA
     return masked
 
 

@@ -1,7 +1,15 @@
 """Forecasters behind `forecasting.base.Forecaster`.
 
-`make_model(name, target)` builds the configured model by name (naive-24, naive-168, lgbm, mix, ensemble); other
-packages' models (Prophet, TFT) register themselves in `forecasting.registry` and are looked up there.
+`make_model(name, target)` builds the configured model by name:
+
+- `naive-24`, `naive-168`: seasonal naive (same hour on the last known day / week), `naive.py`;
+- `lgbm`: LightGBM with quantile objectives on lags, calendar and weather forecasts, `lgbm.py`;
+- `mix`: carbon intensity composed from per-source generation forecasts with the emission factors, `mix.py`;
+- `ensemble`: weights and P10–P90 calibration fitted on a validation window (re-fitted on the weeks before each
+  issue), with the operators' published solar/wind forecasts blended in where known, `ensemble.py`.
+
+Prophet and TFT live in `prophet_model.py` / `tft_model.py` and are built by `forecasting.registry.make_model`, which
+also builds these by delegating here; `EnsembleForecaster` accepts any `Forecaster` as a member.
 """
 from __future__ import annotations
 

@@ -19,22 +19,27 @@ day-ahead forecasts start on 2021-07-01, so a member that uses them cannot be we
 
 `PublishedBlendForecaster(base)` improves the operators' published solar/wind forecast where it is known at
 `issued_at` (`forecasting.data.mask_known`): per horizon, a ridge regression fitted on the previous `window_days` of
-issues corrects the published value with the base model's forecast, the last observed error of the published
-forecast before issued_at, and the error at the same hour one day earlier (a nowcast of the operator's error). Its
-band is the base model's band width scaled by conformal quantiles of the trailing residuals. Where no published value
-is known (later horizons, other regions) it returns the base model's forecast.
+issues (shrunk towards "the published value as is") corrects the published value with the base model's forecast,
+the last observed error of the published forecast before issued_at, and the error at the same hour one day earlier
+(a nowcast of the operator's error). For up to `ffill_hours` after the last published hour (DE/SE: 22:00–23:00 UTC
+belong to the next CET delivery day, published later) the last published value stands in, corrected the same way.
+Its band is the base model's band width scaled by conformal quantiles of the trailing residuals. Where no published
+value is known (later horizons, other regions) it returns the base model's forecast. The published forecasts start
+on 2021-07-01, so for the first `min_days` of the test window the published value is used as is.
+
+Memories: both classes keep the forecasts they issued by issue time (`ForecastMemory`), so a rolling backtest
+computes each member forecast once. They assume one dataset per fitted model; `fit` starts them afresh.
 """
 from __future__ import annotations
 
 import copy
-import warnings
 
 import numpy as np
 import pandas as pd
 
 from forecasting.backtest import issue_times
 from forecasting.base import QUANTILE_COLUMNS, TARGET_COLUMNS, Forecaster
-from forecasting.data import PUBLISHED_COLUMNS, mask_known
+from forecasting.data import mask_known
 from forecasting.metrics import HORIZON_BUCKETS
 
 HOUR = pd.Timedelta(hours=1)
@@ -499,7 +504,7 @@ def default_ensemble(target: str = "carbon_intensity", tiny: bool = False, **kwa
 
     carbon intensity: LightGBM + mix composite + seasonal naive, weights and calibration on the validation window,
     re-fitted at every issue on the previous `rolling_days` (see the module docstring for why);
-    solar, wind: the operator blend over a static ensemble of LightGBM and seasonal naive."""
+    solar, wind: the operator blend over the same kind of ensemble of LightGBM and seasonal naive."""
     from forecasting.models.lgbm import LGBMForecaster
     from forecasting.models.mix import MixCompositeForecaster
     from forecasting.models.naive import SeasonalNaive
@@ -513,6 +518,5 @@ def default_ensemble(target: str = "carbon_intensity", tiny: bool = False, **kwa
                    SeasonalNaive(24)]
         return EnsembleForecaster(members, horizon=horizon, **windows, **kwargs)
     members = [LGBMForecaster(horizon=horizon, **boost), SeasonalNaive(24)]
-    windows["weighting"] = "static"
     inner = EnsembleForecaster(members, horizon=horizon, name="ensemble-base", **windows)
     return PublishedBlendForecaster(inner, name="ensemble", **kwargs)

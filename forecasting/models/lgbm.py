@@ -14,8 +14,13 @@ is only ever read at an index < T (asserted):
   `published_wind_mw`) where it is known at T (`forecasting.data.mask_known`).
 
 Carbon intensity is learnt as a ratio to its mean over the last week (`target_transform="ratio"`), so a level shift
-such as Germany's autumn-2021 move from gas to coal does not fall outside the trees' range; solar and wind are learnt
-in MW. Regions without weather (PJM, ISNE in the files) simply train without the weather features.
+such as Germany's autumn-2021 move from gas to coal does not fall outside the trees' range. Solar and wind are learnt
+as a ratio to a capacity proxy (`"capacity"`: the 98th percentile of the output over the last 45 days, known at
+issued_at): the fleets grew fast in 2019–2021 (ERCO solar error 24 → 17 %, ERCO wind 24 → 21 % with it). Regions
+without weather (PJM, ISNE in the files) train without the weather features.
+
+The day ahead (horizons 1–24) and the later horizons (25–96, every third one in training) get separate boosters:
+one model over all 96 horizons forecast the day ahead clearly worse.
 """
 from __future__ import annotations
 
@@ -367,12 +372,24 @@ class LGBMForecaster(Forecaster):
                 continue  # the region does not have this series (e.g. SE solar)
             X, y, spec = self.training_rows(history, region, col)
             boosters = {}
-            for q in self.quantiles:
-                model = lgb.LGBMRegressor(**self._params(q))
-                model.fit(X, y)
-                boosters[q] = model
+            h = X["horizon"].to_numpy()
+            for block, (lo, hi) in enumerate(self.blocks()):
+                rows = (h >= lo) & (h <= hi)
+                if not rows.any():
+                    continue
+                for q in self.quantiles:
+                    model = lgb.LGBMRegressor(**self._params(q))
+                    model.fit(X[rows], y[rows])
+                    boosters[(block, q)] = model
             self._models[region] = _RegionModel(spec, boosters, list(X.columns), 1e-6, True)
         return self
+
+    def blocks(self) -> list[tuple[int, int]]:
+        """Horizon blocks with separate boosters: the day ahead (1–24) and beyond (25–horizon). One model over all
+        96 horizons forecast the day ahead clearly worse (ISNE mix MAPE 6.0 against 4.5 with 24-hour models)."""
+        if self.horizon <= 24:
+            return [(1, self.horizon)]
+        return [(1, 24), (25, self.horizon)]
 
     # -------------------------------------------------------------------------------------------------- predict
     @property
@@ -405,7 +422,20 @@ class LGBMForecaster(Forecaster):
             published_until = np.array([series.index(published_known_until(T0, region))])
         X, t, _ = build_features(series, region, np.array([Ti]), np.arange(1, horizon + 1), model.spec, published_until)
         scale = self._scale(X, col)
-        return {alpha: booster.predict(X[model.columns]) * scale for alpha, booster in model.boosters.items()}
+        h = X["horizon"].to_numpy()
+        out = {alpha: np.full(len(X), np.nan) for alpha in self.quantiles}
+        for block, (lo, hi) in enumerate(self.blocks()):
+            rows = (h >= lo) & (h <= hi)
+            if block == len(self.blocks()) - 1:
+                rows |= h > hi  # beyond the trained horizon: the last block extrapolates
+            if not rows.any():
+                continue
+            Xb = X.loc[rows, model.columns]
+            for alpha in self.quantiles:
+                booster = model.boosters.get((block, alpha))
+                if booster is not None:
+                    out[alpha][rows] = booster.predict(Xb) * scale[rows]
+        return out
 
     def predict(self, issued_at, horizon: int, data: pd.DataFrame) -> pd.DataFrame:
         T0 = issue_hour(issued_at)

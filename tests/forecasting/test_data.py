@@ -102,3 +102,36 @@ def test_attach_published_uses_operator_series_only_and_masks_by_publication(sum
     c = masked[masked["region"] == "CISO"].set_index("hour_utc")["published_solar_mw"]
     assert np.isfinite(c[pd.Timestamp("2021-07-11 06:00", tz="UTC")])
     assert np.isnan(c[pd.Timestamp("2021-07-11 07:00", tz="UTC")])
+
+
+def test_load_from_the_warehouse_round_trip(grid_frame, grid_dir, tmp_warehouse):
+    """load_grid_hourly / load_published_forecasts read the mart and the raw table through warehouse.db.reader."""
+    from warehouse.db import writer
+
+    frame = grid_frame[grid_frame["hour_utc"] < "2021-01-15"]
+    published = fdata.load_published_forecasts(["DE"], source="files", data_dir=grid_dir).head(500)
+    with writer(tmp_warehouse) as con:
+        con.execute("CREATE SCHEMA IF NOT EXISTS marts")
+        con.register("f", frame)
+        con.execute("CREATE TABLE marts.grid_hourly AS SELECT * FROM f")
+        con.register("p", published)
+        con.execute("CREATE TABLE raw.grid_published_forecasts AS SELECT * FROM p")
+    got = fdata.load_grid_hourly(["DE"], start="2021-01-02", end="2021-01-03", db_path=tmp_warehouse)
+    assert list(got.columns[: len(fdata.GRID_HOURLY_COLUMNS)]) == list(fdata.GRID_HOURLY_COLUMNS)
+    assert len(got) == 24 and set(got["region"]) == {"DE"}
+    want = frame[(frame["region"] == "DE") & (frame["hour_utc"] >= "2021-01-02") & (frame["hour_utc"] < "2021-01-03")]
+    assert np.allclose(got["carbon_intensity_direct_gco2_per_kwh"], want["carbon_intensity_direct_gco2_per_kwh"])
+    assert str(got["hour_utc"].dt.tz) == "UTC"
+    assert fdata.grid_hourly(["DE"], db_path=tmp_warehouse).shape[0] == (frame["region"] == "DE").sum()
+    pub = fdata.load_published_forecasts(["DE"], source="warehouse", db_path=tmp_warehouse)
+    assert len(pub) == 500 and set(pub.columns) >= {"region", "hour_utc", "target", "value", "publisher"}
+
+
+def test_known_at_blanks_boolean_and_integer_observed_columns():
+    """pandas 3 refuses a missing value in a numpy bool column; known_at must still mask it (quality flags)."""
+    hours = pd.date_range("2021-01-01", periods=4, freq="h", tz="UTC")
+    data = pd.DataFrame({"region": "DE", "hour_utc": hours, "flag": [True, False, True, True], "count": [1, 2, 3, 4]})
+    masked = known_at(data, hours[2])
+    assert masked["flag"].iloc[:2].tolist() == [True, False]
+    assert masked["flag"].iloc[2:].isna().all() and masked["count"].iloc[2:].isna().all()
+    assert data["flag"].dtype == bool  # the input is untouched

@@ -153,7 +153,6 @@ def test_cli_train_and_predict_print_json_only(store, capfd, data_dir, monkeypat
     assert out["forecasts"][0]["model"] == "naive-24"
 
 
-@pytest.mark.slow
 def test_tft_trains_in_a_second_process(store, frame):
     """`workers=2`: the TFT lane runs in its own process and registers its version in the same warehouse."""
     results = service.train(["naive-24", "tft"], ["carbon_intensity"], REGIONS, "2021-06-30", budget_s=300,
