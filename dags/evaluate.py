@@ -10,17 +10,13 @@ and the task's return value. Reads the warehouse only (no pool needed).
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import pendulum
-import yaml
 from airflow.sdk import DAG, Param, get_current_context, task
 
 from common.assets import FORECASTS, MARTS
+from common.params import FLEET_REGIONS as REGIONS
+from common.params import POLICIES
 
-POLICIES = ("priority", "performance-first", "greedy-carbon", "carbon-time", "round-robin", "random", "optimum")
-REGIONS = list(yaml.safe_load((Path(__file__).resolve().parents[1] / "scheduling" / "fleet.yaml").read_text())
-               ["regions"])
 
 with DAG(
     dag_id="evaluate",

@@ -11,9 +11,7 @@ import pendulum
 from airflow.sdk import DAG, Param, get_current_context, task
 
 from common.assets import FORECASTS, MARTS
-
-REGIONS = ["CISO", "ERCO", "PJM", "ISNE", "MISO", "DE", "ES", "NL", "PL", "SE", "GB"]
-AS_OF_PATTERN = r"^$|^\d{4}-\d{2}-\d{2}([T ]\d{2}(:\d{2}(:\d{2}(\.\d+)?)?)?)?(Z|[+-]\d{2}(:?\d{2})?)?$"
+from common.params import GRID_REGIONS, regions_param, targets_param, time_param
 
 with DAG(
     dag_id="forecast_predict",
@@ -24,13 +22,9 @@ with DAG(
     tags=["forecast"],
     doc_md=__doc__,
     params={
-        "as_of": Param("", type="string", pattern=AS_OF_PATTERN,
-                       description="Issue time (ISO UTC); empty = the data interval end."),
-        "regions": Param([], type="array", items={"type": "string", "enum": REGIONS},
-                         description="Regions; empty = the default six."),
-        "targets": Param(["carbon_intensity"], type="array",
-                         items={"type": "string", "enum": ["carbon_intensity", "solar", "wind"]},
-                         description="What to forecast."),
+        "as_of": time_param("Issue time (ISO UTC); empty = the data interval end."),
+        "regions": regions_param(GRID_REGIONS),
+        "targets": targets_param("What to forecast."),
         "models": Param([], type="array", items={"type": "string"}, description="Models; empty = all good ones."),
         "horizon": Param(96, type="integer", minimum=1, maximum=96, description="Hours ahead."),
         "tiny": Param(False, type="boolean", description="Train tiny models first when none is registered."),

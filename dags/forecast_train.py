@@ -10,9 +10,7 @@ import pendulum
 from airflow.sdk import DAG, Param, get_current_context, task
 
 from common.assets import MARTS
-
-REGIONS = ["CISO", "ERCO", "PJM", "ISNE", "MISO", "DE", "ES", "NL", "PL", "SE", "GB"]
-DATE_PATTERN = r"^$|^\d{4}-\d{2}-\d{2}([T ]\d{2}(:\d{2}(:\d{2})?)?)?(Z|[+-]\d{2}(:?\d{2})?)?$"
+from common.params import GRID_REGIONS, regions_param, targets_param, time_param
 
 with DAG(
     dag_id="forecast_train",
@@ -23,13 +21,9 @@ with DAG(
     tags=["forecast", "training"],
     doc_md=__doc__,
     params={
-        "train_end": Param("", type="string", pattern=DATE_PATTERN,
-                           description="Training cut-off (ISO date); empty = the data interval end."),
-        "regions": Param([], type="array", items={"type": "string", "enum": REGIONS},
-                         description="Regions; empty = the default six."),
-        "targets": Param(["carbon_intensity"], type="array",
-                         items={"type": "string", "enum": ["carbon_intensity", "solar", "wind"]},
-                         description="Targets to train."),
+        "train_end": time_param("Training cut-off (ISO date); empty = the data interval end."),
+        "regions": regions_param(GRID_REGIONS),
+        "targets": targets_param("Targets to train."),
         "models": Param([], type="array", items={"type": "string"}, description="Models; empty = all."),
         "budget_s": Param(900, type="integer", minimum=30, maximum=7200, description="Wall-clock budget (s)."),
         "tiny": Param(False, type="boolean", description="Tiny settings (tests, demos)."),

@@ -10,21 +10,12 @@ Logic: scheduling/plan_service.py. Consumes `warehouse://forecast` and `warehous
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import pendulum
-import yaml
 from airflow.sdk import DAG, Param, get_current_context, task
 
 from common.assets import FORECASTS, MARTS, PLAN
+from common.params import FLEET_REGIONS, POLICIES, regions_param, time_param
 
-# The planner's policies (scheduling.planner.policies.POLICY_NAMES; kept literal so that parsing this file does not
-# import numpy/pandas -- tests/dags/test_plan_dags.py checks that the two agree).
-POLICIES = ("priority", "performance-first", "greedy-carbon", "carbon-time", "round-robin", "random", "optimum")
-# Empty, or an ISO date/time (the first task parses it; this pattern only lets Airflow reject free text at trigger).
-AS_OF_PATTERN = r"^$|^\d{4}-\d{2}-\d{2}([T ]\d{2}(:\d{2}(:\d{2}(\.\d+)?)?)?)?(Z|[+-]\d{2}(:?\d{2})?)?$"
-REGIONS = list(yaml.safe_load((Path(__file__).resolve().parents[1] / "scheduling" / "fleet.yaml").read_text())
-               ["regions"])
 
 with DAG(
     dag_id="plan_hourly",
@@ -36,11 +27,9 @@ with DAG(
     tags=["plan", "scheduling"],
     doc_md=__doc__,
     params={
-        "as_of": Param("", type="string", pattern=AS_OF_PATTERN,
-                       description="Planning time (ISO UTC, e.g. 2021-07-15T12:00Z); empty = data interval end."),
+        "as_of": time_param("Planning time (ISO UTC, e.g. 2021-07-15T12:00Z); empty = data interval end."),
         "policy": Param("priority", type="string", enum=list(POLICIES), description="Placement policy."),
-        "regions": Param([], type="array", items={"type": "string", "enum": REGIONS},
-                         description="Fleet regions to plan on; empty = every region with grid data."),
+        "regions": regions_param(FLEET_REGIONS, "Fleet regions to plan on; empty = every region with grid data."),
         "horizon_hours": Param(168, type="integer", minimum=24, maximum=168,
                                description="Longest planning horizon (hours)."),
         "dry_run": Param(False, type="boolean", description="Write plan.explanations only (no plan rows, no files)."),

@@ -5,11 +5,10 @@ planner loads the latest good version. Logic: scheduling/predictor_service.py.
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import DAG, Param, get_current_context, task
+from airflow.sdk import DAG, get_current_context, task
 
 from common.assets import MARTS
-
-AS_OF_PATTERN = r"^$|^\d{4}-\d{2}-\d{2}([T ]\d{2}(:\d{2}(:\d{2})?)?)?(Z|[+-]\d{2}(:?\d{2})?)?$"
+from common.params import time_param
 
 with DAG(
     dag_id="predictor",
@@ -20,8 +19,7 @@ with DAG(
     tags=["predictor", "training"],
     doc_md=__doc__,
     params={
-        "as_of": Param("", type="string", pattern=AS_OF_PATTERN,
-                       description="Version time recorded with the models; empty = the data interval end."),
+        "as_of": time_param("Version time recorded with the models; empty = the data interval end."),
     },
 ):
 

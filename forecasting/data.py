@@ -35,36 +35,14 @@ import pandas as pd
 
 from forecasting.base import KNOWN_FUTURE_COLUMNS, known_at
 
-from warehouse.loaders.grid_factors import FUELS  # the contract's fuel names
+# the contract's fuel names and one table of emission factors (gCO2eq/kWh, identified by exact regression on the
+# files, SOURCE.md), shared with the loaders and the live connectors
+from warehouse.loaders.grid_factors import CARBONCAST_DIRECT as DIRECT_FACTORS
+from warehouse.loaders.grid_factors import CARBONCAST_LIFECYCLE as LIFECYCLE_FACTORS
+from warehouse.loaders.grid_factors import FUELS
+
 FUEL_COLUMNS = tuple(f"{f}_mw" for f in FUELS)
 RENEWABLE_FUELS = ("hydro", "solar", "wind", "biomass", "geothermal")
-# Emission factors in gCO2eq/kWh, identified by exact regression on the files (SOURCE.md).
-DIRECT_FACTORS = {
-    "coal": 760.0,
-    "nat_gas": 370.0,
-    "oil": 406.0,
-    "other": 575.0,
-    "unknown": 575.0,
-    "nuclear": 0.0,
-    "hydro": 0.0,
-    "solar": 0.0,
-    "wind": 0.0,
-    "biomass": 0.0,
-    "geothermal": 0.0,
-}
-LIFECYCLE_FACTORS = {
-    "coal": 820.0,
-    "nat_gas": 490.0,
-    "oil": 650.0,
-    "other": 700.0,
-    "unknown": 700.0,
-    "nuclear": 12.0,
-    "hydro": 24.0,
-    "solar": 45.0,
-    "wind": 11.0,
-    "biomass": 230.0,
-    "geothermal": 38.0,
-}
 WEATHER_COLUMNS = (
     "wind_speed_m_per_s",
     "temperature_k",

@@ -21,6 +21,7 @@ ties); whole-GPU pods take the first fully-free devices by index.
 from __future__ import annotations
 
 import weakref
+from abc import ABC, abstractmethod
 from typing import ClassVar
 
 import numpy as np
@@ -64,7 +65,7 @@ def _sorted_take(free: np.ndarray, pod: Pod) -> tuple[np.ndarray, np.ndarray]:
     return srt, take
 
 
-class PackingPolicy:
+class PackingPolicy(ABC):
     """Base: the framework steps. Subclasses implement :meth:`score` and may override :meth:`filter` and
     :meth:`select_gpus`."""
 
@@ -74,9 +75,9 @@ class PackingPolicy:
         """(N,) bool feasibility mask (CPU, memory, pod count, GPU model, devices with enough free share)."""
         return cluster.feasible(pod)
 
+    @abstractmethod
     def score(self, cluster: Cluster, pod: Pod, nodes: np.ndarray) -> np.ndarray:
         """Integer scores (int64, aligned with ``nodes``, higher is better) of the feasible ``nodes``."""
-        raise NotImplementedError
 
     def select_gpus(self, cluster: Cluster, pod: Pod, node: int) -> tuple[int, ...]:
         return best_fit_gpus(cluster, pod, node)

@@ -1,12 +1,13 @@
 """The connector interface: a feed's settings, its HTTP access and its credentials."""
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
 import pandas as pd
 
-from warehouse.connectors.http import HttpClient, PayloadError, get_credentials
+from warehouse.connectors.http import ConnectorError, HttpClient, PayloadError, get_credentials
 from warehouse.connectors.schema import FeedData
 
 
@@ -24,7 +25,7 @@ class FeedSettings:
         return self.options.get(key, default)
 
 
-class Connector:
+class Connector(ABC):
     """Base of the feed connectors. `fetch` returns the rows of one region and interval as FeedData."""
 
     name: ClassVar[str] = ""
@@ -52,8 +53,10 @@ class Connector:
     def payload_error(self, message: str) -> PayloadError:
         return PayloadError(f"{self.name}: unexpected response: {message}")
 
+    @abstractmethod
     def fetch(self, region: str, code: str, start: pd.Timestamp, end: pd.Timestamp) -> FeedData:
-        raise NotImplementedError
+        """Hourly carbon intensity and/or generation of `region` (the feed's zone `code`) over [start, end)."""
 
     def forecast(self, region: str, code: str, as_of: pd.Timestamp) -> FeedData:
-        raise NotImplementedError(f"the {self.name} feed has no forecast")
+        """The feed's own forecast issued at `as_of`; only some feeds publish one (WattTime)."""
+        raise ConnectorError(f"the {self.name} feed publishes no forecast; choose a feed that does (WattTime)")

@@ -29,15 +29,9 @@ from warehouse.connectors.base import Connector
 from warehouse.connectors.schema import CARBON_INTENSITY, GENERATION, FeedData, frame, within
 from warehouse.db import Rejection
 
-try:  # one table of factors for files and live feeds
-    from warehouse.loaders.grid_factors import CARBONCAST_DIRECT as DIRECT_FACTORS
-    from warehouse.loaders.grid_factors import CARBONCAST_LIFECYCLE as LIFECYCLE_FACTORS
-except ImportError:  # pragma: no cover - the loader module is absent: same values, from SOURCE.md
-    DIRECT_FACTORS = {"coal": 760.0, "nat_gas": 370.0, "oil": 406.0, "other": 575.0, "unknown": 575.0, "nuclear": 0.0,
-                      "hydro": 0.0, "solar": 0.0, "wind": 0.0, "biomass": 0.0, "geothermal": 0.0}
-    LIFECYCLE_FACTORS = {"coal": 820.0, "nat_gas": 490.0, "oil": 650.0, "other": 700.0, "unknown": 700.0,
-                         "nuclear": 12.0, "hydro": 24.0, "solar": 45.0, "wind": 11.0, "biomass": 230.0,
-                         "geothermal": 38.0}
+# one table of factors for the files and the live feeds
+from warehouse.loaders.grid_factors import CARBONCAST_DIRECT as DIRECT_FACTORS
+from warehouse.loaders.grid_factors import CARBONCAST_LIFECYCLE as LIFECYCLE_FACTORS
 
 FUEL_CODES = {
     "COL": "coal",

@@ -218,13 +218,16 @@ LEGACY_COLUMNS = [
     Column("latency", "float", min_value=0, rename="latency_s"),
     Column("energy", "float", min_value=0, rename="energy_per_response_j"),
 ]
-LLM_RUN_COLUMNS = [
+# the columns naming a v2 run (folder path + the model and GPU the run reports), shared by LLM and diffusion runs
+RUN_ID_COLUMNS = [
     Column("task_family", "str"),
     Column("task", "str"),
     Column("gpu_dir", "str"),
     Column("config", "str"),
     Column("Model", "str", rename="model"),
     Column("GPU", "str", rename="gpu"),
+]
+LLM_RUN_COLUMNS = RUN_ID_COLUMNS + [
     Column("TP", "int", min_value=1, rename="tensor_parallel"),
     Column("PP", "int", min_value=1, rename="pipeline_parallel"),
     Column("Energy/req (J)", "float", min_value=0, rename="energy_per_request_j"),
@@ -234,13 +237,7 @@ LLM_RUN_COLUMNS = [
     Column("Avg BS (reqs)", "float", min_value=0, rename="avg_batch_size_reqs"),
     Column("Max BS (reqs)", "int", min_value=0, rename="max_batch_size_reqs"),
 ]
-DIFFUSION_COLUMNS = [
-    Column("task_family", "str"),
-    Column("task", "str"),
-    Column("gpu_dir", "str"),
-    Column("config", "str"),
-    Column("Model", "str", rename="model"),
-    Column("GPU", "str", rename="gpu"),
+DIFFUSION_COLUMNS = RUN_ID_COLUMNS + [
     Column("Energy/image (J)", "float", nullable=True, min_value=0, rename="energy_per_image_j", required=False),
     Column("Energy/video (J)", "float", nullable=True, min_value=0, rename="energy_per_video_j", required=False),
     Column("Batch latency (s)", "float", min_value=0, rename="batch_latency_s"),

@@ -1,0 +1,34 @@
+"""Params shared by the hand-triggered DAGs: one definition of a planning/issue time, the region lists and the
+policies, so that every DAG rejects the same bad values with the same message at trigger time.
+
+Kept free of numpy/pandas imports: DAG files must parse fast (tests/dags/test_dagbag.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from airflow.sdk import Param
+
+# Empty, or an ISO date/time (the DAG's first task parses it; the pattern only lets Airflow reject free text).
+ISO_TIME_PATTERN = r"^$|^\d{4}-\d{2}-\d{2}([T ]\d{2}(:\d{2}(:\d{2}(\.\d+)?)?)?)?(Z|[+-]\d{2}(:?\d{2})?)?$"
+# Grid zones in the warehouse (the forecasters' regions).
+GRID_REGIONS = ["CISO", "ERCO", "PJM", "ISNE", "MISO", "DE", "ES", "NL", "PL", "SE", "GB"]
+# Regions with clusters in the fleet configuration.
+FLEET_REGIONS = list(yaml.safe_load((Path(__file__).resolve().parents[2] / "scheduling" / "fleet.yaml").read_text())
+                     ["regions"])
+# The planner's policies (scheduling.planner.policies.POLICY_NAMES; literal so that parsing a DAG does not import
+# numpy/pandas -- tests/dags/test_plan_dags.py checks that the two agree).
+POLICIES = ("priority", "performance-first", "greedy-carbon", "carbon-time", "round-robin", "random", "optimum")
+
+
+def time_param(description: str) -> Param:
+    return Param("", type="string", pattern=ISO_TIME_PATTERN, description=description)
+
+
+def regions_param(regions: list[str], description: str = "Regions; empty = the default six.") -> Param:
+    return Param([], type="array", items={"type": "string", "enum": regions}, description=description)
+
+
+def targets_param(description: str) -> Param:
+    return Param(["carbon_intensity"], type="array",
+                 items={"type": "string", "enum": ["carbon_intensity", "solar", "wind"]}, description=description)
