@@ -1,6 +1,9 @@
 """Airflow DAG predictor: weekly (and on demand) training of the dual-network performance/interference predictor
-and the GPU power model (CA-RM); each run registers a model version with its metrics in model.registry, and the
-planner loads the latest good version. Logic: scheduling/predictor_service.py.
+and the GPU power model (CA-RM); each run registers a model version with its metrics in model.registry (a failed
+training as status 'failed'). The hourly plan (scheduling/plan_service.py) loads the latest good version whose
+cut-off (`as_of`) is at or before its planning time, through scheduling.predictor_service.resolve_registered, and
+records the versions in every explanation record; without one it falls back, flagged. Logic:
+scheduling/predictor_service.py.
 """
 from __future__ import annotations
 

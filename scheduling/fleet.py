@@ -38,7 +38,14 @@ class GpuModel:
     peak_w: float
     gavel: str | None = None  # k80 | p100 | v100: per-job-type speed from Gavel's measurements
     relative_speed: float | None = None  # vs a V100 where no Gavel measurement exists
-    power_profile: str | None = None  # Zeus gpu_type whose power-limit sweep applies
+
+    @property
+    def power_profile(self) -> str:
+        """The Zeus power curve this model borrows (a Zeus gpu_type, or 'default'). Defined once, in
+        scheduling.power.GPU_MAP, so the planner and the power model cannot disagree."""
+        from scheduling.power import map_gpu_type
+
+        return map_gpu_type(self.name).curve
 
 
 @dataclass(frozen=True)
@@ -322,9 +329,11 @@ def load_fleet(path: str | Path | None = None, regions: int | Iterable[str] | No
     models = {}
     for name, m in spec["gpu_models"].items():
         try:
+            if "power_profile" in m:  # the curve mapping has one home (scheduling/power.py GPU_MAP)
+                raise ValueError("power_profile is not read from the fleet file; the GPU -> power-curve mapping "
+                                 "is scheduling.power.GPU_MAP")
             models[str(name)] = GpuModel(name=str(name), idle_w=float(m["idle_w"]), peak_w=float(m["peak_w"]),
-                                         gavel=m.get("gavel"), relative_speed=m.get("relative_speed"),
-                                         power_profile=m.get("power_profile"))
+                                         gavel=m.get("gavel"), relative_speed=m.get("relative_speed"))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path}: gpu_models.{name}: {exc}") from exc
         if models[name].gavel is None and models[name].relative_speed is None:

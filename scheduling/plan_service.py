@@ -25,6 +25,12 @@ to the hour. Inputs, all as known at that time:
 * **Forecasts**: `forecast.forecasts` (target carbon_intensity, p50 of the latest issue at or before T, through
   the planner's `WarehouseForecast`); the planner's seasonal naive from actuals where none exist.
 
+* **Models**: the latest good registered power model ("gpu-power") and predictor ("gpu-predictor") of
+  `model.registry` whose cut-off is at or before T (`scheduling.predictor_service.resolve_registered`; failed
+  versions and unloadable artifacts are skipped). Without one, flagged (`fallback: true`): power options fitted
+  from marts.gpu_energy_profiles / the files, speeds from Gavel's measured isolated throughputs. The versions used
+  are recorded in every explanation record (`models` {power, predictor}) and in the summary.
+
 Writes (not in a dry run): the schedule directory (atomically, `scheduling.schedules`) and then plan.plans,
 plan.assignments, plan.explanations, plan.unplaced in one transaction (`scheduling.plan_store`), whose
 `schedule_dir` points at it. A dry run writes plan.explanations only (under plan_id + "#dry-run"), and no files.
@@ -168,11 +174,11 @@ def _fleet(regions: Iterable[str] | None, data_dir=None):
     return fleet.select([r for r, z in zip(fleet.cluster_regions, fleet.cluster_zones) if z != "GB"])
 
 
-# In-process caches of static inputs (grid actuals per day window, power options per fleet): a CLI run or an
-# Airflow task plans one hour; tests and replays that plan several hours in one process reuse them (the marts and
-# files they come from change only when dbt or an ingest runs, not between the hours of one process).
+# In-process caches of static inputs (grid actuals per day window; power options are cached per fleet and power
+# model version by scheduling.planner.power.load_power_table): a CLI run or an Airflow task plans one hour; tests
+# and replays that plan several hours in one process reuse them (the marts and files they come from change only
+# when dbt or an ingest runs, not between the hours of one process).
 _GRID_CACHE: dict = {}
-_POWER_CACHE: dict = {}
 
 
 def _source_key(db_path, mart: str) -> str:
@@ -207,14 +213,29 @@ def _grid(zones, plan_time: pd.Timestamp, horizon_h: int, db_path=None, data_dir
     return _GRID_CACHE[key]
 
 
-def _power_table(fleet, db_path=None, data_dir=None):
+def _power_table(fleet, db_path=None, data_dir=None, as_of=None):
+    """Power options from the latest good registered power model at `as_of`, else (flagged) fitted from the mart
+    or files; load_power_table caches them per GPU models and model version."""
     from scheduling.planner.power import load_power_table
 
-    key = (tuple(fleet.names), _source_key(db_path, "gpu_energy_profiles"), str(data_dir))
-    if key not in _POWER_CACHE:
-        _POWER_CACHE.clear()
-        _POWER_CACHE[key] = load_power_table(fleet, data_dir=data_dir, db_path=db_path)
-    return _POWER_CACHE[key]
+    return load_power_table(fleet, data_dir=data_dir, db_path=db_path, as_of=as_of)
+
+
+def _speed_model(pending: pd.DataFrame, as_of, db_path=None, data_dir=None):
+    """(SpeedModel, info): speeds from the latest good registered predictor at `as_of`; else, flagged, Gavel's
+    measured isolated throughputs (the data the predictor is trained on; training it here would take minutes)."""
+    from scheduling.jobs import SpeedModel
+    from scheduling.predictor_service import PREDICTOR_NAME, predictor_speed_table, resolve_registered
+
+    predictor, info = resolve_registered(PREDICTOR_NAME, as_of=as_of, db_path=db_path)
+    if predictor is not None:
+        try:
+            table = predictor_speed_table(predictor, pending["job_type"].astype(str))
+            return SpeedModel(data_dir, table=table), {**info, "fallback": False}
+        except Exception as exc:  # noqa: BLE001 - a version that cannot predict these jobs: measured speeds
+            info = {**info, "version": None, "source": None, "reason": f"predict failed ({type(exc).__name__}: {exc})"}
+    model = SpeedModel(data_dir)
+    return model, {**info, "fallback": True, "source": model.source}
 
 
 def _forecasts(fleet, plan_time: pd.Timestamp, horizon_h: int, db_path=None, data_dir=None):
@@ -248,7 +269,9 @@ def make_plan_for(as_of, *, policy: str = "priority", regions=None, horizon_hour
         return Plan(plan_time=plan_time, policy=policy, forecast_version=None), info
     from scheduling.planner.problem import JobTable
 
-    table = JobTable(pending, fleet, power_table=_power_table(fleet, db_path, data_dir), data_dir=data_dir)
+    power_table = _power_table(fleet, db_path, data_dir, as_of=plan_time)
+    speed_model, predictor_info = _speed_model(pending, plan_time, db_path, data_dir)
+    table = JobTable(pending, fleet, speed_model=speed_model, power_table=power_table, data_dir=data_dir)
     hp = HourlyPlanner(fleet, None, policy, forecasts, table=table, max_horizon=int(horizon_hours),
                        data_dir=data_dir)
     if len(running):
@@ -257,7 +280,22 @@ def make_plan_for(as_of, *, policy: str = "priority", regions=None, horizon_hour
         _apply_running(hp, running, plan_time)
     idx = np.flatnonzero(hp.table.submit_h <= abs_hours(plan_time))
     plan = hp.plan(plan_time, idx)
+    # the model versions behind every decision go into its explanation record (plan.explanations.record.models)
+    info["models"] = {"power": _model_ref(power_table.model_info), "predictor": _model_ref(predictor_info)}
+    for record in plan.explanations:
+        record["models"] = info["models"]
     return plan, info
+
+
+def _model_ref(info: dict) -> dict:
+    """The part of a model's resolution recorded with a plan: name, version (None = fallback), trained_at,
+    source, fallback flag, and versions skipped because their artifact would not load."""
+    ref = {k: info.get(k) for k in ("name", "version", "trained_at", "source", "fallback")}
+    if info.get("skipped"):
+        ref["skipped"] = [s["version"] for s in info["skipped"]]
+    if info.get("fallback") and info.get("reason"):
+        ref["reason"] = info["reason"]
+    return ref
 
 
 def validate_inputs(as_of, policy: str, regions=None, horizon_hours: int = DEFAULT_HORIZON_H) -> dict:
@@ -317,7 +355,8 @@ def plan_hourly(as_of, *, policy: str = "priority", dry_run: bool = False, regio
                 explainer=None, data_dir=None, n_per_day: int | None = None) -> dict:
     """Plan the planning time `as_of` (see the module doc) and write it; returns a summary dict: plan_id,
     plan_time, policy, dry_run, forecast_version, forecast_source, n_jobs, n_assigned, n_dispatched, n_unplaced,
-    n_running, expected_kgco2e, schedule_dir, files, tables, seconds."""
+    n_running, expected_kgco2e, schedule_dir, files, tables, models (power/predictor version used, or the
+    flagged fallback), seconds."""
     from scheduling import plan_store, schedules
     from scheduling.explain import make_explainer
 
@@ -362,6 +401,7 @@ def plan_hourly(as_of, *, policy: str = "priority", dry_run: bool = False, regio
         "files": files,
         "tables": tables,
         "explanations": len(plan.explanations),
+        "models": info.get("models"),
         "seconds": round(time.perf_counter() - t0, 3),
     }
     log.info("plan %s: %d jobs, %d assigned (%d start now), %.3f kgCO2e expected; schedule %s",

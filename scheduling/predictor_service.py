@@ -7,6 +7,8 @@
         i.e. MODELS_DIR). A failing training is registered with status 'failed' and the error in its metrics.
     load_latest_good(name, as_of=None, db_path=None)
         The newest good version: a PerformancePredictor for "gpu-predictor", a PowerModel for "gpu-power".
+    resolve_registered(name, as_of=None, db_path=None) -> (model | None, info)
+        The same with the version used (or why none was), for the planner to record in its explanations.
 
 Registry rows: model_name "gpu-predictor" target "steps_per_s"; model_name "gpu-power" target
 "energy_per_epoch_j". trained_at = `as_of` (the data cut-off; default: now, UTC).
@@ -105,9 +107,55 @@ def _summary(record) -> dict:
             "trained_at": record.trained_at.isoformat(), "headline": headline}
 
 
-def load_latest_good(name: str, as_of=None, db_path=None):
-    """The newest good model of `name` ("gpu-predictor" or "gpu-power"), loaded; None when there is none."""
+_LOADED: dict = {}  # artifact path -> loaded model (an artifact never changes once registered)
+
+
+def resolve_registered(name: str, as_of=None, db_path=None) -> tuple[object | None, dict]:
+    """(model, info) for the newest good version of `name` whose cut-off (trained_at) is at or before `as_of`
+    (a replay never uses a model newer than its planning time) and whose artifact loads. Good versions whose
+    artifact is missing or corrupted are skipped and listed in info["skipped"]; failed versions are never used.
+    info: {name, version, trained_at, source: "registry"} or, when there is none, {name, version: None,
+    source: None, reason}, so the caller can fall back and say so."""
     if name not in TARGETS:
         raise ValueError(f"unknown model {name!r}; known: {sorted(TARGETS)}")
-    record = _registry().latest_good(name, TARGETS[name], as_of=as_of, db_path=db_path)
-    return None if record is None else record.load()
+    registry = _registry()
+    info: dict = {"name": name, "version": None, "trained_at": None, "source": None, "skipped": []}
+    try:
+        records = registry.list_models(name, TARGETS[name], "good", db_path)
+    except Exception as exc:  # noqa: BLE001 - an unreadable registry must not stop the plan; the caller falls back
+        info["reason"] = f"registry unreadable ({type(exc).__name__}: {exc})"
+        return None, info
+    cutoff = None if as_of is None else pd.Timestamp(as_of)
+    if cutoff is not None and cutoff.tzinfo is None:
+        cutoff = cutoff.tz_localize("UTC")
+    for record in records:
+        if cutoff is not None and record.trained_at > cutoff:
+            continue
+        try:
+            model = _LOADED.get(record.artifact_path)
+            if model is None:
+                model = record.load()
+                _LOADED[record.artifact_path] = model
+        except registry.ArtifactError as exc:
+            info["skipped"].append({"version": record.version, "error": str(exc)})
+            continue
+        info.update(version=record.version, trained_at=record.trained_at.isoformat(), source="registry")
+        return model, info
+    info["reason"] = ("no good version registered" if not records else
+                      "no good version with a loadable artifact trained at or before " + str(cutoff))
+    return None, info
+
+
+def load_latest_good(name: str, as_of=None, db_path=None):
+    """The newest good model of `name` ("gpu-predictor" or "gpu-power"), loaded; None when there is none."""
+    return resolve_registered(name, as_of=as_of, db_path=db_path)[0]
+
+
+def predictor_speed_table(predictor, job_types, gpu_types=("k80", "p100", "v100")) -> pd.DataFrame:
+    """job_type x gpu_type isolated steps/s from a registered predictor (network 1 + network 2, so feedback the
+    version has absorbed counts): the table `scheduling.jobs.SpeedModel(table=...)` turns into speeds."""
+    types = sorted(set(job_types))
+    out = pd.DataFrame(index=pd.Index(types, name="job_type"))
+    for gpu in gpu_types:
+        out[gpu] = predictor.isolated(pd.DataFrame({"job_type": types}), gpu)
+    return out

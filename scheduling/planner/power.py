@@ -1,17 +1,20 @@
 """Power-limit options per GPU model for the planner: (limit, time factor, average board power).
 
 Source, in order:
-1. the project's power model (`scheduling.power.PowerModel`, when present): its `options(gpu_type, workload,
-   work_units)` rows give the limits, times and energies;
-2. the Zeus power-limit sweeps (`marts.gpu_energy_profiles`, or the files through `scheduling.perfdata`): for
-   each GPU type and workload the time and energy at each limit relative to the maximum limit; the medians over
-   workloads per limit give the model's options.
+1. the latest good registered power model (`model.registry`, name "gpu-power", cut-off at or before the planning
+   time; see scheduling/predictor_service.py and dags/predictor.py): its Zeus sweep table (`PowerModel.profiles`);
+2. fallback, flagged in `PowerTable.model_info` ("fallback": true): the Zeus power-limit sweeps fitted on the fly
+   (`marts.gpu_energy_profiles`, or the files through `scheduling.perfdata`).
+For each Zeus GPU type and workload the time and energy at each limit relative to the maximum limit; the medians
+over workloads per limit give the model's options. Which curve a fleet GPU model borrows, and its minimum
+settable limit, come from the one mapping `scheduling.power.GPU_MAP` (through `map_gpu_type`).
 
 Of the limits, the planner keeps at most three: the default (maximum) limit, the limit with the lowest median
 energy among those slowing jobs by at most `max_slowdown` (default 25 %), and the lowest-energy limit that slows
-by at most 7 %. Which one a job gets is decided per job by the coordinator (the one whose window costs least
-carbon and still meets the deadline). Average power at the maximum limit is `peak_w` x the sweep's median
-avg_power / max_limit; a model without a profile has only its default limit (average power = 0.7 x peak_w).
+by at most 7 %; limits below the GPU's minimum settable limit are never offered. Which one a job gets is decided
+per job by the coordinator (the one whose window costs least carbon and still meets the deadline). Average power
+at the maximum limit is `peak_w` x the sweep's median avg_power / max_limit; a model without a profile has only
+its default limit (average power = 0.7 x peak_w).
 """
 from __future__ import annotations
 
@@ -38,22 +41,28 @@ class PowerTable:
     """`options(model_name) -> list[PowerOption]` (first = default limit) for the fleet's GPU models."""
 
     def __init__(self, fleet, profiles: pd.DataFrame | None = None, max_slowdown: float = 0.25,
-                 source: str = "zeus-sweep"):
+                 source: str = "zeus-sweep", model_info: dict | None = None):
         self.max_slowdown = max_slowdown
         self.source = source
+        # which power-model version the options come from (registry) or that none did (fallback: true)
+        self.model_info = dict(model_info or {"version": None, "source": source, "fallback": True})
         self._curves = _curves(profiles) if profiles is not None and len(profiles) else {}
         self._options: dict[str, list[PowerOption]] = {}
         for name, model in fleet.gpu_models.items():
             self._options[name] = self._build(model)
 
     def _build(self, model) -> list[PowerOption]:
-        curve = self._curves.get(str(model.power_profile)) if model.power_profile else None
+        from scheduling.power import map_gpu_type
+
+        spec = map_gpu_type(model.name)
+        curve = self._curves.get(spec.curve)
         if curve is None:
             return [PowerOption(model.peak_w, 1.0, DEFAULT_UTILISATION * model.peak_w)]
         p_default = curve["p0"] * model.peak_w
         opts = [PowerOption(model.peak_w, 1.0, p_default)]
         cand = curve["table"]
-        ok = cand[(cand["frac"] < 0.999) & (cand["t"] <= 1.0 + self.max_slowdown)]
+        settable = cand["frac"] * model.peak_w >= spec.min_limit_w - 1e-6  # e.g. a T4 cannot go below 60 W
+        ok = cand[(cand["frac"] < 0.999) & (cand["t"] <= 1.0 + self.max_slowdown) & settable]
         picks = []
         if len(ok):
             picks.append(ok.loc[ok["e"].idxmin()])
@@ -76,6 +85,7 @@ class PowerTable:
     def describe(self) -> dict:
         return {
             "source": self.source,
+            "model": self.model_info,
             "models": {m: [{"limit_w": o.limit_w, "time_factor": round(o.time_factor, 4),
                             "power_w": round(o.power_w, 1)} for o in opts] for m, opts in self._options.items()},
         }
@@ -103,48 +113,54 @@ def _curves(profiles: pd.DataFrame) -> dict:
     for gpu, part in g.groupby("gpu_type"):
         table = part.groupby("frac")[["t", "e"]].median().reset_index()
         p0 = part.drop_duplicates("_key")["p0"].median()
-        out[str(gpu)] = {"p0": float(p0), "table": table}
+        out[str(gpu).lower()] = {"p0": float(p0), "table": table}
+    if out:  # GPU_MAP's "default" curve (undisclosed models): the median over the profiled types, per limit fraction
+        from scheduling.power import DEFAULT_CURVE
+
+        tables = pd.concat([c["table"] for c in out.values()])
+        out[DEFAULT_CURVE] = {"p0": float(np.median([c["p0"] for c in out.values()])),
+                              "table": tables.groupby("frac")[["t", "e"]].median().reset_index()}
     return out
 
 
 _TABLE_CACHE: dict = {}
 
 
-def load_power_table(fleet, data_dir=None, db_path=None, max_slowdown: float = 0.25) -> PowerTable:
-    """The fleet's power options: from the project's power model when it exposes its sweep, else from the Zeus
-    profiles (warehouse mart, files as fallback), else default limits only. Cached per process and GPU models."""
+def load_power_table(fleet, data_dir=None, db_path=None, max_slowdown: float = 0.25, as_of=None) -> PowerTable:
+    """The fleet's power options from the latest good registered power model (cut-off at or before `as_of`;
+    None = the newest), else, flagged, from the Zeus profiles fitted on the fly (warehouse mart, files as
+    fallback), else default limits only. Cached per process, GPU models and model version."""
+    from scheduling.predictor_service import POWER_NAME, resolve_registered
+
+    model, info = resolve_registered(POWER_NAME, as_of=as_of, db_path=db_path)
     key = (tuple(sorted((m.name, m.peak_w, m.power_profile) for m in fleet.gpu_models.values())), str(data_dir),
-           str(db_path), max_slowdown)
+           str(db_path), max_slowdown, info.get("version"))
     if key in _TABLE_CACHE:
         return _TABLE_CACHE[key]
-    table = _load_power_table(fleet, data_dir, db_path, max_slowdown)
+    if model is not None:
+        table = PowerTable(fleet, model.profiles, max_slowdown, source=f"registry:{POWER_NAME}@{info['version']}",
+                           model_info={**info, "fallback": False})
+    else:
+        table = _fallback_power_table(fleet, data_dir, db_path, max_slowdown, info)
     _TABLE_CACHE[key] = table
     return table
 
 
-def _load_power_table(fleet, data_dir, db_path, max_slowdown) -> PowerTable:
+def _fallback_power_table(fleet, data_dir, db_path, max_slowdown, info: dict) -> PowerTable:
+    """No registered version: fit from marts.gpu_energy_profiles (files when the mart is missing), flagged."""
     profiles = None
-    source = "default-limit-only"
-    try:  # the power model's own profile table, if the module exists and exposes one
-        from scheduling import power as power_model  # type: ignore
+    try:
+        from scheduling.power import energy_profiles
 
-        getter = getattr(power_model, "energy_profiles", None) or getattr(power_model, "load_profiles", None)
-        if callable(getter):
-            profiles = getter()
-            source = "scheduling.power"
-    except Exception:  # noqa: BLE001 - optional component
+        profiles = energy_profiles(db_path=db_path, data_dir=data_dir)
+    except Exception:  # noqa: BLE001 - neither mart nor files: default limits only
         profiles = None
-    if profiles is None:
-        try:
-            from scheduling.perfdata import load_energy_profiles
-
-            profiles = load_energy_profiles(db_path=db_path, fallback=True, data_dir=data_dir)
-            source = "zeus-sweep (marts.gpu_energy_profiles or files)"
-        except Exception:  # noqa: BLE001
-            profiles = None
+    flagged = {**info, "fallback": True}
     if profiles is None or not len(profiles):
-        return PowerTable(fleet, None, max_slowdown, source="default-limit-only")
-    return PowerTable(fleet, profiles, max_slowdown, source=source)
+        flagged["source"] = "default-limit-only"
+        return PowerTable(fleet, None, max_slowdown, source="default-limit-only", model_info=flagged)
+    flagged["source"] = "fitted-on-the-fly (marts.gpu_energy_profiles or files)"
+    return PowerTable(fleet, profiles, max_slowdown, source=flagged["source"], model_info=flagged)
 
 
 def option_arrays(fleet, table: PowerTable, power_aware: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
