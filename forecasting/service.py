@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
 import logging
 import os
@@ -230,6 +231,8 @@ def train(
         say("tft: training in a second process")
     jobs = [(m, t) for t in targets for m in models]
     results: list[TrainResult] = []
+    # (model, target, first hour not seen) of every fit so far: the ensembles take their members from here
+    fitted_so_far: list[tuple] = []
     for i, (name, target) in enumerate(jobs):
         elapsed = time.monotonic() - started
         remaining = budget_s - elapsed if budget_s else None
@@ -261,7 +264,13 @@ def train(
             else:
                 fit_budget = share / 2 if share is not None else None
                 t_fit, c_fit = time.monotonic(), time.process_time()
-                _fit(model, data[data["hour_utc"] < val_start], target, fit_budget)
+                before_val = data[data["hour_utc"] < val_start]
+                if hasattr(model, "offer_fitted"):
+                    model.offer_fitted(fitted_so_far)
+                _fit(model, before_val, target, fit_budget)
+                if getattr(_inner(model), "reused_members_", None):
+                    say(f"{name}/{target}: took {', '.join(_inner(model).reused_members_)} as fitted in this run")
+                _remember_fit(fitted_so_far, jobs[i + 1:], model, target, before_val)
                 fit_s, fit_cpu_s = time.monotonic() - t_fit, time.process_time() - c_fit
                 metrics = validate(model, data, target, val_start, cutoff)
                 used = time.monotonic() - t0
@@ -270,7 +279,10 @@ def train(
                 )
                 if do_refit:
                     final = registry.make_model(name, target, tiny=tiny)
+                    if hasattr(final, "offer_fitted"):
+                        final.offer_fitted(fitted_so_far)
                     _fit(final, data, target, fit_budget)
+                    _remember_fit(fitted_so_far, jobs[i + 1:], final, target, data)
                 else:
                     # Register the validated fit itself: its cut-off is the start of the validation window.
                     final, trained_at = model, val_start
@@ -316,6 +328,18 @@ def train(
         finally:
             pool.shutdown()
     return results
+
+
+def _inner(model):
+    """The ensemble inside an operator blend (solar, wind), else the model itself."""
+    return getattr(model, "base", model)
+
+
+def _remember_fit(fitted_so_far: list, jobs_left, model, target: str, history: pd.DataFrame) -> None:
+    """Keep a copy of a just-fitted model for the ensembles still to train (taken before validation: predicting
+    fills forecast caches that a fresh fit would not have)."""
+    if any(name == "ensemble" and t == target for name, t in jobs_left):
+        fitted_so_far.append((copy.deepcopy(model), target, history["hour_utc"].max() + pd.Timedelta(hours=1)))
 
 
 def _train_lane(kwargs: dict) -> list[dict]:

@@ -33,6 +33,7 @@ computes each member forecast once. They assume one dataset per fitted model; `f
 from __future__ import annotations
 
 import copy
+import json
 
 import numpy as np
 import pandas as pd
@@ -190,6 +191,19 @@ def fit_weights_fast(F: np.ndarray, y: np.ndarray, relative: bool) -> np.ndarray
     return grid[int(np.argmin(err.mean(axis=0)))]
 
 
+def same_params(a: Forecaster, b: Forecaster) -> bool:
+    """Same constructor parameters (fitted attributes, which end in `_`, ignored). Values without a stable repr
+    (objects at an address) compare unequal, so doubt means "fit it again"."""
+    def params(model):
+        return json.dumps({k: v for k, v in model.get_params().items() if not k.endswith("_")}, sort_keys=True,
+                          default=repr)
+
+    try:
+        return params(a) == params(b)
+    except (TypeError, ValueError):
+        return False
+
+
 class EnsembleForecaster(Forecaster):
     """Weighted combination of any forecasters; weights and P10–P90 calibration fitted on a validation window."""
 
@@ -260,10 +274,30 @@ class EnsembleForecaster(Forecaster):
                 memory.put(T, m.predict(T, self.horizon, mask_known(window, T)))
         self._static = self._fit_combination(issues, history, col, before=end, H=self.horizon)
         if self.refit:
-            self._fitted = [copy.deepcopy(member).fit(history, target) for member in self.members]
+            self._fitted, self.reused_members_ = [], []
+            for member in self.members:
+                reused = self._offered_fit(member, target, end)
+                if reused is not None:
+                    self.reused_members_.append(getattr(member, "name", type(member).__name__))
+                self._fitted.append(reused if reused is not None else copy.deepcopy(member).fit(history, target))
         else:
             self._fitted = fitted_val
+        self._offered = []  # not part of the fitted model (nor of its artifact)
         return self
+
+    def offer_fitted(self, fitted: list[tuple[Forecaster, str, pd.Timestamp]]) -> None:
+        """Models already fitted, as (model, target, first hour not seen), e.g. by `forecasting.service.train` in
+        the same run on the same frame. At the refit, a member of the same class and parameters fitted on the same
+        history (same target, same end) is taken as is instead of being fitted again: single-threaded LightGBM is
+        deterministic, so the ensemble is the same, and training all models costs one fit of each member less."""
+        self._offered = list(fitted)
+
+    def _offered_fit(self, member: Forecaster, target: str, end: pd.Timestamp) -> Forecaster | None:
+        for model, model_target, model_end in getattr(self, "_offered", []):
+            if type(model) is type(member) and model_target == target and model_end == end \
+                    and same_params(model, member):
+                return copy.deepcopy(model)
+        return None
 
     # ------------------------------------------------------------------------------------------- combination fit
     def _fit_combination(self, issues, data, col, before, H) -> dict:
@@ -388,6 +422,11 @@ class PublishedBlendForecaster(Forecaster):
         self._memory = ForecastMemory()
         self.base.fit(history, target)
         return self
+
+    def offer_fitted(self, fitted: list[tuple[Forecaster, str, pd.Timestamp]]) -> None:
+        """Passed on to the base model (see `EnsembleForecaster.offer_fitted`)."""
+        if hasattr(self.base, "offer_fitted"):
+            self.base.offer_fitted(fitted)
 
     def predict(self, issued_at, horizon: int, data: pd.DataFrame) -> pd.DataFrame:
         T0 = _utc_hour(issued_at)

@@ -202,3 +202,33 @@ def test_fitted_models_pickle_round_trip(fitted_ensemble, grid_frame):
     window = grid_frame[grid_frame["hour_utc"] >= T - pd.Timedelta(days=20)]
     restored = pickle.loads(pickle.dumps(fresh(fitted_ensemble)))
     pd.testing.assert_frame_equal(fresh(fitted_ensemble).predict(T, 24, window), restored.predict(T, 24, window))
+
+
+def test_ensemble_takes_an_offered_member_fitted_on_the_same_history(fitted_ensemble, grid_frame):
+    """forecasting.service offers the models it already fitted on the same frame: the ensemble takes a member of the
+    same class and parameters fitted up to the same hour (so it forecasts exactly as if it had fitted it itself), and
+    refuses one fitted on another history or with other parameters."""
+    history = grid_frame[grid_frame["hour_utc"] < TRAIN_END]
+    end = history["hour_utc"].max() + pd.Timedelta(hours=1)
+    lgbm_params = dict(horizon=24, n_estimators=30, learning_rate=0.2, issue_hours=(0, 12))
+
+    def offered(**overrides):
+        model = LGBMForecaster(**{**lgbm_params, **overrides}).fit(history, "carbon_intensity")
+        model.offered_ = True  # a fitted attribute: ignored by the parameter comparison, visible after reuse
+        return model
+
+    def ensemble(offers):
+        model = ens.EnsembleForecaster([LGBMForecaster(**lgbm_params), SeasonalNaive(24), Constant()],
+                                       validation_days=14, rolling_days=7, horizon=24)
+        model.offer_fitted(offers)
+        return model.fit(history, "carbon_intensity")
+
+    reused = ensemble([(offered(), "carbon_intensity", end)])
+    assert getattr(reused._fitted[0], "offered_", False)
+    T = TRAIN_END + pd.Timedelta(days=3)
+    pd.testing.assert_frame_equal(fresh(reused).predict(T, 24, grid_frame), fresh(fitted_ensemble).predict(T, 24, grid_frame))
+    assert not hasattr(reused, "_offered") or reused._offered == []  # the offers are not kept in the artifact
+    for offers in ([(offered(), "carbon_intensity", end - pd.Timedelta(hours=1))],  # another history
+                   [(offered(), "solar", end)],  # another target
+                   [(offered(n_estimators=31), "carbon_intensity", end)]):  # other parameters
+        assert not getattr(ensemble(offers)._fitted[0], "offered_", False)
