@@ -6,8 +6,11 @@ files (EnsembleCI regions, DACF published forecasts, GB) chosen by Params. Updat
 """
 from __future__ import annotations
 
+import os
+
 import pendulum
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import Param, TriggerRule, dag, get_current_context, task
+from airflow.sdk.exceptions import AirflowSkipException
 
 from common.assets import RAW_GRID
 from warehouse.orchestration import (
@@ -55,12 +58,20 @@ def ingest_grid():
             "end": end,
         }
 
+    # A task with nothing to load skips instead of succeeding: a successful task emits its outlet Asset event, and
+    # an event would start a full transform run for data that did not change (every hour, when no live region is
+    # enabled).
     @task(pool="warehouse", outlets=[RAW_GRID])
     def load_files(choice: dict) -> list[dict]:
-        return ingest_group("grid", choice["files"], choice["data_dir"] or None) if choice["files"] else []
+        if not choice["files"]:
+            raise AirflowSkipException("no grid files chosen (scheduled run, or load_files=false)")
+        return ingest_group("grid", choice["files"], choice["data_dir"] or None)
 
-    @task(pool="warehouse", outlets=[RAW_GRID])
+    # none_failed: runs after load_files whether it loaded or skipped.
+    @task(pool="warehouse", outlets=[RAW_GRID], trigger_rule=TriggerRule.NONE_FAILED)
     def fetch_live(choice: dict) -> list[dict]:
+        if not (choice["regions"] or os.environ.get("LIVE_GRID_REGIONS", "").strip()):
+            raise AirflowSkipException("no live grid regions enabled (LIVE_GRID_REGIONS or the `regions` Param)")
         return ingest_live(choice["regions"], choice["start"], choice["end"])
 
     choice = validate_params()

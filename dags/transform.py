@@ -1,4 +1,5 @@
-"""transform: the dbt project (transforms/) rendered with Cosmos, one task group per layer.
+"""transform: the dbt project (transforms/) run with Cosmos, one task group per layer: staging as one `dbt build`
+task, intermediate and marts rendered one task per model, then `test_marts` (the tests between marts).
 
 Runs when any ingest DAG updates a raw Asset; emits `warehouse://marts` when the marts are rebuilt. Every dbt task
 is in the one-slot `warehouse` pool (single DuckDB writer) and takes the warehouse file lock. Configuration and the
@@ -8,11 +9,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG, TaskGroup, task
 
 from common.assets import MARTS, RAW_CLUSTER, RAW_ENERGY, RAW_GRID, RAW_INTERFERENCE
 from cosmos import DbtTaskGroup
-from cosmos.operators.local import DbtTestLocalOperator
+from cosmos.operators.local import DbtBuildLocalOperator, DbtTestLocalOperator
 from transforms import cosmos_config as cc
 
 with DAG(
@@ -28,28 +29,24 @@ with DAG(
 ):
     mode = cc.load_mode()
 
-    test_raw_sources = DbtTestLocalOperator(
-        task_id="test_raw_sources",
-        project_dir=str(cc.PROJECT_DIR),
-        profile_config=cc.profile_config(),
-        select=["source:raw"],
-        dbt_executable_path=str(cc.LOCKED_DBT),
-        invocation_mode=cc.InvocationMode.SUBPROCESS,
-        env=cc.warehouse_env(),
-        **{k: v for k, v in cc.operator_args().items() if k != "emit_datasets"},
-    )
+    source_test_args = {**cc.layer_build_args("staging"), "select": ["source:raw"], "dbt_cmd_flags": None}
+    test_raw_sources = DbtTestLocalOperator(task_id="test_raw_sources", **source_test_args)
 
-    groups = [
-        DbtTaskGroup(
-            group_id=layer,
-            project_config=cc.project_config(),
-            profile_config=cc.profile_config(),
-            execution_config=cc.execution_config(),
-            render_config=cc.render_config(layer, mode),
-            operator_args=cc.operator_args(),
-        )
-        for layer in cc.LAYERS
-    ]
+    groups = []
+    for layer in cc.LAYERS:
+        if layer in cc.SINGLE_TASK_LAYERS:  # one `dbt build` of the whole layer (why: cosmos_config)
+            with TaskGroup(group_id=layer) as group:
+                DbtBuildLocalOperator(task_id="build", **cc.layer_build_args(layer))
+        else:  # one Cosmos task per model (its data and unit tests included)
+            group = DbtTaskGroup(
+                group_id=layer,
+                project_config=cc.project_config(),
+                profile_config=cc.profile_config(),
+                execution_config=cc.execution_config(),
+                render_config=cc.render_config(layer, mode),
+                operator_args=cc.operator_args(),
+            )
+        groups.append(group)
 
     @task(outlets=[MARTS], pool=cc.POOL)
     def publish_marts(*, outlet_events=None) -> dict:
@@ -65,7 +62,9 @@ with DAG(
             outlet_events[MARTS].extra = {"row_counts": counts}
         return counts
 
+    test_marts = DbtTestLocalOperator(task_id="test_marts", **cc.marts_test_args())
+
     test_raw_sources >> groups[0]
     for upstream, downstream in zip(groups, groups[1:]):
         upstream >> downstream
-    groups[-1] >> publish_marts()
+    groups[-1] >> test_marts >> publish_marts()

@@ -9,7 +9,10 @@ How the transform DAG runs dbt:
 - Execution: ExecutionMode.LOCAL, InvocationMode.SUBPROCESS, dbt_executable_path = transforms/bin/dbt-locked: the
   venv's dbt run through `python -m transforms.runner exec`, which holds the warehouse's exclusive file lock
   (warehouse.db.warehouse_lock) for the whole dbt command. TestBehavior.BUILD: one `dbt build --select <node>` task
-  per model/seed (the node, its data tests and its unit tests).
+  per model/seed (the node, its data tests and its unit tests) in the intermediate and marts layers; the staging
+  layer is one `dbt build` task (SINGLE_TASK_LAYERS, below, says why). Tests are selected `buildable`
+  (INDIRECT_SELECTION): each runs in the task of the last of its parents; `test_marts` then runs the tests between
+  marts. Every data and unit test of the project runs (tests/dags/test_transform_wiring.py checks it).
 - Single writer: every dbt task runs in the one-slot Airflow pool `warehouse` (POOL), shared with every other task
   that writes the warehouse, so transform never fails on the DuckDB lock while another DAG writes. Set-up creates
   the pool: `airflow pools set warehouse 1 "DuckDB single writer"` (Airflow 3 DAG files cannot write the metadata
@@ -40,12 +43,25 @@ POOL_SLOTS = 1
 POOL_DESCRIPTION = "DuckDB single writer"
 MANIFEST_COMMAND = "python -m transforms.runner manifest"
 
-# The dbt layers, one Cosmos DbtTaskGroup each, in run order (the seed feeds the intermediate grid models).
+# The dbt layers, one task group each, in run order (the seed feeds the intermediate grid models).
 LAYERS: dict[str, list[str]] = {
     "staging": ["path:models/staging", "path:seeds"],
     "intermediate": ["path:models/intermediate"],
     "marts": ["path:models/marts"],
 }
+# Layers built by ONE `dbt build` task (Cosmos DbtBuildLocalOperator) instead of one task per model. Staging is 24
+# thin views (renames, casts, tests) plus the seed: each takes under 1 s in dbt, but a task of its own costs ~10 s
+# on 2 cores (task process, DAG parse, dbt start-up), so per-model tasks made transform 38 tasks and 6-7 minutes.
+# One build task runs exactly the same nodes and tests (dbt orders them); a failure names the node in the log.
+# Intermediate and marts stay one Cosmos task per model (per-model retries and status where the work is).
+SINGLE_TASK_LAYERS = ("staging",)
+# Which data tests a task's `dbt build --select X` runs. dbt's default (eager) takes every test touching X, also one
+# whose other parent is built later: on a fresh warehouse that failed (a marts relationships test on a staging
+# model, a singular test over intermediate and marts). buildable: a test runs with the last of its parents, when
+# its other parents are ancestors of it. A test between two marts neither of which is built from the other (the
+# relationships test cluster_nodes -> cluster_capacity) fits no such task: the DAG's test_marts task
+# (marts_test_args) runs it once every mart is built.
+INDIRECT_SELECTION = ["--indirect-selection", "buildable"]
 # The marts published as the `warehouse://marts` Asset (checked non-empty before it is emitted).
 MARTS = ("grid_hourly", "job_profiles", "gpu_energy_profiles", "gpu_throughput", "cluster_capacity", "cluster_nodes")
 
@@ -146,10 +162,31 @@ def render_config(layer: str, mode: LoadMode | None = None) -> RenderConfig:
     )
 
 
+def layer_build_args(layer: str) -> dict:
+    """Arguments of the one DbtBuildLocalOperator of a SINGLE_TASK_LAYERS layer: the layer's selection, run like
+    every Cosmos task here (locked dbt executable, warehouse pool, environment)."""
+    return {
+        "project_dir": str(PROJECT_DIR),
+        "profile_config": profile_config(),
+        "select": LAYERS[layer],
+        "dbt_executable_path": str(LOCKED_DBT),
+        "invocation_mode": InvocationMode.SUBPROCESS,
+        "env": warehouse_env(),
+        **{k: v for k, v in operator_args().items() if k != "emit_datasets"},
+    }
+
+
+def marts_test_args() -> dict:
+    """`dbt test` of every data test whose parents are all marts, once all marts are built (cautious selection):
+    the tests between marts that no per-model task can run, and the marts' own tests again."""
+    return {**layer_build_args("marts"), "dbt_cmd_flags": ["--indirect-selection", "cautious"]}
+
+
 def operator_args() -> dict:
     """Arguments of every Cosmos dbt task: the one-slot warehouse pool, the inherited environment (plus
     ProjectConfig.env_vars), no dbt deps, no Cosmos datasets (the DAG emits `warehouse://marts` itself)."""
     return {
+        "dbt_cmd_flags": INDIRECT_SELECTION,
         "pool": POOL,
         "pool_slots": 1,
         "append_env": True,

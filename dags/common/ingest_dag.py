@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pendulum
 from airflow.sdk import DAG, Asset, Param, task
+from airflow.sdk.exceptions import AirflowSkipException
 
 from warehouse.orchestration import ingest_group, sources_in_group, validate_data_dir, validate_source_names
 
@@ -45,8 +46,8 @@ def file_ingest_dag(dag_id: str, groups: dict[str, Asset], doc: str, schedule=No
             @task(task_id=f"load_{group}", pool="warehouse", outlets=[asset])
             def load(choice: dict, group: str = group) -> list[dict]:
                 names = [n for n in choice["sources"] if n in sources_in_group(group)]
-                if not names:
-                    return []
+                if not names:  # skip, not succeed: success would emit the Asset event and start transform for nothing
+                    raise AirflowSkipException(f"no {group} source chosen")
                 return ingest_group(group, names, choice["data_dir"] or None)
 
             load(choice)

@@ -1,7 +1,9 @@
 """Start a real Airflow (standalone) on a free localhost port in a temporary home, drive it through the REST
-API, and stop exactly the processes it started (its own process group)."""
+API, and stop exactly the processes it started: its process group, plus the task and dbt processes that leave
+that group, recognised by this server's AIRFLOW_HOME in their environment (`leftovers()` lists what is left)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -31,6 +33,7 @@ class AirflowServer:
     port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
     token: str | None = None
+    pgid: int | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -54,7 +57,9 @@ class AirflowServer:
             AIRFLOW__API__HOST="127.0.0.1",
             AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{self.port}/execution/",
             AIRFLOW__COSMOS__ENABLE_TELEMETRY="False",
-            AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL="5",
+            # Each DAG file is parsed at start-up and again when it changes (the folder is listed every 5 s); the
+            # default re-parse of all 13 files every 30 s only takes CPU from the tasks on 2 cores.
+            AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL="600",
             AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="5",
             WAREHOUSE_PATH=str(self.warehouse),
             PYTHONPATH=os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "dags")]),
@@ -76,6 +81,19 @@ class AirflowServer:
         # Its own session/process group, so stopping it stops every child it started and nothing else.
         self.process = subprocess.Popen([airflow, "standalone"], env=env, stdout=log, stderr=subprocess.STDOUT,
                                         start_new_session=True, cwd=self.home)
+        self.pgid = os.getpgid(self.process.pid)  # == its pid (new session); kept for the leftover check
+        try:  # a start that fails half-way must not leave its processes behind
+            self._wait_healthy(timeout_s)
+            reply = requests.post(f"{self.base}/auth/token", json={"username": USER, "password": PASSWORD},
+                                  timeout=30)
+            reply.raise_for_status()
+            self.token = reply.json()["access_token"]
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_healthy(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -83,80 +101,146 @@ class AirflowServer:
             try:
                 health = requests.get(f"{self.base}/api/v2/monitor/health", timeout=5)
                 if health.ok and health.json().get("scheduler", {}).get("status") == "healthy":
-                    break
+                    return
             except requests.RequestException:
                 pass
             time.sleep(2)
-        else:
-            raise TimeoutError(f"airflow not healthy in {timeout_s} s: {self.log_tail()}")
-        reply = requests.post(f"{self.base}/auth/token", json={"username": USER, "password": PASSWORD}, timeout=30)
-        reply.raise_for_status()
-        self.token = reply.json()["access_token"]
-        return self
+        raise TimeoutError(f"airflow not healthy in {timeout_s} s: {self.log_tail()}")
 
     def log_tail(self, chars: int = 4000) -> str:
         path = self.home / "standalone.log"
         return path.read_text(errors="replace")[-chars:] if path.exists() else ""
 
-    def api(self, method: str, path: str, **kwargs) -> requests.Response:
-        headers = {"Authorization": f"Bearer {self.token}"}
+    def api(self, method: str, path: str, headers: dict | None = None, **kwargs) -> requests.Response:
+        headers = {"Authorization": f"Bearer {self.token}", **(headers or {})}
         return requests.request(method, f"{self.base}/api/v2{path}", headers=headers, timeout=60, **kwargs)
 
-    def wait_for_dag(self, dag_id: str, timeout_s: float = 180) -> None:
+    def wait_for_dag(self, dag_id: str, timeout_s: float = 180) -> dict:
+        """The DAG's REST record, once the DAG processor has parsed it."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             reply = self.api("GET", f"/dags/{dag_id}")
             if reply.ok:
-                if reply.json().get("is_paused"):
-                    self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
-                return
-            time.sleep(3)
+                return reply.json()
+            time.sleep(2)
         raise TimeoutError(f"DAG {dag_id} not parsed in {timeout_s} s: {self.log_tail()}")
 
-    def trigger(self, dag_id: str, conf: dict | None = None) -> str:
-        self.wait_for_dag(dag_id)
-        reply = self.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf or {}})
+    def pause(self, dag_id: str, paused: bool = True) -> None:
+        reply = self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": paused})
         assert reply.ok, reply.text
+
+    def trigger(self, dag_id: str, conf: dict | None = None) -> str:
+        """A manual run, then the DAG unpaused (the scheduler runs nothing of a paused DAG).
+
+        A DAG with a time schedule is triggered for the logical date its next scheduled run would have: the
+        scheduler does not create a run for a date that already has one, so unpausing it does not add a scheduled
+        run for the wall-clock hour (outside the 2020-2021 data) beside ours. The planning time comes from `conf`."""
+        dag = self.wait_for_dag(dag_id)
+        body = {"logical_date": dag.get("next_dagrun_logical_date"), "conf": conf or {}}
+        reply = self.api("POST", f"/dags/{dag_id}/dagRuns", json=body)
+        assert reply.ok, reply.text
+        if dag.get("is_paused"):
+            self.pause(dag_id, False)
         return reply.json()["dag_run_id"]
 
-    def wait_for_run(self, dag_id: str, run_id: str, timeout_s: float = 600) -> str:
+    def run_info(self, dag_id: str, run_id: str) -> dict:
+        reply = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}")
+        return reply.json() if reply.ok else {}
+
+    def runs(self, dag_id: str) -> list[dict]:
+        reply = self.api("GET", f"/dags/{dag_id}/dagRuns", params={"limit": 100})
+        assert reply.ok, reply.text
+        return reply.json()["dag_runs"]
+
+    def clear(self, dag_id: str, run_id: str) -> str | None:
+        """Clear every task of a finished run (as "Clear" in the UI does), so the scheduler runs it again; returns
+        the run's previous end date, to tell the new outcome from the old one."""
+        before = self.run_info(dag_id, run_id).get("end_date")
+        reply = self.api("POST", f"/dags/{dag_id}/dagRuns/{run_id}/clear", json={"dry_run": False})
+        assert reply.ok, reply.text
+        return before
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout_s: float = 600, not_ended_at: str | None = None) -> str:
+        """Poll until the run is success or failed (and, after a clear, has a new end date)."""
         deadline = time.monotonic() + timeout_s
         state = None
         while time.monotonic() < deadline:
-            reply = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}")
-            state = reply.json().get("state") if reply.ok else None
-            if state in ("success", "failed"):
+            info = self.run_info(dag_id, run_id)
+            state = info.get("state")
+            if state in ("success", "failed") and (not_ended_at is None or info.get("end_date") != not_ended_at):
                 return state
-            time.sleep(3)
-        raise TimeoutError(f"{dag_id} run {run_id} still {state} after {timeout_s} s")
+            time.sleep(2)
+        reply = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", params={"limit": 100})
+        tasks = {ti["task_id"]: ti["state"] for ti in reply.json().get("task_instances", [])} if reply.ok else {}
+        raise TimeoutError(f"{dag_id} run {run_id} still {state} after {timeout_s} s; tasks: {tasks}")
 
-    def failed_task_logs(self, dag_id: str, run_id: str) -> str:
+    def failed_task_logs(self, dag_id: str, run_id: str, chars: int = 4000) -> str:
+        """The end of the log of every failed task of the run (its last try), for the assertion message."""
         out = []
-        tasks = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances").json().get("task_instances", [])
-        for ti in tasks:
-            if ti.get("state") == "failed":
-                log = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{ti['task_id']}/logs/1")
-                out.append(f"--- {ti['task_id']}\n{log.text[-3000:]}")
-        return "\n".join(out)
+        reply = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", params={"limit": 100})
+        for ti in reply.json().get("task_instances", []) if reply.ok else []:
+            if ti.get("state") in ("failed", "up_for_retry"):
+                log = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{ti['task_id']}/logs/"
+                                      f"{max(ti.get('try_number') or 1, 1)}",
+                               params={"full_content": "true", "map_index": ti.get("map_index", -1)},
+                               headers={"Accept": "application/json"})
+                out.append(f"--- failed task {ti['task_id']} (try {ti.get('try_number')}):\n{_log_text(log)[-chars:]}")
+        return "\n".join(out) or f"(no failed task in {dag_id} {run_id}; reply {reply.status_code})"
 
     def stop(self, grace_s: float = 20) -> None:
-        if not self.process or self.process.poll() is not None:
+        """SIGTERM standalone's process group, then SIGKILL whatever of ours is left. "Ours" = the group plus every
+        process whose environment carries this server's AIRFLOW_HOME: task processes put themselves in their own
+        process groups and Cosmos starts dbt in a new session, so the group alone does not cover them."""
+        if self.process is None:
             return
-        pgid = os.getpgid(self.process.pid)
-        os.killpg(pgid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
+        if self.process.poll() is None:
+            os.killpg(self.pgid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and _group_alive(pgid):
+        while time.monotonic() < deadline and (_group_alive(self.pgid) or self.leftovers()):
             time.sleep(0.5)  # the children shut down on their own after SIGTERM
-        if _group_alive(pgid):
-            os.killpg(pgid, signal.SIGKILL)
+        if _group_alive(self.pgid):
+            os.killpg(self.pgid, signal.SIGKILL)
+        for line in self.leftovers():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(line.split()[0]), signal.SIGKILL)
         self.process.wait(timeout=10)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and _group_alive(pgid):
+        while time.monotonic() < deadline and (_group_alive(self.pgid) or self.leftovers()):
             time.sleep(0.2)
+
+    def leftovers(self) -> list[str]:
+        """Live processes started by this server (`pid args`): its process group and every process whose
+        environment has its AIRFLOW_HOME (unique per test), zombies excluded."""
+        marker = f"AIRFLOW_HOME={self.home}".encode() + b"\0"
+        found = {}
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+                in_group = self.pgid is not None and os.getpgid(int(proc.name)) == self.pgid
+                if in_group or marker in (proc / "environ").read_bytes():
+                    found[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except (OSError, IndexError):
+                continue  # exited meanwhile, or not ours to read
+        found.pop(os.getpid(), None)
+        return [f"{pid} {args}" for pid, args in sorted(found.items())]
+
+
+def _log_text(reply: requests.Response) -> str:
+    """A task log from the REST API as text: Airflow 3 returns structured records (event, level, error_detail)."""
+    try:
+        content = reply.json()["content"]
+    except (ValueError, KeyError, TypeError):
+        return reply.text
+    lines = []
+    for item in content if isinstance(content, list) else [content]:
+        if not isinstance(item, dict):
+            lines.append(str(item))
+            continue
+        lines.append(" ".join(str(item[k]) for k in ("timestamp", "level", "event") if item.get(k)))
+        if item.get("error_detail"):
+            lines.append(json.dumps(item["error_detail"], default=str))
+    return "\n".join(lines)
 
 
 def _group_alive(pgid: int) -> bool:
