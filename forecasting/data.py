@@ -424,7 +424,7 @@ def mask_known(data: pd.DataFrame, issued_at: pd.Timestamp) -> pd.DataFrame:
         return data  # masked at this very issue time already (masking is idempotent)
     masked = _known_at_fast(data, issued_at)
     cols = [c for c in PUBLISHED_COLUMNS if c in data.columns]
-    if cols:
+    if cols and len(data):
         until = data["region"].map({r: published_known_until(issued_at, r) for r in data["region"].unique()})
         available = data["hour_utc"] < until
         for col in cols:

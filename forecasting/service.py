@@ -509,6 +509,12 @@ def predict(
     data = data[data["region"].isin(regions)
                 & (data["hour_utc"] >= issued - pd.Timedelta(days=PREDICT_CONTEXT_DAYS))
                 & (data["hour_utc"] < issued + horizon * HOUR)]
+    if data.empty:
+        raise ValueError(
+            f"no grid data for {', '.join(regions)} in the {PREDICT_CONTEXT_DAYS} days before {issued.isoformat()}: "
+            "the issue time is outside what the warehouse holds (see `python -m warehouse status`), or the regions "
+            "have not been ingested"
+        )
     data = _mask(data.sort_values(["region", "hour_utc"]).reset_index(drop=True), issued)
     hours = pd.date_range(issued, periods=horizon, freq="h")
     all_rows, summary = [], []

@@ -118,6 +118,12 @@ def test_predict_needs_explicit_as_of_and_a_model(store, frame):
         service.predict("2021-07-10T00:00Z", 24, REGIONS, data=frame)
 
 
+def test_predict_outside_the_data_says_so(store, frame):
+    """An hourly run at the wall-clock hour on a warehouse holding 2021 only: a clear error, not a pandas one."""
+    with pytest.raises(ValueError, match="no grid data for .* before 2030-01-01T00:00:00"):
+        service.predict("2030-01-01T00:00Z", 24, REGIONS, data=frame)
+
+
 def test_budget_spent_skips_jobs(store, frame):
     results = service.train(["naive-24"], ["carbon_intensity"], REGIONS, "2021-06-30", budget_s=0.5, data=frame)
     assert [r.status for r in results] == ["skipped"] and "budget" in results[0].message
