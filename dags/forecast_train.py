@@ -25,7 +25,7 @@ with DAG(
         "regions": regions_param(GRID_REGIONS),
         "targets": targets_param("Targets to train."),
         "models": Param([], type="array", items={"type": "string"}, description="Models; empty = all."),
-        "budget_s": Param(900, type="integer", minimum=30, maximum=7200, description="Wall-clock budget (s)."),
+        "budget_s": Param(840, type="integer", minimum=30, maximum=7200, description="Wall-clock budget (s)."),
         "tiny": Param(False, type="boolean", description="Tiny settings (tests, demos)."),
     },
 ):

@@ -46,7 +46,7 @@ def validate(params: dict, interval_end) -> dict:
         out["horizon"] = horizon
     if "train_end" in params:
         out["train_end"] = parse_time(params["train_end"] or interval_end, "train_end").isoformat()
-        out["budget_s"] = float(params.get("budget_s", 900))
+        out["budget_s"] = float(params.get("budget_s", 840))
     return out
 
 
