@@ -83,6 +83,13 @@ def backtest_command(args) -> int:
             "lgbm", "mix", "ensemble") else make_any_model(args.model, target)
         results = run_backtest(model, target, regions, data, published, start=args.start, end=args.end,
                                horizon=args.horizon, train_end=args.train_end, context_days=args.context_days)
+        stored = None
+        if args.store:
+            from forecasting.backtest import store_forecasts
+
+            label = args.store_version or f"backtest-{utc(args.train_end or args.start).date().isoformat()}"
+            stored = {"model": args.model, "model_version": label,
+                      "rows": store_forecasts(results, args.model, label)}
         docs = []
         for res in results:
             doc = res.to_json()
@@ -99,6 +106,8 @@ def backtest_command(args) -> int:
                    "regions": {d["region"]: d for d in docs}}
     payload["start"], payload["end"], payload["horizon"] = args.start, args.end, args.horizon
     payload["train_end"] = str(utc(args.train_end or args.start))
+    if stored is not None:
+        payload["stored"] = stored
     if args.json:
         print(json.dumps(payload, default=str))
     else:
@@ -194,6 +203,11 @@ def main(argv=None) -> int:
     p.add_argument("--plot-dir", default=str(REPORT_DIR), help="where the PNG goes")
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p.add_argument("--store", action="store_true",
+                   help="write every issued forecast (all horizons) into forecast.forecasts (model = --model, "
+                        "model_version = --store-version) for the planner's simulator")
+    p.add_argument("--store-version", default=None,
+                   help="model_version label of the stored rows; default backtest-<train end date>")
     p.set_defaults(func=backtest_command)
 
     p = sub.add_parser("results", help="regenerate the full results table (every model, region, horizon bucket)")

@@ -139,6 +139,7 @@ class BacktestResult:
     forecasts: pd.DataFrame
     fit_seconds: float
     predict_seconds: float
+    issued: pd.DataFrame | None = None  # every row issued for the region, unscored (all horizons; for --store)
 
     def to_json(self) -> dict:
         name = point_metric_name(self.target)
@@ -201,8 +202,22 @@ def run_backtest(
         metrics = summarize(part, target) if len(part) else {}
         baseline = published_baseline(published, data, target, region, start, end) if published is not None else None
         results.append(BacktestResult(region, target, getattr(model, "name", type(model).__name__), metrics, baseline,
-                                      part, fit_s, pred_s))
+                                      part, fit_s, pred_s, forecasts[forecasts["region"] == region]))
     return results
+
+
+def store_forecasts(results: list[BacktestResult], model: str, version: str, db_path=None) -> int:
+    """Write the backtest's issued forecasts (every issue, every horizon) into forecast.forecasts as `model` with
+    model_version `version`, so that the planner's simulator can replay them as the forecasts known at each hour
+    (`scheduling.planner.forecasts.WarehouseForecast`). Returns the number of rows written."""
+    from forecasting.registry import write_forecasts
+
+    parts = [r.issued.assign(target=r.target) for r in results if r.issued is not None and len(r.issued)]
+    if not parts:
+        return 0
+    rows = pd.concat(parts, ignore_index=True)
+    rows = rows.assign(model=model, model_version=version, is_fallback=False, fallback_reason=None)
+    return write_forecasts(rows, db_path=db_path)
 
 
 def day_ahead(scored: pd.DataFrame) -> pd.DataFrame:

@@ -46,6 +46,12 @@ def register(subparsers) -> None:
     e.add_argument("--lp-time-limit", type=float, default=900.0)
     e.add_argument("--pods", default="default", help="openb pod list variant (default, gpuspec10, ...)")
     e.add_argument("--max-duration-h", type=float, default=48.0)
+    e.add_argument("--postpone-margin-h", type=float, default=1.0,
+                   help="a job may be postponed only to a start leaving this many hours before its latest timely "
+                        "start (default 1)")
+    e.add_argument("--calibrate", type=int, default=2,
+                   help="re-size the fleet up to N times so that the GPU-hours performance-first runs the jobs with "
+                        "are --load of the fleet's (0: size on the fleet-weighted estimate only)")
     e.add_argument("--fleet", default=None, help="fleet YAML (default scheduling/fleet.yaml)")
     e.add_argument("--data-dir", default=None)
     e.add_argument("--grid-source", default="auto", choices=["auto", "warehouse", "files"])
@@ -120,10 +126,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             sc = build_scenario(start=start, days=args.days, n_jobs=args.jobs, regions=args.regions, load=load,
                                 seed=args.seed, forecasts=args.forecasts, fleet_path=args.fleet,
                                 data_dir=args.data_dir, pod_list=args.pods, max_duration_h=args.max_duration_h,
-                                grid_source=args.grid_source, forecast_model=args.forecast_model)
+                                grid_source=args.grid_source, forecast_model=args.forecast_model,
+                                calibrate=args.calibrate)
             rep = evaluate(sc, _policies(args.policies), with_optimum=not args.no_optimum, seed=args.seed,
                            progress=not args.no_progress, lp_time_limit_s=args.lp_time_limit,
-                           ablations=args.ablations)
+                           ablations=args.ablations, postpone_margin_h=args.postpone_margin_h)
             rep["runtime_s"] = round(time.perf_counter() - t0, 1)
             runs.append(rep)
             out = Path(args.out) if args.out and len(args.start) * len(args.load) == 1 else (

@@ -128,9 +128,11 @@ def _energy(problem: PlanningProblem, job, k, s, c):
 
 
 def solve_lp(problem: PlanningProblem, late_penalty_kg: float = 1000.0, time_limit_s: float = 600.0,
-             resources: str = "gpu") -> LPResult:
+             resources: str = "gpu", integral: bool = False) -> LPResult:
     """Solve the relaxation on `problem` (its `forecast` is the intensity the bound assumes). `resources`:
-    "gpu" (GPU-milli capacity rows) or "all" (also CPU and memory, where the problem tracks them)."""
+    "gpu" (GPU-milli capacity rows) or "all" (also CPU and memory, where the problem tracks them).
+    `integral=True` solves the same model with binary x and u (HiGHS branch and bound, time-limited; no duals):
+    the integral optimum of the aggregated-capacity model, to measure the relaxation's gap on small instances."""
     t0 = time.perf_counter()
     N, H, C = problem.n_jobs, problem.hours, problem.n_clusters
     job, k, s, c, cost, late_cost, late_pick = _candidates(problem)
@@ -163,8 +165,15 @@ def solve_lp(problem: PlanningProblem, late_penalty_kg: float = 1000.0, time_lim
     obj = np.concatenate([cost, lb_late + late_penalty_kg])
     build_s = time.perf_counter() - t0
     t1 = time.perf_counter()
-    res = linprog(obj, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=np.ones(N), bounds=(0, 1), method="highs",
-                  options={"time_limit": time_limit_s, "presolve": True})
+    if integral:
+        from scipy.optimize import Bounds, LinearConstraint, milp
+
+        res = milp(obj, integrality=np.ones(n + N), bounds=Bounds(0, 1),
+                   constraints=[LinearConstraint(A_ub, -np.inf, b_ub), LinearConstraint(A_eq, 1, 1)],
+                   options={"time_limit": time_limit_s, "presolve": True})
+    else:
+        res = linprog(obj, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=np.ones(N), bounds=(0, 1), method="highs",
+                      options={"time_limit": time_limit_s, "presolve": True})
     solve_s = time.perf_counter() - t1
     sol = np.clip(res.x, 0.0, 1.0) if res.x is not None else np.zeros(n + N)
     x, u = sol[:n], sol[n:]

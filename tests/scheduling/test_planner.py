@@ -87,6 +87,18 @@ def test_optimum_fractional_bound_below_integer():
     assert solve_lp(p2).objective_kg == pytest.approx(0.2)
 
 
+def test_integral_optimum_closes_the_relaxation_gap():
+    """One GPU, hours at 100 and 300 g; two 0.6-GPU jobs of 1 h due by hour 2. Whole jobs: one per hour,
+    0.1 + 0.3 = 0.4 kg. The relaxation packs 1/0.6 jobs into the cheap hour: 0.1 x 5/3 + 0.3 x 1/3 = 0.2667 kg."""
+    p = toy_problem([[100], [300]], [[1000], [1000]], gpu=[600, 600], dur=[[1], [1]], kw=[[1], [1]],
+                    deadline=[2, 2])
+    lp = solve_lp(p)
+    mip = solve_lp(p, integral=True)
+    assert lp.objective_kg == pytest.approx(0.1 * 5 / 3 + 0.3 / 3)
+    assert mip.status == "optimal" and mip.objective_kg == pytest.approx(0.4)
+    assert set(np.round(mip.x, 9)) <= {0.0, 1.0} and mip.late_job_share == 0
+
+
 def test_optimum_uses_late_candidates_only_when_needed():
     # two 1-GPU jobs, one GPU, both due at hour 1: one must be late; its cheapest late run is at hour 2 (50 g)
     p = toy_problem([[100], [200], [50]], [[1000]] * 3, gpu=[1000, 1000], dur=[[1], [1]], kw=[[1], [1]],

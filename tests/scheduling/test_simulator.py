@@ -153,3 +153,34 @@ def test_cli_evaluate_json_only(capsys, data_dir, tmp_path):
     assert set(rep["policies"]) == {"priority", "greedy-carbon", "performance-first"}
     assert (tmp_path / "results.md").read_text().startswith("# Carbon-aware planner")
     assert json.loads((tmp_path / "ev.json").read_text())["config"]["n_jobs"] == rep["config"]["n_jobs"]
+
+
+def test_scaled_fleet_deadlines_are_feasible_and_sizing_counts_slow_gpus(scenario):
+    """After re-sizing, home cluster and deadline refer to the fleet the jobs run on: every job meets its deadline
+    when started at submission on some cluster that can host it; the load counts the run time on the GPUs a busy
+    fleet uses (slow ones too), so it is at least the fastest-GPU figure."""
+    from scheduling.simulator import demand_gpu_hours
+
+    tbl = scenario.table
+    names = scenario.fleet.names
+    assert scenario.jobs["home_cluster"].isin(names).all()
+    home = tbl.home
+    assert (home >= 0).all() and tbl.allowed[np.arange(tbl.n), home].all()
+    fastest = np.where(tbl.allowed, tbl.base_dur, np.inf).min(axis=1)
+    assert (tbl.submit_h + fastest <= tbl.deadline_h + 1e-9).all()
+    fleet_h = demand_gpu_hours(scenario.jobs, tbl)
+    assert fleet_h >= demand_gpu_hours(scenario.jobs, tbl, on="fastest") - 1e-9
+    assert scenario.config["offered_load"] == pytest.approx(
+        fleet_h / (scenario.fleet.total_gpus * scenario.hours), abs=1e-3)
+
+
+def test_calibrated_fleet_reaches_the_placed_load(data_dir):
+    """`calibrate`: the fleet is re-sized until the GPU-hours performance-first runs the jobs with are about
+    `load` of the fleet's GPU-hours (whole nodes, so only about)."""
+    sc = build_scenario(start=START, days=2, n_jobs=120, regions=6, load=0.5, seed=3, forecasts="naive",
+                        data_dir=data_dir, grid_source="files", tail_days=4, calibrate=2)
+    cal = sc.config["load_calibration"]
+    assert 1 <= len(cal) <= 2 and "performance-first" in sc.config["load_definition"]
+    placed = simulate(sc, "performance-first").metrics["placed_load"]
+    assert abs(placed - 0.5) < abs(cal[0]["placed_load"] - 0.5) or abs(placed - 0.5) < 0.05
+    assert abs(placed - 0.5) < 0.12
