@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from forecasting import registry
+from forecasting.backtest import applicable
 from forecasting.base import TARGET_COLUMNS, known_at
 
 HOUR = pd.Timedelta(hours=1)
@@ -231,7 +232,7 @@ def train(
         )
         models = [m for m in models if m != "tft"]
         say("tft: training in a second process")
-    jobs = [(m, t) for t in targets for m in models]
+    jobs = [(m, t) for t in targets for m in models if applicable(m, t)]  # the mix composite: carbon intensity only
     results: list[TrainResult] = []
     # (model, target, first hour not seen) of every fit so far: the ensembles take their members from here
     fitted_so_far: list[tuple] = []

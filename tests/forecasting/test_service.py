@@ -168,3 +168,10 @@ def test_tft_trains_in_a_second_process(store, frame):
     assert record.version == results[1].version and record.metrics["n"] == 7 * 24 * len(REGIONS)
     rows, _ = service.predict("2021-07-02T00:00Z", 24, REGIONS, models=["tft"], data=frame)
     assert len(rows) == 24 * len(REGIONS) and not rows["is_fallback"].any()
+
+
+def test_models_that_do_not_forecast_a_target_are_not_trained_for_it(store, frame):
+    """The mix composite forecasts carbon intensity only: no failed 'mix/wind' version lands in the registry."""
+    results = service.train(["mix"], ["wind"], REGIONS, "2021-06-30", budget_s=60, tiny=True, val_days=7, data=frame)
+    assert results == []
+    assert registry.list_models("mix", "wind", db_path=store) == []
