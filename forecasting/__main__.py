@@ -27,7 +27,7 @@ TARGET_ALIASES = {
     "wind": "wind",
     "wind_mw": "wind",
 }
-DEFAULT_MODELS = ("naive-24", "naive-168", "lgbm", "mix", "ensemble")
+DEFAULT_MODELS = ("naive-24", "naive-168", "lgbm", "mix", "ensemble", "prophet", "tft")
 REPORT_DIR = Path("var/reports/forecast")
 
 
