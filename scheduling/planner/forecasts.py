@@ -21,6 +21,7 @@ now, now+1h, ... known at `now` (planning never reads the wall clock: `now` is a
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -125,7 +126,9 @@ def _clamp_seasonal(idx: np.ndarray, n: int) -> np.ndarray:
     return np.clip(idx, 0, n - 1)
 
 
-class ForecastProvider:
+class ForecastProvider(ABC):
+    """What the planner believes the intensity will be: `at(now, hours)` → (hours × zones array, version, info)."""
+
     name = "base"
 
     def __init__(self, grid: GridSeries, zones):
@@ -142,8 +145,9 @@ class ForecastProvider:
             raise ValueError(f"naive forecast at {now} needs actuals from {utc(now) - 24 * HOUR}")
         return self.grid.ci[_clamp_seasonal(idx, self.grid.n_hours)][:, self.zidx]
 
+    @abstractmethod
     def at(self, now, hours: int) -> tuple[np.ndarray, str, dict]:
-        raise NotImplementedError
+        """Forecast for hours now … now + hours − 1 in every zone, the version label, and facts about it."""
 
     def describe(self) -> dict:
         return {"kind": self.name}
