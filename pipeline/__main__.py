@@ -1,6 +1,7 @@
 """`python -m pipeline run`: the main job end to end on the embedded defaults, printing a summary per stage.
 
-ingest (every file source) → transform (dbt build) → forecast train + predict at `--as-of` → plan for `--as-of`.
+ingest (every file source) → transform (dbt build) → forecast train + predict at `--as-of` → train and register the
+performance predictor and the power model → plan for `--as-of` (which loads those registered versions).
 The planning time is explicit (default a replayable hour in 2021), never the wall clock.
 """
 from __future__ import annotations
@@ -59,6 +60,16 @@ def run(args: argparse.Namespace) -> int:
     _done(t)
     if args.until == "forecast":
         return 0
+
+    from forecasting.service import cutoff_from
+    from scheduling.predictor_service import train_and_register
+
+    cutoff = cutoff_from(args.train_end)
+    t = _stage(f"performance: train and register the predictor and the power model (version as of {cutoff.isoformat()})")
+    registered = train_and_register(as_of=cutoff, evaluate=False)
+    print(tabulate([{"model": name, "status": r.get("status"), "version": r.get("version")}
+                    for name, r in registered.items()], headers="keys"))
+    _done(t)
 
     from scheduling.plan_service import plan_hourly
 
