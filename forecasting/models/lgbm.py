@@ -351,7 +351,9 @@ class LGBMForecaster(Forecaster):
             return np.where(np.isfinite(s) & (s > 0), s, np.nan)
         if transform == "capacity":
             s = X["capacity"].to_numpy()
-            fallback = np.nanmax(X["mean_168h"].to_numpy()) if len(X) else 1.0
+            recent = X["mean_168h"].to_numpy(dtype=float)
+            # the mix's plug-ins forecast regions without that source too (all NaN): scale 1, no warning
+            fallback = np.nanmax(recent) if np.isfinite(recent).any() else 1.0
             return np.where(np.isfinite(s) & (s > 0), s, fallback if np.isfinite(fallback) and fallback > 0 else 1.0)
         return np.ones(len(X))
 
