@@ -201,6 +201,12 @@ def _optimum():
     return OptimumPolicy
 
 
+def _rolling_lp():
+    from scheduling.planner.rolling_lp import RollingLP
+
+    return RollingLP
+
+
 POLICY_CLASSES = {
     PriorityCarbon.name: PriorityCarbon,
     PerformanceFirst.name: PerformanceFirst,
@@ -216,9 +222,11 @@ POLICY_NAMES = ONLINE_POLICIES + ("optimum",)
 def make_policy(name: str, *, seed: int = 0, weights: PriorityWeights | None = None,
                 learn_prices: bool = True) -> PlacementPolicy:
     """A fresh policy by name (POLICY_NAMES). `priority-noprices` is the priority policy without learned
-    capacity prices (the formula alone)."""
+    capacity prices (the formula alone); `rolling-lp` the experimental MPC policy (`rolling_lp.py`)."""
     if name == "optimum":
         return _optimum()()
+    if name == "rolling-lp":
+        return _rolling_lp()()
     if name == "priority-noprices":
         return PriorityCarbon(weights, learn_prices=False)
     if name not in POLICY_CLASSES:

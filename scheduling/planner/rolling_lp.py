@@ -1,0 +1,195 @@
+"""`rolling-lp`: model-predictive control with the optimum's LP (experimental spike).
+
+Each planning hour the policy solves the relaxation of `optimum.solve_lp` on the problem it is handed -- the jobs
+known now (pending, not started), the capacity left by the running jobs (`problem.free`), the *forecast* intensity
+known now (`problem.forecast`, not the actual) over the plan horizon -- and then commits only the current hour:
+
+* a job whose LP mass at start hour 0 is at least `start_share` (default 0.5: "most of the job") starts now, on
+  the (power option, cluster) candidate at hour 0 with the largest LP weight (then the next ones with weight, if
+  the cluster agent rejects it; a job rejected everywhere stays pending for the next hour);
+* a job whose latest timely start is now (no timely candidate after hour 0 in the LP's candidate set, which
+  applies the deadline and the postpone margin) must start now: on its hour-0 LP candidates first, else the
+  cheapest place now (forecast carbon) that has capacity and still meets the deadline, else (late) the one that
+  ends first;
+* every other job stays pending: its LP candidate with the largest weight after hour 0 is reported as tentative.
+
+Forced jobs are offered first (earliest deadline first), then the LP's starts (largest hour-0 mass first).
+
+`learn_prices=True` (not the registered default) adds the priority policy's learned capacity prices (`prices.py`:
+LP duals of the last 72 h of arrivals, per hour of day and cluster) to the LP's objective, folded into the
+intensity: a stand-in for the jobs that have not arrived yet, which the per-hour LP cannot see.
+`capacity_factor` < 1 (not the default) plans the LP on that share of each cluster's GPU capacity (head-room for
+node packing); the agents and forced starts still use the whole cluster.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from scheduling.planner.coordinator import Evaluator, PlanOutcome, priority_parts
+from scheduling.planner.optimum import solve_lp
+from scheduling.planner.policies import PlacementPolicy
+from scheduling.planner.types import PriorityWeights
+
+
+class RollingLP(PlacementPolicy):
+    """Re-solve the optimum's LP every hour on the known jobs and the forecast; start the jobs it starts now."""
+
+    name = "rolling-lp"
+    power_aware = True
+    description = "MPC: the optimum's LP each hour on the known jobs and the forecast; start what it starts now"
+
+    def __init__(self, start_share: float = 0.5, late_penalty_kg: float = 1000.0, time_limit_s: float = 60.0,
+                 learn_prices: bool = False, capacity_factor: float = 1.0):
+        from scheduling.planner.prices import PriceLearner
+
+        self.start_share = start_share
+        self.capacity_factor = capacity_factor
+        self.prices = PriceLearner() if learn_prices else None
+        self.late_penalty_kg = late_penalty_kg
+        self.time_limit_s = time_limit_s
+        self.last = None
+
+    def capacity_prices(self, context, now_h, hours):
+        """Optional (`learn_prices=True`): the priority policy's learned capacity prices (`prices.py`), the value
+        of capacity to the jobs that will still arrive; folded into the LP's intensity (see `_priced`)."""
+        if self.prices is None:
+            return None
+        self.prices.maybe_refresh(now_h, context.table, context.forecast_matrix, context.actual_matrix)
+        return self.prices.prices(now_h, hours)
+
+    def plan(self, problem, agents=None, pods=None, now_hour=None, *, explain=True, tentative=True):
+        t0 = time.perf_counter()
+        p = problem
+        N, C = p.n_jobs, p.n_clusters
+        lp = solve_lp(_derated(_priced(p), self.capacity_factor), self.late_penalty_kg, self.time_limit_s)
+        self.last = lp
+        t_lp = time.perf_counter() - t0
+        job, x = lp.job, lp.x
+        now_c = lp.s == 0
+        mass0 = np.bincount(job[now_c], weights=x[now_c], minlength=N)
+        has_later = np.bincount(job[~now_c], minlength=N) > 0
+        forced = ~has_later
+        go = (mass0 >= self.start_share - 1e-9) & ~forced
+
+        k = np.full(N, -1, dtype=np.int64)
+        s = np.full(N, -1, dtype=np.int64)
+        c = np.full(N, -1, dtype=np.int64)
+        cost = np.full(N, np.nan)
+        late = np.zeros(N, dtype=bool)
+        placed = np.zeros(N, dtype=bool)
+        reason: list = [None] * N
+        node: list = [None] * N
+        gpus: list = [None] * N
+        status: list = [None] * N
+        rejections = np.zeros(N, dtype=np.int64)
+        free = p.free.astype(np.int64).copy()
+        ev = Evaluator(p)
+
+        def lp_now_options(j):
+            """(k, c, cost) of job j's hour-0 LP candidates with weight, largest weight first."""
+            v = np.flatnonzero((job == j) & now_c & (x > 1e-6))
+            v = v[np.argsort(-x[v], kind="stable")]
+            return [(int(lp.k[i]), int(lp.c[i]), float(lp.cost[i]), False) for i in v]
+
+        def fastest_now(j):
+            """Hour-0 candidates with capacity for the whole run: timely ones by cost, else by end (late)."""
+            view = ev.view(j, free, 1)
+            ok = view.base_ok[:, 0, :] & view.cap_ok[:, 0, :]
+            timely = ok & view.timely[:, 0, :]
+            if timely.any():
+                kk, cc = np.nonzero(timely)
+                order = np.lexsort((view.end[kk, 0, cc], view.cost[kk, 0, cc]))
+                return [(int(kk[i]), int(cc[i]), float(view.cost[kk[i], 0, cc[i]]), False) for i in order]
+            kk, cc = np.nonzero(ok)
+            order = np.lexsort((view.cost[kk, 0, cc], view.end[kk, 0, cc]))
+            return [(int(kk[i]), int(cc[i]), float(view.cost[kk[i], 0, cc[i]]), True) for i in order]
+
+        def start(j, options) -> bool:
+            rejected = set()
+            for kk, cc, cst, is_late in options:
+                if cc in rejected:
+                    continue
+                occ = int(np.ceil(p.dur[j, kk, cc] - 1e-9))
+                if agents is not None:
+                    pl = agents[cc].offer(pods[j], now_hour + occ)
+                    if pl is None:
+                        rejected.add(cc)
+                        rejections[j] += 1
+                        continue
+                    node[j], gpus[j] = pl.node_name, tuple(pl.gpus)
+                k[j], s[j], c[j], cost[j], late[j], placed[j] = kk, 0, cc, cst, is_late, True
+                status[j] = "dispatched"
+                free[: occ, cc] -= p.gpu_total[j]
+                return True
+            return False
+
+        deadline = p.deadline_rel
+        f_idx = np.flatnonzero(forced)
+        for j in f_idx[np.argsort(deadline[f_idx], kind="stable")]:
+            j = int(j)
+            opts = lp_now_options(j)
+            if not start(j, opts):
+                tried = {(kk, cc) for kk, cc, _, _ in opts}
+                start(j, [o for o in fastest_now(j) if (o[0], o[1]) not in tried])
+            if not placed[j]:
+                reason[j] = "rejected_by_agents" if rejections[j] else "no_capacity_now"
+        g_idx = np.flatnonzero(go)
+        for j in g_idx[np.argsort(-mass0[g_idx], kind="stable")]:
+            j = int(j)
+            if not start(j, lp_now_options(j)):
+                reason[j] = "rejected_by_agents"
+        # the rest: the LP's heaviest candidate after hour 0, as a tentative start (re-planned next hour)
+        later = np.flatnonzero(~now_c & (x > 1e-9))
+        if len(later):
+            o = later[np.lexsort((x[later], job[later]))]  # by job, then weight ascending: the last one wins
+            last = np.r_[job[o][1:] != job[o][:-1], True]
+            best = o[last]
+            jb = job[best]
+            free_j = ~(placed[jb] | forced[jb] | go[jb])
+            best, jb = best[free_j], jb[free_j]
+            k[jb], s[jb], c[jb], cost[jb] = lp.k[best], lp.s[best], lp.c[best], lp.cost[best]
+        for j in range(N):
+            if placed[j] or forced[j] or go[j]:
+                continue
+            if s[j] > 0:
+                placed[j], status[j] = True, "tentative"
+            else:
+                reason[j] = "lp_late"
+        prio = priority_parts(p, PriorityWeights())
+        out = PlanOutcome(p, self.name, np.arange(N), k, s, c, cost, late, placed, reason, node, gpus, status,
+                          rejections, prio)
+        out.stats = {"lp": lp.summary(), "lp_s": round(t_lp, 4), "plan_s": round(time.perf_counter() - t0, 4),
+                     "agent_rejections": int(rejections.sum()), "n_jobs": int(N),
+                     "n_started": int((placed & (s == 0)).sum()), "n_forced": int(forced.sum()),
+                     "n_late": int((late & placed).sum()), "horizon_h": int(p.hours)}
+        return out
+
+
+def _priced(p):
+    """The problem with its capacity price (kg per GPU-milli-hour, or None) added to the intensity: a job draws
+    kw = gpu_total x r[c] kW at the default power limit, so price x gpu_total per hour = kw x dF / 1000 with
+    dF = 1000 x price / r[c] gCO2e/kWh (exact for the default limit; approximate for capped options)."""
+    if p.capacity_price is None or not p.n_jobs:
+        return p
+    import dataclasses
+
+    g = p.gpu_total.astype(float)
+    ok = g > 0
+    if not ok.any():
+        return p
+    r = np.median(p.kw[ok, 0, :] / g[ok, None], axis=0)  # (C,) kW per GPU-milli
+    dF = 1000.0 * np.asarray(p.capacity_price, float) / np.maximum(r, 1e-12)[None, :]
+    return dataclasses.replace(p, forecast=p.forecast + dF[: p.hours])
+
+
+def _derated(p, factor: float):
+    """The problem with (1 - factor) of each cluster's GPU capacity held back from the LP (head-room for node
+    packing, which the LP's per-cluster capacity ignores); factor 1: unchanged."""
+    if factor >= 1.0:
+        return p
+    import dataclasses
+
+    hold = np.round((1.0 - factor) * np.asarray(p.capacity, float)).astype(np.int64)
+    return dataclasses.replace(p, free=np.maximum(p.free - hold[None, :], 0))

@@ -1,0 +1,57 @@
+"""`rolling-lp` (MPC with the optimum's LP) on a tiny hand-made case."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scheduling.planner.policies import PlacementPolicy, make_policy
+from scheduling.planner.rolling_lp import RollingLP
+from tests.scheduling.test_planner import toy_problem
+
+
+def test_rolling_lp_picks_green_region_and_hour_and_starts_forced_job():
+    """Two regions, four hours, one GPU each; 1 kW, 1 h jobs. Region 0: 100 g all day; region 1: 300 g at hours
+    0-1, 20 g at hour 2, 300 g at hour 3.
+    * job 0 (deadline 4): best is region 1 at hour 2 (0.02 kg) -> not started now, tentative (s=2, c=1);
+    * job 1 (deadline 1): its latest start is now -> must start now; cheapest now is region 0 (0.1 kg);
+    * job 2 (deadline 4): region 1 at hour 2 is taken by job 0 in the LP; next best is region 0 at any hour
+      (0.1 kg); hour 0 in region 0 is taken by job 1, so it waits (s > 0, c = 0)."""
+    F = [[100, 300], [100, 300], [100, 20], [100, 300]]
+    free = [[1000, 1000]] * 4
+    p = toy_problem(F, free, gpu=[1000, 1000, 1000], dur=[[1, 1]] * 3, kw=[[1, 1]] * 3, deadline=[4, 1, 4])
+    pol = make_policy("rolling-lp")
+    assert isinstance(pol, RollingLP) and isinstance(pol, PlacementPolicy)
+    out = pol.plan(p, now_hour=0)
+    # job 1: forced now, in the green-er region now (region 0)
+    assert out.placed[1] and out.s[1] == 0 and out.c[1] == 0 and not out.late[1]
+    assert out.status[1] == "dispatched" and out.cost[1] == pytest.approx(0.1)
+    # job 0: the green region and hour (region 1 at hour 2), not started now
+    assert (out.s[0], out.c[0]) == (2, 1) and out.status[0] == "tentative"
+    assert out.cost[0] == pytest.approx(0.02)
+    # job 2: not started now, region 0 later
+    assert out.s[2] > 0 and out.c[2] == 0
+    assert out.stats["n_started"] == 1 and out.stats["n_forced"] == 1
+    assert pol.last.objective_kg == pytest.approx(0.02 + 0.1 + 0.1)
+
+
+def test_rolling_lp_starts_job_whose_lp_mass_is_now():
+    # hour 0 is the cleanest: the LP starts the job now in region 1, although its deadline leaves room
+    p = toy_problem([[100, 10], [100, 300], [100, 300]], [[1000, 1000]] * 3, gpu=[1000], dur=[[1, 1]],
+                    kw=[[1, 1]], deadline=[3])
+    out = RollingLP().plan(p, now_hour=0)
+    assert (out.s[0], out.c[0]) == (0, 1) and out.status[0] == "dispatched"
+    assert out.stats["n_forced"] == 0
+
+
+def test_rolling_lp_capacity_price_folded_into_intensity():
+    # a price of 2e-4 kg per GPU-milli-hour on region 1 at hour 0 charges a 1000-milli, 1 kW job 0.2 kg there
+    # (= +200 g/kWh): region 1 (0.01 + 0.2 kg) is then worse than region 0 (0.1 kg) for a job due now
+    from scheduling.planner.rolling_lp import _priced
+
+    p = toy_problem([[100, 10], [100, 300], [100, 300]], [[1000, 1000]] * 3, gpu=[1000], dur=[[1, 1]],
+                    kw=[[1, 1]], deadline=[1])
+    p.capacity_price = np.array([[0.0, 2e-4], [0.0, 0.0], [0.0, 0.0]])
+    q = _priced(p)
+    assert q.forecast[0, 1] == pytest.approx(10 + 200) and q.forecast[0, 0] == 100 and p.forecast[0, 1] == 10
+    out = RollingLP().plan(p, now_hour=0)
+    assert (out.s[0], out.c[0]) == (0, 0)
