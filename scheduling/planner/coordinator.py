@@ -62,6 +62,14 @@ def range_extrema(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[n
     return out_max, out_min
 
 
+def empty_decisions(n: int) -> tuple:
+    """The per-job decision arrays a plan fills in: option k, start hour s, cluster c, cost, late, placed, reason,
+    node, gpus, status, rejections (-1 / NaN / False / None: not decided yet)."""
+    return (np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64),
+            np.full(n, np.nan), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), [None] * n, [None] * n,
+            [None] * n, [None] * n, np.zeros(n, dtype=np.int64))
+
+
 @dataclass
 class PriorityParts:
     urgency: np.ndarray
@@ -301,17 +309,7 @@ class Coordinator:
         prio = priority_parts(p, getattr(policy, "weights", PriorityWeights()))
         order = np.asarray(policy.order(p, prio), dtype=np.int64)
         policy.begin(p)
-        k = np.full(N, -1, dtype=np.int64)
-        s = np.full(N, -1, dtype=np.int64)
-        c = np.full(N, -1, dtype=np.int64)
-        cost = np.full(N, np.nan)
-        late = np.zeros(N, dtype=bool)
-        placed = np.zeros(N, dtype=bool)
-        reason: list = [None] * N
-        node: list = [None] * N
-        gpus: list = [None] * N
-        status: list = [None] * N
-        rejections = np.zeros(N, dtype=np.int64)
+        k, s, c, cost, late, placed, reason, node, gpus, status, rejections = empty_decisions(N)
         explanations = []
         n_rej = 0
         for j in order:

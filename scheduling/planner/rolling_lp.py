@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from scheduling.planner.coordinator import Evaluator, PlanOutcome, priority_parts
+from scheduling.planner.coordinator import Evaluator, PlanOutcome, empty_decisions, priority_parts
 from scheduling.planner.optimum import solve_lp
 from scheduling.planner.policies import PlacementPolicy
 from scheduling.planner.types import PriorityWeights
@@ -73,17 +73,7 @@ class RollingLP(PlacementPolicy):
         forced = ~has_later
         go = (mass0 >= self.start_share - 1e-9) & ~forced
 
-        k = np.full(N, -1, dtype=np.int64)
-        s = np.full(N, -1, dtype=np.int64)
-        c = np.full(N, -1, dtype=np.int64)
-        cost = np.full(N, np.nan)
-        late = np.zeros(N, dtype=bool)
-        placed = np.zeros(N, dtype=bool)
-        reason: list = [None] * N
-        node: list = [None] * N
-        gpus: list = [None] * N
-        status: list = [None] * N
-        rejections = np.zeros(N, dtype=np.int64)
+        k, s, c, cost, late, placed, reason, node, gpus, status, rejections = empty_decisions(N)
         free = p.free.astype(np.int64).copy()
         ev = Evaluator(p)
 
