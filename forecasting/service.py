@@ -338,6 +338,13 @@ def _inner(model):
     return getattr(model, "base", model)
 
 
+def _fallback_frame(region: str, part: pd.DataFrame, model_version, fallback_reason) -> pd.DataFrame:
+    """Fallback forecast rows of one region: the quantiles of `part` with where they came from and why."""
+    return pd.DataFrame({"region": region, "target_time": part["target_time"].to_numpy(),
+                         "p10": part["p10"].to_numpy(), "p50": part["p50"].to_numpy(), "p90": part["p90"].to_numpy(),
+                         "model_version": model_version, "fallback_reason": fallback_reason})
+
+
 def _remember_fit(fitted_so_far: list, jobs_left, model, target: str, history: pd.DataFrame) -> None:
     """Keep a copy of a just-fitted model for the ensembles still to train (taken before validation: predicting
     fills forecast caches that a fresh fit would not have)."""
@@ -430,22 +437,8 @@ def _fallback_rows(model_name: str, target: str, reason: str, missing: dict[str,
             if part.empty:
                 continue
             src_issue = part["issued_at"].max()
-            parts.append(
-                pd.DataFrame(
-                    {
-                        "region": region,
-                        "target_time": part["target_time"].to_numpy(),
-                        "p10": part["p10"].to_numpy(),
-                        "p50": part["p50"].to_numpy(),
-                        "p90": part["p90"].to_numpy(),
-                        "model_version": part["model_version"].to_numpy(),
-                        "fallback_reason": [
-                            f"{reason}; last good forecast issued {pd.Timestamp(t).isoformat()}"
-                            for t in part["issued_at"]
-                        ],
-                    }
-                )
-            )
+            parts.append(_fallback_frame(region, part, part["model_version"].to_numpy(), [
+                f"{reason}; last good forecast issued {pd.Timestamp(t).isoformat()}" for t in part["issued_at"]]))
             covered[region] = set(part["target_time"])
             log.info("%s/%s %s: reused forecast issued up to %s", model_name, target, region, src_issue)
     rest = {r: missing[r].difference(pd.DatetimeIndex(sorted(covered[r])) if covered[r] else pd.DatetimeIndex([]))
@@ -463,19 +456,8 @@ def _fallback_rows(model_name: str, target: str, reason: str, missing: dict[str,
                 part = naive[(naive["region"] == region) & naive["target_time"].isin(hours)]
                 if part.empty:
                     continue
-                parts.append(
-                    pd.DataFrame(
-                        {
-                            "region": region,
-                            "target_time": part["target_time"].to_numpy(),
-                            "p10": part["p10"].to_numpy(),
-                            "p50": part["p50"].to_numpy(),
-                            "p90": part["p90"].to_numpy(),
-                            "model_version": FALLBACK_NAIVE,
-                            "fallback_reason": f"{reason}; seasonal naive ({FALLBACK_NAIVE})",
-                        }
-                    )
-                )
+                parts.append(_fallback_frame(region, part, FALLBACK_NAIVE,
+                                             f"{reason}; seasonal naive ({FALLBACK_NAIVE})"))
     if not parts:
         return pd.DataFrame()
     out = pd.concat(parts, ignore_index=True)

@@ -36,14 +36,8 @@ import numpy as np
 import pandas as pd
 
 from forecasting.base import TARGET_COLUMNS, Forecaster, known_at
+from forecasting.data import WEATHER_COLUMNS
 
-WEATHER_COLUMNS = (
-    "wind_speed_m_per_s",
-    "temperature_k",
-    "dewpoint_k",
-    "dswrf_w_per_m2",
-    "precipitation_kg_per_m2",
-)
 CALENDAR_FEATURES = ("hour_sin", "hour_cos", "dow_sin", "dow_cos", "doy_sin", "doy_cos", "weekend")
 _EPOCH = pd.Timestamp("2000-01-01", tz="UTC")
 _NONNEGATIVE_TARGETS = {"carbon_intensity", "solar", "wind"}
