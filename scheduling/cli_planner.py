@@ -73,6 +73,7 @@ def register(subparsers) -> None:
     b.add_argument("--hours", type=int, default=168)
     b.add_argument("--regions", type=int, default=10)
     b.add_argument("--repeats", type=int, default=3)
+    b.add_argument("--policy", default="priority", help="placement policy to time (default priority)")
     b.add_argument("--plan-time", default="2021-07-05T00:00Z")
     b.add_argument("--seed", type=int, default=1)
     b.add_argument("--json", action="store_true", help="(output is always JSON)")
@@ -165,7 +166,8 @@ def _print_table(rep: dict) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- bench
-def _bench_one(n_jobs: int, hours: int, regions: int, plan_time, seed: int, repeats: int, data_dir) -> dict:
+def _bench_one(n_jobs: int, hours: int, regions: int, plan_time, seed: int, repeats: int, data_dir,
+               policy: str = "priority") -> dict:
     import numpy as np
     import pandas as pd
 
@@ -191,7 +193,7 @@ def _bench_one(n_jobs: int, hours: int, regions: int, plan_time, seed: int, repe
             tracemalloc.start()
         t0 = time.perf_counter()
         table = JobTable(jobs, fleet, data_dir=data_dir)
-        hp = HourlyPlanner(fleet, table=table, policy="priority", forecasts=fc, explain=True, tentative=True,
+        hp = HourlyPlanner(fleet, table=table, policy=policy, forecasts=fc, explain=True, tentative=True,
                            max_horizon=hours, min_horizon=hours)
         t1 = time.perf_counter()
         c1 = time.process_time()
@@ -230,14 +232,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from scheduling.simulator import environment
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    results = [_bench_one(n, args.hours, args.regions, args.plan_time, args.seed, args.repeats, args.data_dir)
+    results = [_bench_one(n, args.hours, args.regions, args.plan_time, args.seed, args.repeats, args.data_dir,
+                          args.policy)
                for n in [args.jobs] + list(args.also or [])]
     for r in results:
         r["latency_target_met"] = r["plan_latency_s"]["median"] <= r["targets"]["latency_s"]
         r["memory_target_met"] = r["tracemalloc_peak_mb"] <= r["targets"]["peak_mb"]
     load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     payload = {
-        "benchmark": "bench-plan", "policy": "priority",
+        "benchmark": "bench-plan", "policy": args.policy,
         "load_average_1min": load1,
         "note": "plan_latency_s is wall time; plan_cpu_s this process's CPU time (the fairer figure on a shared "
                 "machine: compare load_average_1min with cpu_count)",

@@ -35,7 +35,7 @@ from scheduling.fleet import Fleet, load_fleet
 from scheduling.jobs import SpeedModel, generate_jobs
 from scheduling.planner.agents import default_workload, job_pods
 from scheduling.planner.forecasts import SIGNAL, ForecastProvider, GridSeries, make_forecasts, utc
-from scheduling.planner.policies import ONLINE_POLICIES, make_policy
+from scheduling.planner.policies import ONLINE_POLICIES, PlacementPolicy, make_policy
 from scheduling.planner.power import load_power_table
 from scheduling.planner.problem import JobTable, abs_hours
 from scheduling.planner.session import HourlyPlanner
@@ -219,9 +219,10 @@ def execute(sc: Scenario, start_h: np.ndarray, k: np.ndarray, c: np.ndarray) -> 
     return out
 
 
-def simulate(sc: Scenario, policy: str = "priority", *, seed: int = 0, weights: PriorityWeights | None = None,
-             progress=None, explain: bool = False, forecasts: ForecastProvider | None = None,
-             postpone_margin_h: float = 1.0) -> SimResult:
+def simulate(sc: Scenario, policy: str | PlacementPolicy = "priority", *, seed: int = 0,
+             weights: PriorityWeights | None = None, progress=None, explain: bool = False,
+             forecasts: ForecastProvider | None = None, postpone_margin_h: float = 1.0,
+             reserve_nodes: bool = False) -> SimResult:
     """Replay the scenario's trace with one online policy (see module docstring). `postpone_margin_h`: a job
     may be postponed only to a start that leaves this many hours before its latest timely start."""
     t_run = time.perf_counter()
@@ -230,9 +231,12 @@ def simulate(sc: Scenario, policy: str = "priority", *, seed: int = 0, weights: 
     T0 = abs_hours(sc.start)
     T_arr = T0 + sc.hours
     T_max = T_arr + sc.tail_hours
-    hp = HourlyPlanner(sc.fleet, table=tbl, policy=make_policy(policy, seed=seed, weights=weights),
+    label = policy.name if isinstance(policy, PlacementPolicy) else policy
+    if not isinstance(policy, PlacementPolicy):
+        policy = make_policy(policy, seed=seed, weights=weights)
+    hp = HourlyPlanner(sc.fleet, table=tbl, policy=policy,
                        forecasts=forecasts or sc.forecasts, workload=sc.workload, explain=explain, tentative=False,
-                       seed=seed, postpone_margin_h=postpone_margin_h)
+                       seed=seed, postpone_margin_h=postpone_margin_h, reserve_nodes=reserve_nodes)
     C = len(sc.fleet)
     alloc = np.zeros((sc.hours, C), dtype=np.int64)
     plan_s = []
@@ -294,7 +298,7 @@ def simulate(sc: Scenario, policy: str = "priority", *, seed: int = 0, weights: 
             np.where(hp.c >= 0, np.array(sc.fleet.cluster_regions, dtype=object)[np.maximum(hp.c, 0)], "none")
         ).sum().items()},
     }
-    return SimResult(policy, records, metrics, alloc)
+    return SimResult(label, records, metrics, alloc)
 
 
 # ---------------------------------------------------------------------------------------------------- optimum

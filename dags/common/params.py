@@ -18,7 +18,8 @@ FLEET_REGIONS = list(yaml.safe_load((Path(__file__).resolve().parents[2] / "sche
                      ["regions"])
 # The planner's policies (scheduling.planner.policies.POLICY_NAMES; literal so that parsing a DAG does not import
 # numpy/pandas -- tests/dags/test_plan_dags.py checks that the two agree).
-POLICIES = ("priority", "performance-first", "greedy-carbon", "carbon-time", "round-robin", "random", "optimum")
+POLICIES = ("priority", "rolling-lp", "performance-first", "greedy-carbon", "carbon-time", "round-robin", "random",
+            "optimum")
 
 
 def time_param(description: str) -> Param:

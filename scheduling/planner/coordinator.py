@@ -395,69 +395,77 @@ class Coordinator:
                     out.node[j], out.gpus[j] = pl.node_name, tuple(pl.gpus)
 
     def _explain(self, j, v: CandidateView, score, kk, ss, cc, is_late, rejected, prio: PriorityParts, ev) -> dict:
-        p = self.p
-        now = p.now
-        H, C = p.hours, p.n_clusters
-        chosen_cost = float(v.cost[kk, ss, cc])
-        fc = np.where(v.feasible, v.cost, np.inf)
-        per_sc = fc.min(axis=0) if fc.shape[0] > 1 else fc[0].copy()  # (H, C) best option per (start, cluster)
-        best_default = float(fc[0].min())
-        per_sc[ss, cc] = np.inf
-        flat = per_sc.ravel()
-        top = np.argpartition(flat, 5)[:5] if flat.size > 5 else np.arange(flat.size)
-        top = top[np.isfinite(flat[top])]
-        top = top[np.argsort(flat[top], kind="stable")]
-        alts = []
-        for t in top:
-            hs, hc = divmod(int(t), C)
-            alts.append({"region": p.regions[hc], "cluster": p.clusters[hc],
-                         "start_time": ev.iso(hs), "kgco2e": round(float(flat[t]), 6)})
-        # counterfactuals at the default power limit, capacity ignored: run at release at home; greedy-carbon
-        r = int(min(max(p.release[j], 0), H - 1))
-        ok0 = v.base_ok[0, r]  # (C,)
-        home = int(p.home[j])
-        if home < 0 or not ok0[home]:
-            home = int(np.argmin(np.where(ok0, p.dur[j, 0], np.inf))) if ok0.any() else -1
-        run_now = float(v.cost[0, r, home]) if home >= 0 else None
-        greedy_c = None
-        if ok0.any():
-            gc = int(np.argmin(np.where(ok0, p.forecast[r], np.inf)))
-            greedy_c = float(v.cost[0, r, gc])
-        # binding constraints, judged on the policy's own score
-        chosen_score = float(score[kk, ss, cc])
-        tol = 1e-9 + 1e-9 * abs(chosen_score)
-        binding = []
-        if rejected.any() or np.where(v.base_ok & v.timely & ~v.cap_ok, score, np.inf).min() < chosen_score - tol:
-            binding.append("capacity")
-        if is_late or np.where(v.base_ok & v.cap_ok & ~v.timely, score, np.inf).min() < chosen_score - tol:
-            binding.append("deadline")
-        host_no = ~p.allowed[j]
-        if host_no.any():
-            fin = np.isfinite(p.dur[j]) & host_no[None, :]
-            m = (v.s <= (H - v.occ)[:, None, :]) & (v.s >= p.release[j]) & fin[:, None, :] & v.cap_ok & v.timely
-            if np.where(m, score, np.inf).min() < chosen_score - tol:
-                binding.append("gpu_model")
-        if not binding:
-            binding = ["none"]
-        saving = best_default - chosen_cost if np.isfinite(best_default) else None
-        return {
-            "job_id": ev.job_ids[j],
-            "priority": float(prio.priority[j]),
-            "urgency": float(prio.urgency[j]),
-            "flexibility": float(prio.flexibility[j]),
-            "opportunity": float(prio.opportunity[j]),
-            "weights": prio.weights.as_dict(),
-            "chosen": {"region": p.regions[cc], "cluster": p.clusters[cc], "zone": p.zones[cc],
-                       "start_time": ev.iso(ss), "kgco2e": round(chosen_cost, 6),
-                       "late": bool(is_late)},
-            "alternatives": alts,
-            "counterfactuals": {"run_now_kgco2e": None if run_now is None else round(run_now, 6),
-                                "greedy_carbon_kgco2e": None if greedy_c is None else round(greedy_c, 6),
-                                "optimum_kgco2e": None},
-            "binding_constraints": binding,
-            "forecast_version": p.forecast_version,
-            "power": {"limit_w": float(p.limit_w[kk, cc]),
-                      "saving_kgco2e": None if saving is None else round(max(saving, 0.0), 6)},
-            "policy": self.policy.name,
-            "agent_rejections": [p.clusters[i] for i in np.flatnonzero(rejected)],
-        }
+        return explain_choice(self.p, self.policy.name, j, v, score, kk, ss, cc, is_late, rejected, prio, ev)
+
+
+def explain_choice(p: PlanningProblem, policy_name: str, j: int, v: CandidateView, score: np.ndarray, kk: int,
+                   ss: int, cc: int, is_late: bool, rejected: np.ndarray, prio: PriorityParts, ev: Evaluator,
+                   optimum_kg: float | None = None) -> dict:
+    """The explanation of one decision (EXPLANATION_KEYS): priority and its parts, the top five alternatives by
+    forecast carbon, counterfactuals (run now at home, greedy-carbon, and `optimum_kg` where the policy has the
+    LP's value), binding constraints judged on the policy's own `score`, forecast version, power limit."""
+    now = p.now
+    H, C = p.hours, p.n_clusters
+    chosen_cost = float(v.cost[kk, ss, cc])
+    fc = np.where(v.feasible, v.cost, np.inf)
+    per_sc = fc.min(axis=0) if fc.shape[0] > 1 else fc[0].copy()  # (H, C) best option per (start, cluster)
+    best_default = float(fc[0].min())
+    per_sc[ss, cc] = np.inf
+    flat = per_sc.ravel()
+    top = np.argpartition(flat, 5)[:5] if flat.size > 5 else np.arange(flat.size)
+    top = top[np.isfinite(flat[top])]
+    top = top[np.argsort(flat[top], kind="stable")]
+    alts = []
+    for t in top:
+        hs, hc = divmod(int(t), C)
+        alts.append({"region": p.regions[hc], "cluster": p.clusters[hc],
+                     "start_time": ev.iso(hs), "kgco2e": round(float(flat[t]), 6)})
+    # counterfactuals at the default power limit, capacity ignored: run at release at home; greedy-carbon
+    r = int(min(max(p.release[j], 0), H - 1))
+    ok0 = v.base_ok[0, r]  # (C,)
+    home = int(p.home[j])
+    if home < 0 or not ok0[home]:
+        home = int(np.argmin(np.where(ok0, p.dur[j, 0], np.inf))) if ok0.any() else -1
+    run_now = float(v.cost[0, r, home]) if home >= 0 else None
+    greedy_c = None
+    if ok0.any():
+        gc = int(np.argmin(np.where(ok0, p.forecast[r], np.inf)))
+        greedy_c = float(v.cost[0, r, gc])
+    # binding constraints, judged on the policy's own score
+    chosen_score = float(score[kk, ss, cc])
+    tol = 1e-9 + 1e-9 * abs(chosen_score)
+    binding = []
+    if rejected.any() or np.where(v.base_ok & v.timely & ~v.cap_ok, score, np.inf).min() < chosen_score - tol:
+        binding.append("capacity")
+    if is_late or np.where(v.base_ok & v.cap_ok & ~v.timely, score, np.inf).min() < chosen_score - tol:
+        binding.append("deadline")
+    host_no = ~p.allowed[j]
+    if host_no.any():
+        fin = np.isfinite(p.dur[j]) & host_no[None, :]
+        m = (v.s <= (H - v.occ)[:, None, :]) & (v.s >= p.release[j]) & fin[:, None, :] & v.cap_ok & v.timely
+        if np.where(m, score, np.inf).min() < chosen_score - tol:
+            binding.append("gpu_model")
+    if not binding:
+        binding = ["none"]
+    saving = best_default - chosen_cost if np.isfinite(best_default) else None
+    return {
+        "job_id": ev.job_ids[j],
+        "priority": float(prio.priority[j]),
+        "urgency": float(prio.urgency[j]),
+        "flexibility": float(prio.flexibility[j]),
+        "opportunity": float(prio.opportunity[j]),
+        "weights": prio.weights.as_dict(),
+        "chosen": {"region": p.regions[cc], "cluster": p.clusters[cc], "zone": p.zones[cc],
+                   "start_time": ev.iso(ss), "kgco2e": round(chosen_cost, 6),
+                   "late": bool(is_late)},
+        "alternatives": alts,
+        "counterfactuals": {"run_now_kgco2e": None if run_now is None else round(run_now, 6),
+                            "greedy_carbon_kgco2e": None if greedy_c is None else round(greedy_c, 6),
+                            "optimum_kgco2e": None if optimum_kg is None else round(float(optimum_kg), 6)},
+        "binding_constraints": binding,
+        "forecast_version": p.forecast_version,
+        "power": {"limit_w": float(p.limit_w[kk, cc]),
+                  "saving_kgco2e": None if saving is None else round(max(saving, 0.0), 6)},
+        "policy": policy_name,
+        "agent_rejections": [p.clusters[i] for i in np.flatnonzero(rejected)],
+    }

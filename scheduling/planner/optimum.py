@@ -59,6 +59,7 @@ class LPResult:
     nnz: int
     solve_s: float
     build_s: float
+    default_power_only: bool = False  # power options dropped for size (`max_candidates`)
     duals: np.ndarray | None = None  # (R, H, C) capacity shadow prices, kgCO2e per unit-hour (GPU-milli, ...)
 
     @property
@@ -71,7 +72,8 @@ class LPResult:
     def summary(self) -> dict:
         return {"status": self.status, "objective_kgco2e": self.objective_kg, "n_vars": self.n_vars,
                 "n_rows": self.n_rows, "nnz": self.nnz, "build_s": round(self.build_s, 3),
-                "solve_s": round(self.solve_s, 3), "late_job_share": self.late_job_share}
+                "solve_s": round(self.solve_s, 3), "late_job_share": self.late_job_share,
+                "default_power_only": self.default_power_only}
 
 
 def _candidates(problem: PlanningProblem):
@@ -128,21 +130,31 @@ def _energy(problem: PlanningProblem, job, k, s, c):
 
 
 def solve_lp(problem: PlanningProblem, late_penalty_kg: float = 1000.0, time_limit_s: float = 600.0,
-             resources: str = "gpu", integral: bool = False) -> LPResult:
+             resources: str = "gpu", integral: bool = False, hourly_rows: int | None = None,
+             block_h: int = 6, max_candidates: int | None = None) -> LPResult:
     """Solve the relaxation on `problem` (its `forecast` is the intensity the bound assumes). `resources`:
     "gpu" (GPU-milli capacity rows) or "all" (also CPU and memory, where the problem tracks them).
     `integral=True` solves the same model with binary x and u (HiGHS branch and bound, time-limited; no duals):
-    the integral optimum of the aggregated-capacity model, to measure the relaxation's gap on small instances."""
+    the integral optimum of the aggregated-capacity model, to measure the relaxation's gap on small instances.
+    `hourly_rows` (GPU rows only; None: every hour): capacity rows are hourly for that many hours, then one row per
+    `block_h` hours holding the block's mean (a weaker constraint with far fewer non-zeros, for the rolling
+    planner, which commits only hour 0 and plans the rest again; never for the bound). `max_candidates` (None:
+    no limit): above that many candidates only the default power option is kept (`default_power_only`), which
+    bounds the solve time of the rolling planner's largest plans."""
     t0 = time.perf_counter()
     N, H, C = problem.n_jobs, problem.hours, problem.n_clusters
     job, k, s, c, cost, late_cost, late_pick = _candidates(problem)
+    default_power_only = max_candidates is not None and len(job) > max_candidates and bool((k > 0).any())
+    if default_power_only:  # the K = 1 model: its candidates are exactly those at the default limit
+        keep_v = k == 0
+        job, k, s, c, cost = job[keep_v], k[keep_v], s[keep_v], c[keep_v], cost[keep_v]
     n = len(job)
     occ = np.ceil(problem.dur[job, k, c] - 1e-9).astype(np.int64)
     # capacity rows: for candidate v, rows (h, c) with h in [s, s + occ)
     total = int(occ.sum())
     var = np.repeat(np.arange(n), occ)
     first = np.repeat(np.cumsum(occ) - occ, occ)
-    rows = (np.repeat(s, occ) + (np.arange(total) - first)) * C + np.repeat(c, occ)
+    rows = (s[var] + (np.arange(total) - first)) * C + c[var]
     coefs = [problem.gpu_total.astype(float)]
     bounds = [problem.free.astype(float).reshape(-1)]
     if resources == "all" and problem.free_other is not None:
@@ -150,13 +162,49 @@ def solve_lp(problem: PlanningProblem, late_penalty_kg: float = 1000.0, time_lim
             coefs.append(problem.req_other[:, r].astype(float))
             bounds.append(problem.free_other[r].astype(float).reshape(-1))
     R = len(coefs)
-    A_ub = sparse.csr_matrix(
-        (np.concatenate([np.repeat(co[job], occ) for co in coefs]),
-         (np.concatenate([rows + r * H * C for r in range(R)]), np.tile(var, R))),
-        shape=(R * H * C, n + N))
     b_ub = np.concatenate(bounds)
-    keep = np.asarray(A_ub.getnnz(axis=1) > 0)
-    A_ub, b_ub = A_ub[keep], b_ub[keep]
+    if R == 1:
+        # column-major already (candidate by candidate, hours ascending): build the CSC matrix HiGHS takes
+        # directly, only over the rows some candidate touches (a CSR/COO round trip costs as much as the solve)
+        vals = np.repeat(coefs[0][job], occ)
+        counts = occ
+        if hourly_rows is not None and hourly_rows < H:
+            hour = rows // C
+            block = np.where(hour < hourly_rows, hour, hourly_rows + (hour - hourly_rows) // block_h)
+            n_blocks = int(hourly_rows + -(-(H - hourly_rows) // block_h))
+            length = np.where(np.arange(n_blocks) < hourly_rows, 1,
+                              np.minimum(block_h, H - hourly_rows - (np.arange(n_blocks) - hourly_rows) * block_h))
+            brow = block * C + rows % C
+            key = var.astype(np.int64) * (n_blocks * C) + brow
+            new = np.ones(len(key), dtype=bool)  # entries of one candidate in one block are adjacent
+            new[1:] = key[1:] != key[:-1]
+            grp = np.cumsum(new) - 1
+            hours_in = np.bincount(grp).astype(float)
+            rows = brow[new]
+            vals = vals[new] * hours_in / length[rows // C]
+            counts = np.bincount(var[new], minlength=n)
+            hb = np.where(np.arange(H) < hourly_rows, np.arange(H),
+                          hourly_rows + (np.arange(H) - hourly_rows) // block_h)
+            fb = np.zeros((n_blocks, C))
+            np.add.at(fb, hb, problem.free.astype(float))
+            b_ub = (fb / length[:, None]).reshape(-1)
+            H_rows = n_blocks
+        else:
+            H_rows = H
+        used = np.zeros(H_rows * C, dtype=bool)
+        used[rows] = True
+        keep = used
+        remap = np.cumsum(used) - 1
+        indptr = np.concatenate([[0], np.cumsum(counts), np.full(N, int(counts.sum()))]).astype(np.int64)
+        A_ub = sparse.csc_matrix((vals, remap[rows], indptr), shape=(int(used.sum()), n + N))
+        b_ub = b_ub[keep]
+    else:
+        A_ub = sparse.csr_matrix(
+            (np.concatenate([np.repeat(co[job], occ) for co in coefs]),
+             (np.concatenate([rows + r * H * C for r in range(R)]), np.tile(var, R))),
+            shape=(R * H * C, n + N))
+        keep = np.asarray(A_ub.getnnz(axis=1) > 0)
+        A_ub, b_ub = A_ub[keep], b_ub[keep]
     # assignment: sum_x + u = 1; u costs the job's cheapest late run in the horizon (0 when there is none: a run
     # after the horizon costs at least that, so the bound stays valid) plus the penalty
     A_eq = sparse.csr_matrix((np.ones(n + N), (np.concatenate([job, np.arange(N)]), np.arange(n + N))),
@@ -179,7 +227,7 @@ def solve_lp(problem: PlanningProblem, late_penalty_kg: float = 1000.0, time_lim
     x, u = sol[:n], sol[n:]
     duals = np.zeros(R * H * C)
     marg = getattr(getattr(res, "ineqlin", None), "marginals", None)
-    if marg is not None and len(marg) == int(keep.sum()):
+    if marg is not None and len(marg) == int(keep.sum()) and len(keep) == len(duals):
         duals[np.flatnonzero(keep)] = -np.asarray(marg)
     energy, ren = _energy(problem, job, k, s, c)
     lk, ls, lc = late_pick[:, 0], late_pick[:, 1], late_pick[:, 2]
@@ -191,7 +239,7 @@ def solve_lp(problem: PlanningProblem, late_penalty_kg: float = 1000.0, time_lim
     return LPResult(status=_STATUS.get(res.status, str(res.status)), objective_kg=float(x @ cost + u @ lb_late),
                     x=x, job=job, k=k, s=s, c=c, cost=cost, energy_kwh=energy, renewable_kwh=ren, u=u,
                     late_cost=lb_late, late_energy_kwh=le, late_renewable_kwh=lr, late_start=np.where(has, ls, -1),
-                    n_vars=n + N, n_rows=int(A_ub.shape[0] + N), nnz=int(A_ub.nnz + A_eq.nnz), solve_s=solve_s,
+                    default_power_only=default_power_only, n_vars=n + N, n_rows=int(A_ub.shape[0] + N), nnz=int(A_ub.nnz + A_eq.nnz), solve_s=solve_s,
                     build_s=build_s, duals=duals.reshape(R, H, C))
 
 

@@ -215,14 +215,15 @@ POLICY_CLASSES = {
     RoundRobin.name: RoundRobin,
     RandomPlacement.name: RandomPlacement,
 }
-ONLINE_POLICIES = ("priority", "performance-first", "greedy-carbon", "carbon-time", "round-robin", "random")
+ONLINE_POLICIES = ("priority", "rolling-lp", "performance-first", "greedy-carbon", "carbon-time", "round-robin",
+                   "random")
 POLICY_NAMES = ONLINE_POLICIES + ("optimum",)
 
 
 def make_policy(name: str, *, seed: int = 0, weights: PriorityWeights | None = None,
                 learn_prices: bool = True) -> PlacementPolicy:
     """A fresh policy by name (POLICY_NAMES). `priority-noprices` is the priority policy without learned
-    capacity prices (the formula alone); `rolling-lp` the experimental MPC policy (`rolling_lp.py`)."""
+    capacity prices (the formula alone); `rolling-lp` the model-predictive policy (`rolling_lp.py`)."""
     if name == "optimum":
         return _optimum()()
     if name == "rolling-lp":

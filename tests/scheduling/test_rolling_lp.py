@@ -19,8 +19,8 @@ def test_rolling_lp_picks_green_region_and_hour_and_starts_forced_job():
     F = [[100, 300], [100, 300], [100, 20], [100, 300]]
     free = [[1000, 1000]] * 4
     p = toy_problem(F, free, gpu=[1000, 1000, 1000], dur=[[1, 1]] * 3, kw=[[1, 1]] * 3, deadline=[4, 1, 4])
-    pol = make_policy("rolling-lp")
-    assert isinstance(pol, RollingLP) and isinstance(pol, PlacementPolicy)
+    assert isinstance(make_policy("rolling-lp"), RollingLP) and isinstance(make_policy("rolling-lp"), PlacementPolicy)
+    pol = RollingLP(capacity_factor=1.0)  # one GPU per region: the default head-room would leave no whole GPU
     out = pol.plan(p, now_hour=0)
     # job 1: forced now, in the green-er region now (region 0)
     assert out.placed[1] and out.s[1] == 0 and out.c[1] == 0 and not out.late[1]
@@ -38,7 +38,7 @@ def test_rolling_lp_starts_job_whose_lp_mass_is_now():
     # hour 0 is the cleanest: the LP starts the job now in region 1, although its deadline leaves room
     p = toy_problem([[100, 10], [100, 300], [100, 300]], [[1000, 1000]] * 3, gpu=[1000], dur=[[1, 1]],
                     kw=[[1, 1]], deadline=[3])
-    out = RollingLP().plan(p, now_hour=0)
+    out = RollingLP(capacity_factor=1.0).plan(p, now_hour=0)
     assert (out.s[0], out.c[0]) == (0, 1) and out.status[0] == "dispatched"
     assert out.stats["n_forced"] == 0
 
@@ -53,5 +53,27 @@ def test_rolling_lp_capacity_price_folded_into_intensity():
     p.capacity_price = np.array([[0.0, 2e-4], [0.0, 0.0], [0.0, 0.0]])
     q = _priced(p)
     assert q.forecast[0, 1] == pytest.approx(10 + 200) and q.forecast[0, 0] == 100 and p.forecast[0, 1] == 10
-    out = RollingLP().plan(p, now_hour=0)
+    out = RollingLP(capacity_factor=1.0).plan(p, now_hour=0)
     assert (out.s[0], out.c[0]) == (0, 0)
+
+
+@pytest.mark.parametrize("max_power_candidates", [None, 1])
+def test_rolling_lp_power_option_and_explains_every_decision(max_power_candidates):
+    """The capped option emits less within the deadline: default 1 h at 1 kW from hour 0 = 0.08 kg; capped 1.5 h
+    at 0.6 kW = 0.6 x (80 + 50) / 1000 = 0.078 kg. The LP picks it where it keeps the power options; a plan
+    above `max_power_candidates` plans at the default limit and picks the option at dispatch -- the same answer.
+    Every placed job has an explanation, with the LP's value as the optimum counterfactual."""
+    from scheduling.planner.types import EXPLANATION_KEYS
+
+    p = toy_problem([[80], [100], [100], [300]], [[2000]] * 4, gpu=[1000, 1000],
+                    dur=[[[1.0], [1.5]], [[1.0], [1.5]]], kw=[[[1.0], [0.6]], [[1.0], [0.6]]], deadline=[3, 4],
+                    limit_w=[[300.0], [180.0]])
+    pol = RollingLP(capacity_factor=1.0, max_power_candidates=max_power_candidates)
+    out = pol.plan(p, now_hour=0)
+    assert pol.last.default_power_only == (max_power_candidates is not None)
+    assert (out.s == 0).all() and (out.k == 1).all() and out.cost == pytest.approx([0.078, 0.078])
+    assert out.placed.all() and len(out.explanations) == 2
+    for e in out.explanations:
+        assert set(EXPLANATION_KEYS) <= set(e) and e["policy"] == "rolling-lp"
+        assert e["counterfactuals"]["optimum_kgco2e"] is not None
+    assert out.explanations[0]["power"]["limit_w"] == 180.0

@@ -27,7 +27,8 @@ def report(scenario):
 def test_report_shape_and_metrics(report, scenario):
     json.dumps(report)
     pol = report["policies"]
-    assert set(pol) == {"priority", "performance-first", "greedy-carbon", "carbon-time", "round-robin", "random"}
+    assert set(pol) == {"priority", "rolling-lp", "performance-first", "greedy-carbon", "carbon-time", "round-robin",
+                        "random"}
     assert report["forecasts"]["used"] == "dacf"
     assert report["signal"].startswith("average, production-based, direct")
     assert len(report["fleet"]["clusters"]) == 6
@@ -46,6 +47,8 @@ def test_report_shape_and_metrics(report, scenario):
     assert opt["share_of_optimum_reduction_pct"] == 100.0
     assert pol["priority"]["kgco2e"] < pol["performance-first"]["kgco2e"]
     assert pol["priority"]["deadline_satisfaction"] >= 0.98
+    assert pol["rolling-lp"]["kgco2e"] < pol["performance-first"]["kgco2e"]
+    assert pol["rolling-lp"]["deadline_satisfaction"] >= 0.98
     md = report_markdown([report])
     assert "| priority |" in md and "optimum (bound)" in md and "Fleet capacity per region" in md
 
