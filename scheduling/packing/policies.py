@@ -90,10 +90,14 @@ class PackingPolicy(ABC):
             return int(cand[0])
         return int(cand[np.argmin(cluster.tiebreak_rank[cand])])
 
-    def place(self, cluster: Cluster, pod: Pod) -> Placement | None:
+    def place(self, cluster: Cluster, pod: Pod, exclude: np.ndarray | None = None) -> Placement | None:
         """Where ``pod`` would go now, or None if no node is feasible. Does not change the cluster: call
-        ``cluster.allocate(pod, placement)`` to bind it."""
-        nodes = np.flatnonzero(self.filter(cluster, pod))
+        ``cluster.allocate(pod, placement)`` to bind it. ``exclude`` (N,) bool: nodes held for another pod
+        (a reservation), filtered out like infeasible ones."""
+        ok = self.filter(cluster, pod)
+        if exclude is not None:
+            ok = ok & ~exclude
+        nodes = np.flatnonzero(ok)
         if len(nodes) == 0:
             return None
         if len(nodes) == 1:  # the framework skips scoring when a single node passes the filters

@@ -40,19 +40,73 @@ class ClusterAgent:
         self.policy_name = policy
         self.policy = make_policy(policy, workload=workload, seed=seed)
         self.end_hour: dict[str, int] = {}
+        self.reserved: dict[int, tuple[str, int]] = {}  # node -> (job holding it, hour its running jobs end)
         self.stats = AgentStats()
 
     def offer(self, pod: Pod, end_hour: int) -> Placement | None:
-        """Place and bind `pod` now (None = rejected)."""
+        """Place and bind `pod` now (None = rejected). Nodes reserved for another job are off limits unless
+        the pod ends before the node drains (backfill)."""
         self.stats.offered += 1
-        placement = self.policy.place(self.cluster, pod)
+        placement = self.policy.place(self.cluster, pod, self._held_against(pod, int(end_hour)))
         if placement is None:
             self.stats.rejected += 1
             return None
         self.cluster.allocate(pod, placement)
         self.end_hour[pod.pod_id] = int(end_hour)
         self.stats.accepted += 1
+        self.cancel_reservation(pod.pod_id)
         return placement
+
+    # ------------------------------------------------------------------ reservations
+    def _held_against(self, pod: Pod, end_hour: int) -> np.ndarray | None:
+        if not self.reserved:
+            return None
+        held = np.zeros(self.cluster.n_nodes, dtype=bool)
+        for node, (holder, drained_h) in self.reserved.items():
+            held[node] = holder != pod.pod_id and end_hour > drained_h
+        return held if held.any() else None
+
+    def drain_option(self, pod: Pod, max_reserved: int = 1) -> tuple[int, int] | None:
+        """(node, hour its running jobs end) of the node `reserve` would hold for `pod`: among the nodes that can
+        host it once empty, the one that drains first. None: no node ever can, or the cluster already holds
+        `max_reserved` nodes for other jobs."""
+        cl = self.cluster
+        mine = [n for n, (holder, _) in self.reserved.items() if holder == pod.pod_id]
+        if mine:
+            return mine[0], self.reserved[mine[0]][1]
+        if len(self.reserved) >= max_reserved:
+            return None
+        can = (cl.cpu_capacity >= pod.cpu_milli) & (cl.mem_capacity >= pod.memory_mib)
+        if pod.num_gpu:
+            can &= cl.gpu_count >= pod.num_gpu
+            if pod.gpu_models:
+                can &= cl.model_mask(pod)[cl.model_id]
+        if self.reserved:
+            can[list(self.reserved)] = False
+        if not can.any():
+            return None
+        drained = np.zeros(cl.n_nodes, dtype=np.int64)
+        for job_id, binding in cl.bindings.items():
+            drained[binding.node] = max(drained[binding.node], self.end_hour.get(job_id, 0))
+        cand = np.flatnonzero(can)
+        node = int(cand[np.lexsort((cl.tiebreak_rank[cand], drained[cand]))[0]])
+        return node, int(drained[node])
+
+    def reserve(self, pod: Pod, max_reserved: int = 1) -> str | None:
+        """Hold a node for `pod`, a job that no node can take now although the cluster's free GPUs may add up (a
+        multi-GPU job starves while small jobs keep refilling every node; Slurm's backfill reservation): the
+        node of `drain_option`. From then on no other job is placed there unless it ends by the hour the node
+        drains. Returns the node's name (None: see `drain_option`)."""
+        opt = self.drain_option(pod, max_reserved)
+        if opt is None:
+            return None
+        node, drained_h = opt
+        self.reserved[node] = (pod.pod_id, drained_h)
+        return self.cluster.names[node]
+
+    def cancel_reservation(self, job_id: str) -> None:
+        for node in [n for n, (holder, _) in self.reserved.items() if holder == job_id]:
+            del self.reserved[node]
 
     def release(self, job_id: str) -> None:
         self.cluster.release(job_id)

@@ -24,7 +24,8 @@ class HourlyPlanner:
     def __init__(self, fleet, jobs: pd.DataFrame | None = None, policy: str | PlacementPolicy = "priority",
                  forecasts: ForecastProvider | None = None, *, table: JobTable | None = None, workload=None,
                  packing: str = "fgd", seed: int = 0, explain: bool = True, tentative: bool = True,
-                 max_horizon: int = 336, min_horizon: int = 24, postpone_margin_h: float = 1.0, weights: PriorityWeights | None = None, data_dir=None):
+                 max_horizon: int = 336, min_horizon: int = 24, postpone_margin_h: float = 1.0,
+                 weights: PriorityWeights | None = None, data_dir=None, reserve_nodes: bool = False):
         if table is None:
             if jobs is None:
                 raise ValueError("jobs or table is required")
@@ -57,6 +58,8 @@ class HourlyPlanner:
         self.last_outcome = None
         self.external: list[tuple[int, int, tuple[int, int, int]]] = []  # running jobs given from outside
         self.track_other = True  # CPU and memory in the coordinator's capacity view
+        self.reserve_nodes = reserve_nodes
+        self.reserve_lead_h = 0.0  # hold a node for a blocked job this many hours before its latest start
 
     # ------------------------------------------------------------------ state
     def usage(self, now_h: int, hours: int) -> np.ndarray:
@@ -126,6 +129,9 @@ class HourlyPlanner:
         self.forecast_versions.append(version)
         self.fallback_shares.append(float(meta.get("fallback_share", np.nan)))
         free = self.fleet.resource_capacity[:, None, :] - self.usage(now_h, H)
+        if self.reserve_nodes:
+            self.reserve_nodes_for(idx, now_h)
+            free = free - self.held_capacity(now_h, H)
         if not self.track_other:
             free = free[0]
         prob = self.table.problem(now, idx, free, F, power_aware=self.policy.power_aware, forecast_version=version)
@@ -147,6 +153,59 @@ class HourlyPlanner:
         self.last_outcome = out
         out.global_index = idx
         return out
+
+    def reserve_nodes_for(self, idx: np.ndarray, now_h: int) -> dict[str, str]:
+        """Backfill reservations, made again from the cluster state at every plan (so a replayed plan and the
+        simulator agree): a pending multi-GPU job that no node can take now gets a node held
+        (`ClusterAgent.reserve`) on the cluster where it would finish first once the node drains; other jobs
+        may use that node only if they end by then. Without it, whole-node jobs wait for days while small jobs
+        keep refilling every node and the GPU count says "free". Earliest latest start first; one node per
+        cluster; only for jobs that cannot wait another hour (`reserve_lead_h`). Returns {job id: node}.
+
+        Off by default (`reserve_nodes=False`), measured on 2999 jobs, July 2021: at load 0.5 it helps the
+        priority policy (deadlines 94.5 -> 96 %, less carbon) but at load 0.8, where a V100 cluster has two
+        nodes, holding one costs the rolling-lp policy 12 points of deadlines -- 8-GPU jobs (0.6 % of the trace)
+        are late either way, since a node takes longer to drain than their slack."""
+        for agent in self.agents:
+            agent.reserved.clear()
+        tbl = self.table
+        multi = tbl.jobs["num_gpu"].to_numpy()[idx] > 1
+        cand = idx[multi]
+        if not len(cand):
+            return {}
+        d = np.where(tbl.allowed[cand], tbl.dur[cand, 0], np.inf)  # (n, C) at the default power limit
+        latest = tbl.deadline_h[cand] - d.min(axis=1)
+        held = {}
+        due = latest < now_h + 1 + self.reserve_lead_h  # a job that can still wait keeps every node in use
+        for r in np.flatnonzero(due)[np.argsort(latest[due], kind="stable")]:
+            j, pod = int(cand[r]), self.pods[int(cand[r])]
+            hosts = np.flatnonzero(np.isfinite(d[r]))
+            if not len(hosts) or any(self.agents[c].cluster.feasible(pod).any() for c in hosts):
+                continue
+            # the node (on any cluster that can run the job) on which it would finish first once drained
+            best = None
+            for c in hosts:
+                opt = self.agents[c].drain_option(pod)
+                if opt is not None:
+                    finish = max(opt[1], now_h) + d[r, c]
+                    if best is None or finish < best[0]:
+                        best = (finish, int(c))
+            if best is not None:
+                held[pod.pod_id] = self.agents[best[1]].reserve(pod)
+        return held
+
+    def held_capacity(self, now_h: int, hours: int) -> np.ndarray:
+        """(3, hours, C) GPU-milli, CPU and memory that reserved nodes hold back from the capacity view until they
+        drain (what is free on them now; the agents refuse other jobs there unless they end by then)."""
+        held = np.zeros((3, hours, len(self.agents)), dtype=np.int64)
+        for c, agent in enumerate(self.agents):
+            cl = agent.cluster
+            for node, (_, drained_h) in agent.reserved.items():
+                span = int(np.clip(drained_h - now_h, 0, hours))
+                if span:
+                    held[:, :span, c] += np.array([cl.gpu_free[node].sum(), cl.cpu_free[node], cl.mem_free[node]],
+                                                  dtype=np.int64)[:, None]
+        return held
 
     def plan(self, now, idx=None) -> Plan:
         out = self.plan_outcome(now, idx)

@@ -99,6 +99,22 @@ def test_integral_optimum_closes_the_relaxation_gap():
     assert set(np.round(mip.x, 9)) <= {0.0, 1.0} and mip.late_job_share == 0
 
 
+def test_block_capacity_rows_relax_the_lp():
+    """`hourly_rows`: after that many hours, one capacity row per block holds the block's mean. One GPU, four
+    hours at 100/300/300/50 g; two 1-GPU jobs of 1 h due by hour 4 and one due by hour 1. Hourly rows: the due
+    job takes hour 0, the others hours 3 and 1/2 (0.1 + 0.05 + 0.3 = 0.45 kg). With hours 2-3 as one block of
+    mean capacity 1 GPU, both flexible jobs fit "into" the block's cheap hour: 0.1 + 2 x 0.05 = 0.2 kg, a
+    relaxation (never above the hourly LP); with hourly_rows >= H the model is the hourly one."""
+    p = toy_problem([[100], [300], [300], [50]], [[1000]] * 4, gpu=[1000, 1000, 1000], dur=[[1]] * 3,
+                    kw=[[1]] * 3, deadline=[1, 4, 4])
+    full = solve_lp(p)
+    assert full.objective_kg == pytest.approx(0.45)
+    blocked = solve_lp(p, hourly_rows=2, block_h=2)
+    assert blocked.objective_kg == pytest.approx(0.2) and blocked.objective_kg <= full.objective_kg + 1e-9
+    assert solve_lp(p, hourly_rows=4, block_h=2).objective_kg == pytest.approx(full.objective_kg)
+    assert blocked.nnz < full.nnz or blocked.n_rows < full.n_rows
+
+
 def test_optimum_uses_late_candidates_only_when_needed():
     # two 1-GPU jobs, one GPU, both due at hour 1: one must be late; its cheapest late run is at hour 2 (50 g)
     p = toy_problem([[100], [200], [50]], [[1000]] * 3, gpu=[1000, 1000], dur=[[1], [1]], kw=[[1], [1]],
@@ -374,6 +390,71 @@ def test_tentative_nodes_for_future_starts():
     assert (out.s > 0).all() and all(st == "tentative" for st in out.status)
     assert all(n == "n0" for n in out.node)
     assert len(c0.bindings) == 0  # the live cluster is untouched
+
+
+def test_reservation_drains_the_node_that_frees_first_and_allows_backfill():
+    """An 8-GPU job cannot start while 1-GPU jobs sit on both 8-GPU nodes. Reserving holds the node whose jobs
+    end first (n1, at hour 5): a job that would run past hour 5 may not go there, one that ends by then may
+    (backfill); once n1 drains, the 8-GPU job gets it and the reservation is gone."""
+    from scheduling.packing import Cluster, Pod
+    from scheduling.planner.agents import ClusterAgent
+
+    cl = Cluster(["n0", "n1"], [96000, 96000], [262144, 262144], [8, 8], ["V100", "V100"])
+    agent = ClusterAgent("c0", cl, policy="bestfit")
+    for i, (node, end) in enumerate([(0, 10), (0, 10), (1, 5)]):
+        pod = Pod(f"old{i}", 1000, 1024, 1, 1000)
+        cl.allocate(pod, node, (i % 2,) if node == 0 else (0,))
+        agent.end_hour[pod.pod_id] = end
+    big = Pod("big", 8000, 8192, 8, 1000)
+    assert agent.offer(big, 20) is None
+    assert agent.reserve(big) == "n1" and agent.reserved == {1: ("big", 5)}
+    assert agent.reserve(Pod("other", 8000, 8192, 8, 1000)) is None  # one held node per cluster
+    long_pod = agent.offer(Pod("long", 1000, 1024, 1, 1000), 9)
+    assert long_pod is not None and long_pod.node_name == "n0"
+    for i in range(5):  # fill n0: the next long job finds no node
+        assert agent.offer(Pod(f"fill{i}", 1000, 1024, 1, 1000), 9).node_name == "n0"
+    assert agent.offer(Pod("long2", 1000, 1024, 1, 1000), 9) is None
+    short = agent.offer(Pod("short", 1000, 1024, 1, 1000), 5)
+    assert short is not None and short.node_name == "n1"
+    agent.release_finished(5)
+    placed = agent.offer(big, 25)
+    assert placed is not None and placed.node_name == "n1" and agent.reserved == {}
+
+
+def test_hourly_planner_reserves_only_for_blocked_due_multi_gpu_jobs():
+    from scheduling.fleet import load_fleet
+    from scheduling.jobs import generate_jobs
+    from scheduling.packing import Pod
+    from scheduling.planner.problem import abs_hours
+    from scheduling.planner.session import HourlyPlanner
+
+    t = pd.Timestamp("2021-07-05T00:00Z")
+    now_h = abs_hours(t)
+    fleet = load_fleet(regions=2)
+    jobs = generate_jobs(40, t, 1, fleet, seed=3, arrival="all-at-start", max_duration_h=24.0)
+    hp = HourlyPlanner(fleet, jobs, "performance-first", forecasts=None, explain=False, reserve_nodes=True)
+    hp.reserve_lead_h = 1e6  # every job counts as due
+    idx = np.arange(len(jobs))
+    assert hp.reserve_nodes_for(idx, now_h) == {}  # an empty fleet: every job fits somewhere now
+    n = 0  # occupy every device of every node with 1-GPU jobs: multi-GPU jobs are then blocked everywhere
+    for agent in hp.agents:
+        cl = agent.cluster
+        for node in range(cl.n_nodes):
+            for g in range(int(cl.gpu_count[node])):
+                pod = Pod(f"filler{n}", 0, 0, 1, 1000)
+                cl.allocate(pod, node, (g,))
+                agent.end_hour[pod.pod_id] = now_h + 100 + n
+                n += 1
+    held = hp.reserve_nodes_for(idx, now_h)
+    multi = set(jobs.loc[jobs["num_gpu"] > 1, "job_id"].astype(str))
+    assert held and set(held) <= multi
+    assert sum(len(a.reserved) for a in hp.agents) == len(held) <= len(hp.agents)
+    held_cap = hp.held_capacity(now_h, 200)
+    assert (held_cap[0] == 0).all()  # the held nodes are full: nothing more is held back now
+    hp.reserve_lead_h = 0.0  # only jobs that cannot wait another hour
+    latest = hp.table.deadline_h - np.nanmin(np.where(hp.table.allowed, hp.table.dur[:, 0], np.inf), axis=1)
+    due = {str(j) for j in jobs["job_id"][(latest < now_h + 1) & (jobs["num_gpu"] > 1).to_numpy()]}
+    assert set(hp.reserve_nodes_for(idx, now_h)) <= due
 
 
 # ------------------------------------------------------------------------------------------------ contract
