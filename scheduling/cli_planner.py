@@ -119,6 +119,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.from_json:
         saved = json.loads(Path(args.from_json).read_text())
         runs = saved["runs"] if "runs" in saved else [saved]
+        from scheduling.simulator import _targets
+
+        for rep in runs:
+            rep["targets"] = _targets(rep["policies"], rep.get("optimum"))
     for start in ([] if args.from_json else args.start):
         for load in args.load:
             t0 = time.perf_counter()
