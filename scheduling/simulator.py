@@ -368,7 +368,8 @@ def evaluate(sc: Scenario, policies=ONLINE_POLICIES, *, with_optimum: bool = Tru
              weights: PriorityWeights | None = None, progress: bool = False, lp_time_limit_s: float = 600.0,
              ablations: bool = False, postpone_margin_h: float = 1.0) -> dict:
     """Every policy (and the bound) on one scenario; a JSON-ready dict. `ablations`: also the priority policy
-    without capacity prices, and with oracle (actual) and seasonal-naive forecasts (under "ablations")."""
+    without capacity prices, and priority (and rolling-lp, when run) with oracle (actual) and seasonal-naive
+    forecasts (under "ablations")."""
     policies = list(policies)
     if BASELINE not in policies:
         policies.append(BASELINE)
@@ -405,6 +406,9 @@ def evaluate(sc: Scenario, policies=ONLINE_POLICIES, *, with_optimum: bool = Tru
             "priority-oracle-forecast": ("priority", make_forecasts("oracle", sc.grid, zones)),
             "priority-naive-forecast": ("priority", make_forecasts("naive", sc.grid, zones)),
         }
+        if "rolling-lp" in policies:
+            runs["rolling-lp-oracle-forecast"] = ("rolling-lp", runs["priority-oracle-forecast"][1])
+            runs["rolling-lp-naive-forecast"] = ("rolling-lp", runs["priority-naive-forecast"][1])
         for label, (name, provider) in runs.items():
             m = simulate(sc, name, seed=seed, weights=weights, forecasts=provider,
                          postpone_margin_h=postpone_margin_h).metrics

@@ -52,10 +52,11 @@ class RollingLP(PlacementPolicy):
 
     def __init__(self, start_share: float = 0.5, late_penalty_kg: float = 1000.0, time_limit_s: float = 60.0,
                  learn_prices: bool = False, capacity_factor: float = 0.9, max_power_candidates: int | None = 60_000,
-                 hourly_rows: int | None = 24):
+                 hourly_rows: int | None = 24, max_lp_jobs: int | None = 1500):
         from scheduling.planner.prices import PriceLearner
 
         self.max_power_candidates = max_power_candidates
+        self.max_lp_jobs = max_lp_jobs
         self.hourly_rows = hourly_rows
         self.start_share = start_share
         self.capacity_factor = capacity_factor
@@ -73,6 +74,8 @@ class RollingLP(PlacementPolicy):
         return self.prices.prices(now_h, hours)
 
     def plan(self, problem, agents=None, pods=None, now_hour=None, *, explain=True, tentative=True):
+        if self.max_lp_jobs is not None and problem.n_jobs > self.max_lp_jobs:
+            return self._plan_head(problem, agents, pods, now_hour, explain=explain, tentative=tentative)
         t0 = time.perf_counter()
         p = problem
         N, C = p.n_jobs, p.n_clusters
@@ -197,6 +200,50 @@ class RollingLP(PlacementPolicy):
                      "n_started": int((placed & (s == 0)).sum()), "n_forced": int(forced.sum()),
                      "n_late": int((late & placed).sum()), "horizon_h": int(p.hours)}
         return out
+
+
+    def _plan_head(self, p, agents, pods, now_hour, *, explain, tentative):
+        """A backlog above `max_lp_jobs`: the LP plans the `max_lp_jobs` jobs first in the issue's priority order
+        (P = 0.35 U + 0.40 F + 0.25 O, lowest first: the urgent, inflexible ones); the others are deferred to the
+        next hour (unplaced, reason `deferred_lp_budget`). Bounds the latency and memory of one plan (5000 jobs:
+        32 s and 740 MB with the LP over all of them)."""
+        prio = priority_parts(p, PriorityWeights())
+        head = np.sort(np.argsort(prio.priority, kind="stable")[: self.max_lp_jobs])
+        sub = _subset(p, head)
+        budget, self.max_lp_jobs = self.max_lp_jobs, None
+        try:
+            part = self.plan(sub, agents, [pods[i] for i in head] if pods is not None else None, now_hour,
+                             explain=explain, tentative=tentative)
+        finally:
+            self.max_lp_jobs = budget
+        N = p.n_jobs
+        k, s, c, cost, late, placed, reason, node, gpus, status, rejections = empty_decisions(N)
+        for arr, src in ((k, part.k), (s, part.s), (c, part.c), (cost, part.cost), (late, part.late),
+                         (placed, part.placed), (rejections, part.rejections)):
+            arr[head] = src
+        for lst, src in ((reason, part.reason), (node, part.node), (gpus, part.gpus), (status, part.status)):
+            for i, j in enumerate(head):
+                lst[int(j)] = src[i]
+        tail = np.setdiff1d(np.arange(N), head)
+        for j in tail:
+            reason[int(j)] = "deferred_lp_budget"
+        out = PlanOutcome(p, self.name, np.arange(N), k, s, c, cost, late, placed, reason, node, gpus, status,
+                          rejections, prio, part.explanations)
+        out.stats = {**part.stats, "n_jobs": int(N), "n_deferred": int(len(tail))}
+        return out
+
+
+def _subset(p, idx: np.ndarray):
+    """The problem restricted to jobs `idx` (per-job arrays sliced; clusters, hours and capacity unchanged)."""
+    import dataclasses
+
+    per_job = {name: getattr(p, name)[idx] for name in ("release", "deadline_rel", "gpu_total", "dur", "kw",
+                                                        "allowed", "transfer_kwh", "home")}
+    if p.req_other is not None:
+        per_job["req_other"] = p.req_other[idx]
+    if p.pods is not None:
+        per_job["pods"] = [p.pods[i] for i in idx]
+    return dataclasses.replace(p, jobs=p.jobs.iloc[idx].reset_index(drop=True), **per_job)
 
 
 def _priced(p):

@@ -77,3 +77,17 @@ def test_rolling_lp_power_option_and_explains_every_decision(max_power_candidate
         assert set(EXPLANATION_KEYS) <= set(e) and e["policy"] == "rolling-lp"
         assert e["counterfactuals"]["optimum_kgco2e"] is not None
     assert out.explanations[0]["power"]["limit_w"] == 180.0
+
+
+def test_rolling_lp_defers_the_tail_of_a_backlog_above_its_job_budget():
+    """With a budget of two jobs, the LP plans the two first in priority order (the two due now: lowest urgency)
+    and defers the third (deadline 4) to the next hour."""
+    p = toy_problem([[100, 300]] * 4, [[2000, 2000]] * 4, gpu=[1000] * 3, dur=[[1, 1]] * 3, kw=[[1, 1]] * 3,
+                    deadline=[1, 4, 1])
+    out = RollingLP(capacity_factor=1.0, max_lp_jobs=2).plan(p, now_hour=0)
+    assert out.placed[0] and out.placed[2] and (out.s[[0, 2]] == 0).all()
+    assert not out.placed[1] and out.reason[1] == "deferred_lp_budget"
+    assert out.stats["n_deferred"] == 1 and out.stats["n_jobs"] == 3
+    assert [e["job_id"] for e in out.explanations] == ["j0", "j2"]
+    plan = out.to_plan()
+    assert plan.unplaced["reason"].tolist() == ["deferred_lp_budget"]
