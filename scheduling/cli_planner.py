@@ -77,7 +77,8 @@ def register(subparsers) -> None:
     b.add_argument("--plan-time", default="2021-07-05T00:00Z")
     b.add_argument("--seed", type=int, default=1)
     b.add_argument("--json", action="store_true", help="(output is always JSON)")
-    b.add_argument("--out", default=None, help="also write bench_plan.json there (default var/reports/planner)")
+    b.add_argument("--out", default=None, help="also write bench_plan.json (bench_plan_<policy>.json for "
+                   "another policy) there (default var/reports/planner)")
     b.add_argument("--data-dir", default=None)
     b.set_defaults(func=cmd_bench)
 
@@ -256,7 +257,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         "environment": environment(),
     }
     out = Path(args.out) if args.out else DEFAULT_REPORT_DIR
-    _write_json(out / "bench_plan.json", payload)
+    name = "bench_plan.json" if args.policy == "priority" else f"bench_plan_{args.policy}.json"
+    _write_json(out / name, payload)
     print(json.dumps(payload, indent=2))
     return 0
 
