@@ -163,7 +163,7 @@ def _region_frame(grid: Path, region: str) -> pd.DataFrame:
     repeated.iloc[0] = False
     recompute = region == "DE"
     if recompute:
-        out["carbon_intensity_direct_gco2_per_kwh"] = compose_intensity(out, DIRECT_FACTORS).round(2)
+        out["carbon_intensity_direct_gco2_per_kwh"] = compose_intensity(out, DIRECT_FACTORS)
     else:
         out["carbon_intensity_direct_gco2_per_kwh"] = direct["carbon_intensity"].astype(float)
     life_path = ens / f"{region}_lifecycle_emissions.csv"
@@ -215,6 +215,9 @@ def _finish(frame: pd.DataFrame) -> pd.DataFrame:
     frame["region"] = frame["region"].astype(str)
     float_cols = [c for c in GRID_HOURLY_COLUMNS if c.endswith(("_mw", "_kwh", "_share")) or c in WEATHER_COLUMNS]
     frame[float_cols] = frame[float_cols].astype("float64")
+    for col in ("hour_of_day", "day_of_week", "month", "day_of_year"):  # DuckDB gives int32: one dtype for both
+        if col in frame.columns:
+            frame[col] = frame[col].astype("int64")
     # Nullable booleans: `known_at` blanks observed columns with NA, which numpy bool cannot hold.
     for col in FLAG_COLUMNS:
         frame[col] = frame[col].astype("boolean")
