@@ -42,7 +42,7 @@ class LPResult:
     status: str
     objective_kg: float  # carbon only: timely candidates + the late jobs' cheapest late runs (no penalty)
     x: np.ndarray  # per candidate
-    job: np.ndarray
+    job: np.ndarray  # candidates come job by job (ascending job index)
     k: np.ndarray
     s: np.ndarray
     c: np.ndarray
@@ -131,7 +131,7 @@ def _energy(problem: PlanningProblem, job, k, s, c):
 
 def solve_lp(problem: PlanningProblem, late_penalty_kg: float = 1000.0, time_limit_s: float = 600.0,
              resources: str = "gpu", integral: bool = False, hourly_rows: int | None = None,
-             block_h: int = 6, max_candidates: int | None = None) -> LPResult:
+             block_h: int = 6, max_candidates: int | None = None, presolve: bool = True) -> LPResult:
     """Solve the relaxation on `problem` (its `forecast` is the intensity the bound assumes). `resources`:
     "gpu" (GPU-milli capacity rows) or "all" (also CPU and memory, where the problem tracks them).
     `integral=True` solves the same model with binary x and u (HiGHS branch and bound, time-limited; no duals):
@@ -140,7 +140,8 @@ def solve_lp(problem: PlanningProblem, late_penalty_kg: float = 1000.0, time_lim
     `block_h` hours holding the block's mean (a weaker constraint with far fewer non-zeros, for the rolling
     planner, which commits only hour 0 and plans the rest again; never for the bound). `max_candidates` (None:
     no limit): above that many candidates only the default power option is kept (`default_power_only`), which
-    bounds the solve time of the rolling planner's largest plans."""
+    bounds the solve time of the rolling planner's largest plans. `presolve=False` skips HiGHS's presolve (on the
+    rolling planner's models it halves the solve: 0.6 -> 0.3 s for 1000 jobs x 168 h x 10 regions, same optimum)."""
     t0 = time.perf_counter()
     N, H, C = problem.n_jobs, problem.hours, problem.n_clusters
     job, k, s, c, cost, late_cost, late_pick = _candidates(problem)
@@ -150,11 +151,6 @@ def solve_lp(problem: PlanningProblem, late_penalty_kg: float = 1000.0, time_lim
         job, k, s, c, cost = job[keep_v], k[keep_v], s[keep_v], c[keep_v], cost[keep_v]
     n = len(job)
     occ = np.ceil(problem.dur[job, k, c] - 1e-9).astype(np.int64)
-    # capacity rows: for candidate v, rows (h, c) with h in [s, s + occ)
-    total = int(occ.sum())
-    var = np.repeat(np.arange(n), occ)
-    first = np.repeat(np.cumsum(occ) - occ, occ)
-    rows = (s[var] + (np.arange(total) - first)) * C + c[var]
     coefs = [problem.gpu_total.astype(float)]
     bounds = [problem.free.astype(float).reshape(-1)]
     if resources == "all" and problem.free_other is not None:
@@ -163,33 +159,47 @@ def solve_lp(problem: PlanningProblem, late_penalty_kg: float = 1000.0, time_lim
             bounds.append(problem.free_other[r].astype(float).reshape(-1))
     R = len(coefs)
     b_ub = np.concatenate(bounds)
+    blocked = R == 1 and hourly_rows is not None and hourly_rows < H
+    if not blocked:
+        # capacity rows: for candidate v, rows (h, c) with h in [s, s + occ)
+        total = int(occ.sum())
+        var = np.repeat(np.arange(n), occ)
+        first = np.repeat(np.cumsum(occ) - occ, occ)
+        rows = (s[var] + (np.arange(total) - first)) * C + c[var]
     if R == 1:
-        # column-major already (candidate by candidate, hours ascending): build the CSC matrix HiGHS takes
+        # column-major already (candidate by candidate, rows ascending): build the CSC matrix HiGHS takes
         # directly, only over the rows some candidate touches (a CSR/COO round trip costs as much as the solve)
-        vals = np.repeat(coefs[0][job], occ)
-        counts = occ
-        if hourly_rows is not None and hourly_rows < H:
-            hour = rows // C
-            block = np.where(hour < hourly_rows, hour, hourly_rows + (hour - hourly_rows) // block_h)
-            n_blocks = int(hourly_rows + -(-(H - hourly_rows) // block_h))
-            length = np.where(np.arange(n_blocks) < hourly_rows, 1,
-                              np.minimum(block_h, H - hourly_rows - (np.arange(n_blocks) - hourly_rows) * block_h))
-            brow = block * C + rows % C
-            key = var.astype(np.int64) * (n_blocks * C) + brow
-            new = np.ones(len(key), dtype=bool)  # entries of one candidate in one block are adjacent
-            new[1:] = key[1:] != key[:-1]
-            grp = np.cumsum(new) - 1
-            hours_in = np.bincount(grp).astype(float)
-            rows = brow[new]
-            vals = vals[new] * hours_in / length[rows // C]
-            counts = np.bincount(var[new], minlength=n)
-            hb = np.where(np.arange(H) < hourly_rows, np.arange(H),
-                          hourly_rows + (np.arange(H) - hourly_rows) // block_h)
+        if blocked:
+            # row r < hourly_rows: hour r; row hourly_rows + b: hours [hourly_rows + b*block_h, + block_h), holding
+            # the block's mean. A candidate [s, e) has its hourly rows, then every block it overlaps, weighted by
+            # the hours of overlap / block length -- computed per candidate, without expanding its hours.
+            hr, bh = int(hourly_rows), int(block_h)
+            n_blocks = hr + -(-(H - hr) // bh)
+            length = np.where(np.arange(n_blocks) < hr, 1,
+                              np.minimum(bh, H - hr - (np.arange(n_blocks) - hr) * bh)).astype(float)
+            e = s + occ
+            n_hourly = np.clip(np.minimum(e, hr) - s, 0, None)
+            b_lo = (np.maximum(s, hr) - hr) // bh
+            n_block = np.where(e > hr, (e - 1 - hr) // bh - b_lo + 1, 0)
+            counts = n_hourly + n_block
+            var = np.repeat(np.arange(n), counts)
+            t = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+            in_hours = t < n_hourly[var]
+            b = b_lo[var] + (t - n_hourly[var])
+            lo = np.maximum(s[var], hr + b * bh)
+            hi = np.minimum(e[var], hr + (b + 1) * bh)
+            row_hour = np.where(in_hours, s[var] + t, hr + b)
+            rows = row_hour * C + c[var]
+            weight = np.where(in_hours, 1.0, (hi - lo) / length[np.minimum(row_hour, n_blocks - 1)])
+            vals = coefs[0][job][var] * weight
+            hb = np.where(np.arange(H) < hr, np.arange(H), hr + (np.arange(H) - hr) // bh)
             fb = np.zeros((n_blocks, C))
             np.add.at(fb, hb, problem.free.astype(float))
             b_ub = (fb / length[:, None]).reshape(-1)
             H_rows = n_blocks
         else:
+            vals = np.repeat(coefs[0][job], occ)
+            counts = occ
             H_rows = H
         used = np.zeros(H_rows * C, dtype=bool)
         used[rows] = True
@@ -218,10 +228,10 @@ def solve_lp(problem: PlanningProblem, late_penalty_kg: float = 1000.0, time_lim
 
         res = milp(obj, integrality=np.ones(n + N), bounds=Bounds(0, 1),
                    constraints=[LinearConstraint(A_ub, -np.inf, b_ub), LinearConstraint(A_eq, 1, 1)],
-                   options={"time_limit": time_limit_s, "presolve": True})
+                   options={"time_limit": time_limit_s, "presolve": presolve})
     else:
         res = linprog(obj, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=np.ones(N), bounds=(0, 1), method="highs",
-                      options={"time_limit": time_limit_s, "presolve": True})
+                      options={"time_limit": time_limit_s, "presolve": presolve})
     solve_s = time.perf_counter() - t1
     sol = np.clip(res.x, 0.0, 1.0) if res.x is not None else np.zeros(n + N)
     x, u = sol[:n], sol[n:]

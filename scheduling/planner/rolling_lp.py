@@ -80,7 +80,7 @@ class RollingLP(PlacementPolicy):
         p = problem
         N, C = p.n_jobs, p.n_clusters
         lp = solve_lp(_derated(_priced(p), self.capacity_factor), self.late_penalty_kg, self.time_limit_s,
-                      hourly_rows=self.hourly_rows, max_candidates=self.max_power_candidates)
+                      hourly_rows=self.hourly_rows, max_candidates=self.max_power_candidates, presolve=False)
         self.last = lp
         t_lp = time.perf_counter() - t0
         job, x = lp.job, lp.x
@@ -94,9 +94,12 @@ class RollingLP(PlacementPolicy):
         free = p.free.astype(np.int64).copy()
         ev = Evaluator(p)
 
+        first = np.searchsorted(job, np.arange(N + 1))  # candidates come job by job (solve_lp's order)
+
         def lp_now_options(j):
             """(k, c, cost) of job j's hour-0 LP candidates with weight, largest weight first."""
-            v = np.flatnonzero((job == j) & now_c & (x > 1e-6))
+            v = np.arange(first[j], first[j + 1])
+            v = v[now_c[v] & (x[v] > 1e-6)]
             v = v[np.argsort(-x[v], kind="stable")]
             return [(int(lp.k[i]), int(lp.c[i]), float(lp.cost[i]), False) for i in v]
 
