@@ -28,7 +28,8 @@ with DAG(
     tags=["plan", "evaluation"],
     doc_md=__doc__,
     params={
-        "policies": Param(["priority", "greedy-carbon", "carbon-time", "performance-first", "round-robin", "optimum"],
+        "policies": Param(["rolling-lp", "priority", "greedy-carbon", "carbon-time", "performance-first", "round-robin",
+                           "optimum"],
                           type="array", minItems=1, items={"type": "string", "enum": list(POLICIES)},
                           description="Policies to simulate; `optimum` adds the LP bound."),
         "period_start": Param("2021-07-01", type="string", format="date", description="First day (UTC)."),

@@ -14,7 +14,7 @@ import pendulum
 from airflow.sdk import DAG, Param, get_current_context, task
 
 from common.assets import FORECASTS, MARTS, PLAN
-from common.params import FLEET_REGIONS, POLICIES, regions_param, time_param
+from common.params import DEFAULT_POLICY, FLEET_REGIONS, POLICIES, regions_param, time_param
 
 
 with DAG(
@@ -28,7 +28,7 @@ with DAG(
     doc_md=__doc__,
     params={
         "as_of": time_param("Planning time (ISO UTC, e.g. 2021-07-15T12:00Z); empty = data interval end."),
-        "policy": Param("priority", type="string", enum=list(POLICIES), description="Placement policy."),
+        "policy": Param(DEFAULT_POLICY, type="string", enum=list(POLICIES), description="Placement policy."),
         "regions": regions_param(FLEET_REGIONS, "Fleet regions to plan on; empty = every region with grid data."),
         "horizon_hours": Param(168, type="integer", minimum=24, maximum=168,
                                description="Longest planning horizon (hours)."),

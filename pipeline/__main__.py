@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", nargs="+", default=None, help="forecasters to train (default: the service's set)")
     p.add_argument("--budget-s", type=float, default=600.0, help="time budget for forecaster training (s)")
     p.add_argument("--tiny", action="store_true", help="tiny model settings (quick demo)")
-    p.add_argument("--policy", default="priority", help="placement policy for the plan")
+    p.add_argument("--policy", default="rolling-lp", help="placement policy for the plan (default rolling-lp)")
     p.add_argument("--until", choices=("ingest", "transform", "forecast", "plan"), default="plan",
                    help="stop after this stage")
     p.set_defaults(func=run)

@@ -89,7 +89,7 @@ def register(subparsers) -> None:
     p.add_argument("--as-of", required=True, help="plan time, UTC (never the wall clock)")
     p.add_argument("--jobs", type=int, default=200)
     p.add_argument("--regions", type=int, default=6)
-    p.add_argument("--policy", default="priority")
+    p.add_argument("--policy", default="rolling-lp")
     p.add_argument("--forecasts", default="auto", choices=["auto", "warehouse", "dacf", "naive", "oracle"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--full", action="store_true", help="print the whole plan (assignments, explanations)")

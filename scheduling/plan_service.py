@@ -1,10 +1,10 @@
 """The hourly planning service: one plan for one planning time, written to plan.* and var/schedules/<plan time>/.
 
     from scheduling.plan_service import plan_hourly
-    summary = plan_hourly("2021-07-15T12:00Z", policy="priority")            # -> dict (see PlanSummary)
+    summary = plan_hourly("2021-07-15T12:00Z", policy="rolling-lp")          # -> dict (see PlanSummary)
     summary = plan_hourly("2021-07-15T12:00Z", dry_run=True)                 # explanations only
 
-    python -m scheduling.plan_service --as-of 2021-07-15T12:00Z [--policy priority] [--regions us-west,eu-north]
+    python -m scheduling.plan_service --as-of 2021-07-15T12:00Z [--policy rolling-lp] [--regions us-west,eu-north]
         [--horizon-hours 72] [--dry-run] [--json]
 
 The planning time is explicit (the DAG's data interval end or an `as_of`), never the wall clock; it is floored
@@ -50,6 +50,7 @@ import numpy as np
 import pandas as pd
 
 from scheduling.plan_store import iso_z, plan_id_for, utc
+from scheduling.planner.policies import DEFAULT_POLICY
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +253,7 @@ def _forecasts(fleet, plan_time: pd.Timestamp, horizon_h: int, db_path=None, dat
         return make_forecasts("naive", grid, zones)
 
 
-def make_plan_for(as_of, *, policy: str = "priority", regions=None, horizon_hours: int = DEFAULT_HORIZON_H,
+def make_plan_for(as_of, *, policy: str = DEFAULT_POLICY, regions=None, horizon_hours: int = DEFAULT_HORIZON_H,
                   db_path=None, data_dir=None, n_per_day: int | None = None):
     """(Plan, info) for the planning time `as_of`, without writing anything."""
     from scheduling.planner import HourlyPlanner
@@ -344,13 +345,13 @@ def resolve_run(params: dict, data_interval_end=None, logical_date=None, run_aft
     regions = params.get("regions") or []
     if isinstance(regions, str) or not isinstance(regions, (list, tuple)):
         raise ValueError(f"regions {regions!r} must be a list of fleet region names")
-    checked = validate_inputs(as_of, str(params.get("policy", "priority")), list(regions),
+    checked = validate_inputs(as_of, str(params.get("policy", DEFAULT_POLICY)), list(regions),
                               params.get("horizon_hours", DEFAULT_HORIZON_H))
     checked["dry_run"] = dry_run
     return checked
 
 
-def plan_hourly(as_of, *, policy: str = "priority", dry_run: bool = False, regions=None, db_path=None,
+def plan_hourly(as_of, *, policy: str = DEFAULT_POLICY, dry_run: bool = False, regions=None, db_path=None,
                 schedule_root=None, horizon_hours: int = DEFAULT_HORIZON_H, created_from: str = "plan_service",
                 explainer=None, data_dir=None, n_per_day: int | None = None) -> dict:
     """Plan the planning time `as_of` (see the module doc) and write it; returns a summary dict: plan_id,
@@ -415,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scheduling.plan_service",
                                      description="Plan one planning hour and write plan.* and the schedule files.")
     parser.add_argument("--as-of", required=True, help="planning time, ISO (e.g. 2021-07-15T12:00Z)")
-    parser.add_argument("--policy", default="priority")
+    parser.add_argument("--policy", default=DEFAULT_POLICY)
     parser.add_argument("--regions", default="", help="comma-separated fleet regions (default: all with grid data)")
     parser.add_argument("--horizon-hours", type=int, default=DEFAULT_HORIZON_H)
     parser.add_argument("--dry-run", action="store_true", help="write plan.explanations only, no files")

@@ -18,6 +18,7 @@ FLEET_REGIONS = list(yaml.safe_load((Path(__file__).resolve().parents[2] / "sche
                      ["regions"])
 # The planner's policies (scheduling.planner.policies.POLICY_NAMES; literal so that parsing a DAG does not import
 # numpy/pandas -- tests/dags/test_plan_dags.py checks that the two agree).
+DEFAULT_POLICY = "rolling-lp"  # scheduling.planner.policies.DEFAULT_POLICY (checked by tests/dags/test_plan_dags.py)
 POLICIES = ("priority", "rolling-lp", "performance-first", "greedy-carbon", "carbon-time", "round-robin", "random",
             "optimum")
 

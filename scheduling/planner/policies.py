@@ -218,6 +218,9 @@ POLICY_CLASSES = {
 ONLINE_POLICIES = ("priority", "rolling-lp", "performance-first", "greedy-carbon", "carbon-time", "round-robin",
                    "random")
 POLICY_NAMES = ONLINE_POLICIES + ("optimum",)
+# The hourly plan's default: on all four evaluated scenarios (two periods x two loads) it emits less carbon and meets
+# more deadlines than `priority` (docs/results/planner/results.md); `priority` stays the formula.
+DEFAULT_POLICY = "rolling-lp"
 
 
 def make_policy(name: str, *, seed: int = 0, weights: PriorityWeights | None = None,

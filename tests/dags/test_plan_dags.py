@@ -70,11 +70,12 @@ def test_dags_parse_quickly_and_are_wired(bag):
 def test_policy_and_region_enums_match_the_planner_and_fleet(bag):
     import yaml
 
-    from scheduling.planner.policies import POLICY_NAMES
+    from scheduling.planner.policies import DEFAULT_POLICY, POLICY_NAMES
 
     regions = list(yaml.safe_load((REPO_ROOT / "scheduling" / "fleet.yaml").read_text())["regions"])
     plan = bag["dags"]["plan_hourly"]["params"]
     assert plan["policy"]["enum"] == list(POLICY_NAMES)
+    assert bag["dags"]["plan_hourly"]["defaults"]["policy"] == DEFAULT_POLICY
     assert plan["regions"]["items"]["enum"] == regions
     evaluate = bag["dags"]["evaluate"]["params"]
     assert evaluate["policies"]["items"]["enum"] == list(POLICY_NAMES)
@@ -115,7 +116,7 @@ def test_plan_hourly_dags_test_writes_plan_and_schedule(airflow_home, data_dir, 
     assert (tmp_path / "schedules" / "2021-07-15T12-00Z" / "index.json").exists()
     with duckdb.connect(airflow_home["WAREHOUSE_PATH"], read_only=True) as con:
         row = con.execute("SELECT plan_id, created_from FROM plan.plans").fetchall()
-    assert ("priority@2021-07-15T12:00:00Z", "airflow:plan_hourly") in row
+    assert ("rolling-lp@2021-07-15T12:00:00Z", "airflow:plan_hourly") in row
 
 
 @pytest.mark.slow

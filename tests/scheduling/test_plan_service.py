@@ -33,7 +33,7 @@ def _strip(summary: dict) -> dict:
 def test_same_planning_time_twice_is_identical(tmp_warehouse, tmp_path, data_dir):
     root = tmp_path / "schedules"
     first = plan_hourly(T, db_path=tmp_warehouse, schedule_root=root)
-    assert first["plan_id"] == "priority@2021-07-15T12:00:00Z" and first["cold_start"] is True
+    assert first["plan_id"] == "rolling-lp@2021-07-15T12:00:00Z" and first["cold_start"] is True
     assert first["n_assigned"] >= 1 and first["schedule_dir"] == str(root / "2021-07-15T12-00Z")
     files, rows = tree_digest(first["schedule_dir"]), table_digest(tmp_warehouse)
     verify_schedule_dir(first["schedule_dir"])
@@ -145,5 +145,5 @@ def test_cli_json_run(tmp_warehouse, tmp_path, data_dir):
                           "--schedule-root", str(tmp_path / "s")], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     doc = json.loads(out.stdout)
-    assert doc["plan_id"] == "priority@2021-07-15T12:00:00Z" and doc["n_assigned"] >= 1
+    assert doc["plan_id"] == "rolling-lp@2021-07-15T12:00:00Z" and doc["n_assigned"] >= 1
     assert np.isfinite(doc["expected_kgco2e"])
