@@ -39,6 +39,7 @@ import numpy as np
 
 from scheduling.planner.coordinator import Evaluator, PlanOutcome, empty_decisions, explain_choice, priority_parts
 from scheduling.planner.optimum import solve_lp
+from scheduling.planner.problem import abs_hours
 from scheduling.planner.policies import PlacementPolicy
 from scheduling.planner.types import PriorityWeights
 
@@ -79,8 +80,7 @@ class RollingLP(PlacementPolicy):
         t0 = time.perf_counter()
         p = problem
         N, C = p.n_jobs, p.n_clusters
-        lp = solve_lp(_derated(_priced(p), self.capacity_factor), self.late_penalty_kg, self.time_limit_s,
-                      hourly_rows=self.hourly_rows, max_candidates=self.max_power_candidates, presolve=False)
+        lp = self._solve(p)
         self.last = lp
         t_lp = time.perf_counter() - t0
         job, x = lp.job, lp.x
@@ -205,6 +205,10 @@ class RollingLP(PlacementPolicy):
         return out
 
 
+    def _solve(self, p):
+        return solve_lp(_derated(_priced(p), self.capacity_factor), self.late_penalty_kg, self.time_limit_s,
+                        hourly_rows=self.hourly_rows, max_candidates=self.max_power_candidates, presolve=False)
+
     def _plan_head(self, p, agents, pods, now_hour, *, explain, tentative):
         """A backlog above `max_lp_jobs`: the LP plans the `max_lp_jobs` jobs first in the issue's priority order
         (P = 0.35 U + 0.40 F + 0.25 O, lowest first: the urgent, inflexible ones); the others are deferred to the
@@ -234,6 +238,40 @@ class RollingLP(PlacementPolicy):
                           rejections, prio, part.explanations)
         out.stats = {**part.stats, "n_jobs": int(N), "n_deferred": int(len(tail))}
         return out
+
+
+class ReplayPlan(RollingLP):
+    """Diagnostic: execute a fixed offline plan {job_id: (power option, absolute start hour, cluster)} through the
+    same hourly machinery (cluster agents, forced starts when a job is due): each hour, a job whose planned hour has
+    come is offered to its planned cluster; one that cannot start there (no node fits) waits while it can and is
+    then started where it still meets its deadline. Measures what node packing costs a plan made without it."""
+
+    name = "replay-plan"
+    description = "replay a fixed offline plan through the cluster agents (diagnostic)"
+
+    def __init__(self, plan: dict):
+        super().__init__(capacity_factor=1.0, max_power_candidates=None, max_lp_jobs=None)
+        self.fixed = plan
+
+    def _solve(self, p):
+        lp = solve_lp(p, self.late_penalty_kg, self.time_limit_s, presolve=False)
+        now = int(abs_hours(p.now))
+        x = np.zeros_like(lp.x)
+        first = np.searchsorted(lp.job, np.arange(p.n_jobs + 1))
+        for j, job_id in enumerate(p.jobs["job_id"].astype(str)):
+            if job_id not in self.fixed:
+                continue
+            k, start, c = self.fixed[job_id]
+            rel = max(int(start) - now, 0)
+            v = np.arange(first[j], first[j + 1])
+            hit = v[(lp.k[v] == k) & (lp.c[v] == c) & (lp.s[v] == rel)]
+            later = v[lp.s[v] >= 1]
+            if len(hit):
+                x[hit[0]] = 1.0
+            elif rel > 0 and len(later):  # keep it waiting for its planned hour
+                x[later[0]] = 1.0
+        lp.x = x
+        return lp
 
 
 def _subset(p, idx: np.ndarray):

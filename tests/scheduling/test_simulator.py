@@ -187,3 +187,17 @@ def test_calibrated_fleet_reaches_the_placed_load(data_dir):
     placed = simulate(sc, "performance-first").metrics["placed_load"]
     assert abs(placed - 0.5) < abs(cal[0]["placed_load"] - 0.5) or abs(placed - 0.5) < 0.05
     assert abs(placed - 0.5) < 0.12
+
+
+def test_replay_optimum_runs_the_bound_schedule_through_the_agents(scenario):
+    """The optimum's (rounded) schedule executed hour by hour on nodes: never below the bound, most jobs start
+    where and when the bound put them, and the excess carbon splits into on-plan and displaced jobs."""
+    from scheduling.simulator import replay_optimum
+
+    out = replay_optimum(scenario, time_limit_s=120)
+    assert out["optimum"]["status"] == "optimal"
+    assert out["replay"]["kgco2e"] >= out["optimum_kgco2e"] - 1e-6
+    assert out["replay"]["jobs_started"] == len(scenario.jobs)
+    assert 0.5 <= out["on_plan_share"] <= 1.0
+    total = out["excess_kg_on_plan"] + out["excess_kg_displaced"]
+    assert total == pytest.approx(out["replay"]["kgco2e"] - out["optimum_kgco2e"], rel=1e-6, abs=1e-6)
