@@ -367,15 +367,10 @@ def replay_optimum(sc: Scenario, integral: bool = False, time_limit_s: float = 6
     prob = optimum_problem(sc)
     glp = solve_lp(prob, time_limit_s=time_limit_s, integral=integral)
     n = prob.n_jobs
-    best = np.full(n, -1.0)
-    pick = np.full((n, 3), -1, dtype=np.int64)
-    for v in np.argsort(glp.x, kind="stable"):
-        j = glp.job[v]
-        if glp.x[v] > best[j]:
-            best[j], pick[j] = glp.x[v], (glp.k[v], glp.s[v], glp.c[v])
+    best, k, s, c = glp.heaviest(n)
     T0 = abs_hours(sc.start)
     ids = sc.jobs["job_id"].astype(str).tolist()
-    plan = {ids[j]: (int(pick[j, 0]), T0 + int(pick[j, 1]), int(pick[j, 2])) for j in range(n) if best[j] > 1e-9}
+    plan = {ids[j]: (int(k[j]), T0 + int(s[j]), int(c[j])) for j in range(n) if best[j] > 1e-9}
     res = simulate(sc, ReplayPlan(plan))
     rec = res.records
     start_h = rec["start_time"].astype("int64").to_numpy() // 3_600_000_000_000

@@ -69,6 +69,18 @@ class LPResult:
     def per_job(self, n: int, values: np.ndarray) -> np.ndarray:
         return np.bincount(self.job, weights=self.x * values, minlength=n)
 
+    def heaviest(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per job, its candidate with the largest weight (ties: the first candidate): (weight, k, s, c), weight -1
+        and -1 indexes for a job without candidates. The rounding of the fractional solution to one plan."""
+        weight = np.full(n, -1.0)
+        k, s, c = (np.full(n, -1, dtype=np.int64) for _ in range(3))
+        if len(self.job):
+            order = np.lexsort((-np.arange(len(self.job)), self.x, self.job))
+            last = order[np.r_[self.job[order][1:] != self.job[order][:-1], True]]
+            j = self.job[last]
+            weight[j], k[j], s[j], c[j] = self.x[last], self.k[last], self.s[last], self.c[last]
+        return weight, k, s, c
+
     def summary(self) -> dict:
         return {"status": self.status, "objective_kgco2e": self.objective_kg, "n_vars": self.n_vars,
                 "n_rows": self.n_rows, "nnz": self.nnz, "build_s": round(self.build_s, 3),
@@ -249,8 +261,8 @@ def solve_lp(problem: PlanningProblem, late_penalty_kg: float = 1000.0, time_lim
     return LPResult(status=_STATUS.get(res.status, str(res.status)), objective_kg=float(x @ cost + u @ lb_late),
                     x=x, job=job, k=k, s=s, c=c, cost=cost, energy_kwh=energy, renewable_kwh=ren, u=u,
                     late_cost=lb_late, late_energy_kwh=le, late_renewable_kwh=lr, late_start=np.where(has, ls, -1),
-                    default_power_only=default_power_only, n_vars=n + N, n_rows=int(A_ub.shape[0] + N), nnz=int(A_ub.nnz + A_eq.nnz), solve_s=solve_s,
-                    build_s=build_s, duals=duals.reshape(R, H, C))
+                    default_power_only=default_power_only, n_vars=n + N, n_rows=int(A_ub.shape[0] + N),
+                    nnz=int(A_ub.nnz + A_eq.nnz), solve_s=solve_s, build_s=build_s, duals=duals.reshape(R, H, C))
 
 
 class OptimumPolicy(PlacementPolicy):
@@ -270,14 +282,7 @@ class OptimumPolicy(PlacementPolicy):
         lp = solve_lp(problem, self.late_penalty_kg, self.time_limit_s)
         self.last = lp
         N = problem.n_jobs
-        k = np.full(N, -1, dtype=np.int64)
-        s = np.full(N, -1, dtype=np.int64)
-        c = np.full(N, -1, dtype=np.int64)
-        best = np.full(N, -1.0)
-        for v in np.argsort(lp.x, kind="stable"):
-            j = lp.job[v]
-            if lp.x[v] > best[j]:
-                best[j], k[j], s[j], c[j] = lp.x[v], lp.k[v], lp.s[v], lp.c[v]
+        best, k, s, c = lp.heaviest(N)
         placed = best > 1e-9
         frac_cost = lp.per_job(N, lp.cost) + lp.u * lp.late_cost
         cost = np.where(placed, frac_cost, np.nan)

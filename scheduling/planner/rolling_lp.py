@@ -76,7 +76,10 @@ class RollingLP(PlacementPolicy):
 
     def plan(self, problem, agents=None, pods=None, now_hour=None, *, explain=True, tentative=True):
         if self.max_lp_jobs is not None and problem.n_jobs > self.max_lp_jobs:
-            return self._plan_head(problem, agents, pods, now_hour, explain=explain, tentative=tentative)
+            return self._plan_head(problem, agents, pods, now_hour, explain=explain)
+        return self._plan_lp(problem, agents, pods, now_hour, explain=explain)
+
+    def _plan_lp(self, problem, agents, pods, now_hour, *, explain):
         t0 = time.perf_counter()
         p = problem
         N, C = p.n_jobs, p.n_clusters
@@ -204,25 +207,19 @@ class RollingLP(PlacementPolicy):
                      "n_late": int((late & placed).sum()), "horizon_h": int(p.hours)}
         return out
 
-
     def _solve(self, p):
         return solve_lp(_derated(_priced(p), self.capacity_factor), self.late_penalty_kg, self.time_limit_s,
                         hourly_rows=self.hourly_rows, max_candidates=self.max_power_candidates, presolve=False)
 
-    def _plan_head(self, p, agents, pods, now_hour, *, explain, tentative):
+    def _plan_head(self, p, agents, pods, now_hour, *, explain):
         """A backlog above `max_lp_jobs`: the LP plans the `max_lp_jobs` jobs first in the issue's priority order
         (P = 0.35 U + 0.40 F + 0.25 O, lowest first: the urgent, inflexible ones); the others are deferred to the
         next hour (unplaced, reason `deferred_lp_budget`). Bounds the latency and memory of one plan (5000 jobs:
         32 s and 740 MB with the LP over all of them)."""
         prio = priority_parts(p, PriorityWeights())
         head = np.sort(np.argsort(prio.priority, kind="stable")[: self.max_lp_jobs])
-        sub = _subset(p, head)
-        budget, self.max_lp_jobs = self.max_lp_jobs, None
-        try:
-            part = self.plan(sub, agents, [pods[i] for i in head] if pods is not None else None, now_hour,
-                             explain=explain, tentative=tentative)
-        finally:
-            self.max_lp_jobs = budget
+        part = self._plan_lp(_subset(p, head), agents, [pods[i] for i in head] if pods is not None else None,
+                             now_hour, explain=explain)
         N = p.n_jobs
         k, s, c, cost, late, placed, reason, node, gpus, status, rejections = empty_decisions(N)
         for arr, src in ((k, part.k), (s, part.s), (c, part.c), (cost, part.cost), (late, part.late),
