@@ -184,6 +184,25 @@ def _print_table(rep: dict) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- bench
+def _reset_peak_rss() -> bool:
+    """Reset this process's peak resident set (Linux: VmHWM, by writing 5 to /proc/self/clear_refs), so that the
+    peak read after a plan is the plan's. False where that is not possible (no measurement then)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_rss_mb() -> float:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    raise RuntimeError("VmHWM missing from /proc/self/status")
+
+
 def _bench_one(n_jobs: int, hours: int, regions: int, plan_time, seed: int, repeats: int, data_dir,
                policy: str = "priority") -> dict:
     import numpy as np
@@ -202,7 +221,7 @@ def _bench_one(n_jobs: int, hours: int, regions: int, plan_time, seed: int, repe
     demand = float((jobs["num_gpu"] * jobs["gpu_milli"] / 1000.0 * jobs["duration_h_home"]).sum())
     grid = GridSeries.load(fleet.zones, t, t + pd.Timedelta(hours=hours + 72), data_dir=data_dir)
     fc = make_forecasts("auto", grid, fleet.zones, start=t, end=t + pd.Timedelta(hours=hours + 72))
-    lat, setup, cpu, stats, mem_peak = [], [], [], None, []
+    lat, setup, cpu, stats, mem_peak, rss_peak = [], [], [], None, [], []
     summary = {}
     for r in range(repeats + 1):  # the last round runs under tracemalloc (memory only: it slows allocation)
         traced = r == repeats
@@ -213,11 +232,14 @@ def _bench_one(n_jobs: int, hours: int, regions: int, plan_time, seed: int, repe
         table = JobTable(jobs, fleet, data_dir=data_dir)
         hp = HourlyPlanner(fleet, table=table, policy=policy, forecasts=fc, explain=True, tentative=True,
                            max_horizon=hours, min_horizon=hours)
+        rss_reset = not traced and _reset_peak_rss()
         t1 = time.perf_counter()
         c1 = time.process_time()
         plan = hp.plan(t)
         t2 = time.perf_counter()
         c2 = time.process_time()
+        if rss_reset:
+            rss_peak.append(_peak_rss_mb())
         if traced:
             _, peak = tracemalloc.get_traced_memory()
             tracemalloc.stop()
@@ -239,10 +261,14 @@ def _bench_one(n_jobs: int, hours: int, regions: int, plan_time, seed: int, repe
         "plan_plus_setup_s_median": round(float(np.median(np.add(lat, setup))), 4),
         "coordinator_s": stats.get("coordinator_s"), "tentative_s": stats.get("tentative_s"),
         "tracemalloc_peak_mb": round(max(mem_peak) / 2**20, 1),
+        # the whole process (interpreter, libraries, loaded grid data, HiGHS's native memory) at its peak during
+        # the plan: the figure the 300 MB target is checked on where Linux lets us reset the peak
+        "process_peak_rss_mb": round(max(rss_peak), 1) if rss_peak else None,
         "assigned": summary["n_assigned"], "dispatched": summary["n_dispatched"],
         "unplaced": summary["n_unplaced"], "agent_rejections": stats.get("agent_rejections"),
         "n_explanations": len(plan.explanations),
-        "targets": {"latency_s": 1.0 if n_jobs <= 1000 else 5.0, "peak_mb": 300.0},
+        # issue 7: 1000 jobs in under 1 s and 300 MB peak; 5000 jobs in under 5 s (no memory target)
+        "targets": {"latency_s": 1.0, "peak_mb": 300.0} if n_jobs <= 1000 else {"latency_s": 5.0, "peak_mb": None},
     }
 
 
@@ -255,7 +281,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
                for n in [args.jobs] + list(args.also or [])]
     for r in results:
         r["latency_target_met"] = r["plan_latency_s"]["median"] <= r["targets"]["latency_s"]
-        r["memory_target_met"] = r["tracemalloc_peak_mb"] <= r["targets"]["peak_mb"]
+        peak = r["process_peak_rss_mb"] if r["process_peak_rss_mb"] is not None else r["tracemalloc_peak_mb"]
+        limit = r["targets"]["peak_mb"]
+        r["memory_target_met"] = None if limit is None else peak <= limit
     load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     payload = {
         "benchmark": "bench-plan", "policy": args.policy,

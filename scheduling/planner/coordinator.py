@@ -135,9 +135,12 @@ class Evaluator:
         self._iso: dict[int, str] = {}
         self._dur = np.where(np.isfinite(problem.dur), problem.dur, 0.0)
         self._finite = np.isfinite(problem.dur)
-        self.occ_all = np.where(self._finite, np.ceil(self._dur - 1e-9), H + 1).astype(np.int64)
-        self.whole_all = np.floor(self._dur + 1e-9).astype(np.int64)
-        frac = np.where(self._finite, self._dur - self.whole_all, 0.0)
+        # a run longer than the horizon counts as H + 1 hours (as one that cannot run at all): `base_ok` masks it
+        # and every window index stays inside the padded arrays
+        longer = ~self._finite | (self._dur > H + 1)
+        self.occ_all = np.where(longer, H + 1, np.ceil(self._dur - 1e-9)).astype(np.int64)
+        self.whole_all = np.where(longer, H + 1, np.floor(self._dur + 1e-9)).astype(np.int64)
+        frac = np.where(longer, 0.0, self._dur - self.whole_all)
         frac[frac < 1e-9] = 0.0
         self.frac_all = frac
         self.latest_all = np.floor(problem.deadline_rel[:, None, None] - self._dur + 1e-9)

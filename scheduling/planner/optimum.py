@@ -141,26 +141,13 @@ def _energy(problem: PlanningProblem, job, k, s, c):
     return energy, kw * wr + tk * 0.5 * (rh + R[s, c])
 
 
-def solve_lp(problem: PlanningProblem, late_penalty_kg: float = 1000.0, time_limit_s: float = 600.0,
-             resources: str = "gpu", integral: bool = False, hourly_rows: int | None = None,
-             block_h: int = 6, max_candidates: int | None = None, presolve: bool = True) -> LPResult:
-    """Solve the relaxation on `problem` (its `forecast` is the intensity the bound assumes). `resources`:
-    "gpu" (GPU-milli capacity rows) or "all" (also CPU and memory, where the problem tracks them).
-    `integral=True` solves the same model with binary x and u (HiGHS branch and bound, time-limited; no duals):
-    the integral optimum of the aggregated-capacity model, to measure the relaxation's gap on small instances.
-    `hourly_rows` (GPU rows only; None: every hour): capacity rows are hourly for that many hours, then one row per
-    `block_h` hours holding the block's mean (a weaker constraint with far fewer non-zeros, for the rolling
-    planner, which commits only hour 0 and plans the rest again; never for the bound). `max_candidates` (None:
-    no limit): above that many candidates only the default power option is kept (`default_power_only`), which
-    bounds the solve time of the rolling planner's largest plans. `presolve=False` skips HiGHS's presolve (on the
-    rolling planner's models it halves the solve: 0.6 -> 0.3 s for 1000 jobs x 168 h x 10 regions, same optimum)."""
-    t0 = time.perf_counter()
+def _capacity_rows(problem: PlanningProblem, job, k, s, c, resources: str, hourly_rows: int | None,
+                   block_h: int):
+    """The capacity rows of `solve_lp` as a sparse matrix over [candidates, late variables], their bounds, the mask
+    of the (resource, hour, cluster) rows kept (those some candidate touches) and the number of resources. A function
+    of its own so that its index temporaries (several arrays of the matrix's size) are freed before the solver
+    runs: the solve's peak memory is then the matrix and HiGHS's copies of it."""
     N, H, C = problem.n_jobs, problem.hours, problem.n_clusters
-    job, k, s, c, cost, late_cost, late_pick = _candidates(problem)
-    default_power_only = max_candidates is not None and len(job) > max_candidates and bool((k > 0).any())
-    if default_power_only:  # the K = 1 model: its candidates are exactly those at the default limit
-        keep_v = k == 0
-        job, k, s, c, cost = job[keep_v], k[keep_v], s[keep_v], c[keep_v], cost[keep_v]
     n = len(job)
     occ = np.ceil(problem.dur[job, k, c] - 1e-9).astype(np.int64)
     coefs = [problem.gpu_total.astype(float)]
@@ -227,6 +214,31 @@ def solve_lp(problem: PlanningProblem, late_penalty_kg: float = 1000.0, time_lim
             shape=(R * H * C, n + N))
         keep = np.asarray(A_ub.getnnz(axis=1) > 0)
         A_ub, b_ub = A_ub[keep], b_ub[keep]
+    return A_ub, b_ub, keep, R
+
+
+def solve_lp(problem: PlanningProblem, late_penalty_kg: float = 1000.0, time_limit_s: float = 600.0,
+             resources: str = "gpu", integral: bool = False, hourly_rows: int | None = None,
+             block_h: int = 6, max_candidates: int | None = None, presolve: bool = True) -> LPResult:
+    """Solve the relaxation on `problem` (its `forecast` is the intensity the bound assumes). `resources`:
+    "gpu" (GPU-milli capacity rows) or "all" (also CPU and memory, where the problem tracks them).
+    `integral=True` solves the same model with binary x and u (HiGHS branch and bound, time-limited; no duals):
+    the integral optimum of the aggregated-capacity model, to measure the relaxation's gap on small instances.
+    `hourly_rows` (GPU rows only; None: every hour): capacity rows are hourly for that many hours, then one row per
+    `block_h` hours holding the block's mean (a weaker constraint with far fewer non-zeros, for the rolling
+    planner, which commits only hour 0 and plans the rest again; never for the bound). `max_candidates` (None:
+    no limit): above that many candidates only the default power option is kept (`default_power_only`), which
+    bounds the solve time of the rolling planner's largest plans. `presolve=False` skips HiGHS's presolve (on the
+    rolling planner's models it halves the solve: 0.6 -> 0.3 s for 1000 jobs x 168 h x 10 regions, same optimum)."""
+    t0 = time.perf_counter()
+    N, H, C = problem.n_jobs, problem.hours, problem.n_clusters
+    job, k, s, c, cost, late_cost, late_pick = _candidates(problem)
+    default_power_only = max_candidates is not None and len(job) > max_candidates and bool((k > 0).any())
+    if default_power_only:  # the K = 1 model: its candidates are exactly those at the default limit
+        keep_v = k == 0
+        job, k, s, c, cost = job[keep_v], k[keep_v], s[keep_v], c[keep_v], cost[keep_v]
+    n = len(job)
+    A_ub, b_ub, keep, R = _capacity_rows(problem, job, k, s, c, resources, hourly_rows, block_h)
     # assignment: sum_x + u = 1; u costs the job's cheapest late run in the horizon (0 when there is none: a run
     # after the horizon costs at least that, so the bound stays valid) plus the penalty
     A_eq = sparse.csr_matrix((np.ones(n + N), (np.concatenate([job, np.arange(N)]), np.arange(n + N))),

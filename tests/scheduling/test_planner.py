@@ -502,3 +502,14 @@ def test_plan_store_accepts_plan(tmp_warehouse):
     store.write_plan(plan, created_from="test")
     back = store.read_plan(store.plan_id_for("priority", NOW))
     assert len(back.assignments) == len(plan.assignments)
+
+
+@pytest.mark.parametrize("name", ["priority", "rolling-lp", "optimum"])
+def test_run_longer_than_the_horizon_is_not_placed_and_does_not_break_the_plan(name):
+    # job 1 runs 40 h on a 6-hour horizon (found by bench-plan --hours 48 with slow GPUs: the window index ran past
+    # the padded arrays); it cannot be planned inside the horizon, job 0 still is
+    p = toy_problem(forecast=[[100, 50]] * 6, free=[[1000, 1000]] * 6, gpu=[1000, 1000],
+                    dur=[[2, 2], [40, 40]], kw=[[1, 1], [1, 1]], deadline=[6, 60])
+    out = make_policy(name, learn_prices=False).plan(p)
+    assert out.placed[0] and out.c[0] == 1
+    assert not (out.placed[1] and out.s[1] + 40 <= p.hours)

@@ -201,3 +201,21 @@ def test_replay_optimum_runs_the_bound_schedule_through_the_agents(scenario):
     assert 0.5 <= out["on_plan_share"] <= 1.0
     total = out["excess_kg_on_plan"] + out["excess_kg_displaced"]
     assert total == pytest.approx(out["replay"]["kgco2e"] - out["optimum_kgco2e"], rel=1e-6, abs=1e-6)
+
+
+def test_cli_bench_plan_reports_the_process_peak_and_checks_the_targets(capsys, data_dir, tmp_path):
+    from scheduling.__main__ import main
+
+    rc = main(["bench-plan", "--policy", "rolling-lp", "--jobs", "40", "--also", "1200", "--hours", "48",
+               "--regions", "3", "--repeats", "1", "--out", str(tmp_path), "--data-dir", str(data_dir)])
+    assert rc == 0
+    rep = json.loads(capsys.readouterr().out)
+    small, large = rep["results"]
+    assert small["jobs"] == 40 and large["jobs"] > 1000  # a few pods are dropped (no host)
+    assert small["targets"] == {"latency_s": 1.0, "peak_mb": 300.0}
+    assert large["targets"]["peak_mb"] is None and large["memory_target_met"] is None
+    # the process peak during the plan includes the interpreter and numpy, so it is far above the traced figure
+    peak = small["process_peak_rss_mb"]
+    assert peak is not None and peak > small["tracemalloc_peak_mb"] and peak > 20
+    assert small["memory_target_met"] == (peak <= 300.0)
+    assert json.loads((tmp_path / "bench_plan_rolling-lp.json").read_text())["policy"] == "rolling-lp"
