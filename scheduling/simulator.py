@@ -320,8 +320,9 @@ def optimum_problem(sc: Scenario):
     return prob
 
 
-def solve_optimum(sc: Scenario, time_limit_s: float = 600.0, integral: bool = False) -> dict:
-    """The bound (LP relaxation); `integral=True`: the same model with whole jobs (MILP, time-limited)."""
+def solve_optimum(sc: Scenario, time_limit_s: float = 600.0, integral: bool = False, per_job: bool = False) -> dict:
+    """The bound (LP relaxation); `integral=True`: the same model with whole jobs (MILP, time-limited);
+    `per_job=True`: also each job's carbon in the bound (array under `PER_JOB_KEY`, not JSON)."""
     from scheduling.planner.optimum import solve_lp
 
     t = time.perf_counter()
@@ -342,7 +343,7 @@ def solve_optimum(sc: Scenario, time_limit_s: float = 600.0, integral: bool = Fa
     np.add.at(diff, (np.minimum(lp.s + occ, H), lp.c), -g)
     alloc = np.cumsum(diff, axis=0)[: sc.hours]
     cap = sc.fleet.capacity_milli
-    return {
+    out = {
         "kgco2e": lp.objective_kg,
         "energy_kwh": energy,
         "renewable_share": renew / max(energy, 1e-12),
@@ -353,6 +354,39 @@ def solve_optimum(sc: Scenario, time_limit_s: float = 600.0, integral: bool = Fa
         "lp": lp.summary(),
         "runtime_s": round(time.perf_counter() - t, 2),
     }
+    if per_job:
+        out[PER_JOB_KEY] = lp.per_job(n, lp.cost) + u * lp.late_cost  # (N,) in the job table's order
+    return out
+
+
+PER_JOB_KEY = "_per_job_kgco2e"
+
+
+def job_shape(jobs: pd.DataFrame) -> np.ndarray:
+    """Per job its GPU shape for the gap breakdown: "<1" (a share of one GPU) or the whole-GPU count."""
+    whole = jobs["gpu_milli"].to_numpy() >= 1000
+    return np.where(whole, jobs["num_gpu"].astype(int).astype(str).to_numpy(), "<1")
+
+
+def gap_by_job_shape(sc: Scenario, records: pd.DataFrame, optimum_per_job: np.ndarray, base_kg: float) -> dict:
+    """Where a policy's carbon above the bound comes from, by job GPU shape: per shape the jobs, the policy's and
+    the bound's carbon, the gap and its share of the whole gap, the share of late jobs, and the share of the
+    optimum's reduction the policy would capture if that shape alone ran at the bound's carbon."""
+    shape = job_shape(sc.jobs)
+    kg = records.set_index("job_id")["kgco2e"].reindex(sc.jobs["job_id"]).to_numpy()
+    met = records.set_index("job_id")["met_deadline"].reindex(sc.jobs["job_id"]).to_numpy(dtype=bool)
+    total_gap = float(kg.sum() - optimum_per_job.sum())
+    reduction = base_kg - float(optimum_per_job.sum())
+    out = {}
+    for s in sorted(set(shape), key=lambda v: (v != "<1", int(v) if v != "<1" else 0)):
+        m = shape == s
+        gap = float(kg[m].sum() - optimum_per_job[m].sum())
+        out[s] = {"jobs": int(m.sum()), "kgco2e": float(kg[m].sum()), "optimum_kgco2e": float(optimum_per_job[m].sum()),
+                  "gap_kg": gap, "gap_share_pct": 100.0 * gap / total_gap if abs(total_gap) > 1e-9 else None,
+                  "late_share": float(1.0 - met[m].mean()),
+                  "share_if_at_optimum_pct": (100.0 * (base_kg - float(kg.sum()) + gap) / reduction
+                                              if reduction > 1e-9 else None)}
+    return out
 
 
 def replay_optimum(sc: Scenario, integral: bool = False, time_limit_s: float = 600.0) -> dict:
@@ -409,16 +443,22 @@ def evaluate(sc: Scenario, policies=ONLINE_POLICIES, *, with_optimum: bool = Tru
 
         bar = tqdm(total=len(policies) * (sc.hours + sc.tail_hours), file=sys.stderr, unit="h",
                    desc=f"{sc.start.date()} load={sc.load}", leave=False)
-    results = {}
+    results, records = {}, {}
     for name in policies:
         if bar is not None:
             bar.set_postfix_str(name)
-        results[name] = simulate(sc, name, seed=seed, weights=weights, progress=bar,
-                                 postpone_margin_h=postpone_margin_h).metrics
+        res = simulate(sc, name, seed=seed, weights=weights, progress=bar, postpone_margin_h=postpone_margin_h)
+        results[name] = res.metrics
+        if name in OUR_POLICIES:
+            records[name] = res.records
     if bar is not None:
         bar.close()
-    opt = solve_optimum(sc, lp_time_limit_s) if with_optimum else None
+    opt = solve_optimum(sc, lp_time_limit_s, per_job=True) if with_optimum else None
     base = results[BASELINE]["kgco2e"]
+    gaps = None
+    if opt is not None:
+        per_job = opt.pop(PER_JOB_KEY)
+        gaps = {name: gap_by_job_shape(sc, rec, per_job, base) for name, rec in records.items()}
     for name, m in results.items():
         m["reduction_vs_performance_first_pct"] = 100.0 * (base - m["kgco2e"]) / base if base else None
         if opt is not None and base - opt["kgco2e"] > 1e-9:
@@ -462,6 +502,7 @@ def evaluate(sc: Scenario, policies=ONLINE_POLICIES, *, with_optimum: bool = Tru
         "policies": results,
         "optimum": opt,
         "ablations": extra or None,
+        "gap_by_job_shape": gaps,
         "targets": _targets(results, opt),
         "environment": environment(),
     }
@@ -593,6 +634,18 @@ def report_markdown(reports: list[dict]) -> str:
             lines.append(f"Where a baseline wins against {name}: "
                          + (f"less carbon: {', '.join(carbon)}; " if carbon else "no baseline emits less carbon; ")
                          + (f"more deadlines met: {', '.join(dl)}." if dl else "none meets more deadlines."))
+            lines.append("")
+        for name, by_shape in (rep.get("gap_by_job_shape") or {}).items():
+            lines.append(f"Where {name}'s carbon above the bound comes from, by job GPU shape (GPUs per job; "
+                         "\"if at bound\": the share of the optimum's reduction it would capture if that shape alone "
+                         "ran at the bound's carbon):")
+            lines.append("")
+            lines.append("| GPUs | jobs | kgCO2e | bound kgCO2e | gap kg | share of gap | late | if at bound |")
+            lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+            for shape, g in by_shape.items():
+                lines.append(f"| {shape} | {g['jobs']} | {fmt(g['kgco2e'], 1)} | {fmt(g['optimum_kgco2e'], 1)} | "
+                             f"{fmt(g['gap_kg'], 1)} | {fmt(g['gap_share_pct'], 1)} % | "
+                             f"{fmt(100 * g['late_share'], 1)} % | {fmt(g['share_if_at_optimum_pct'], 1)} % |")
             lines.append("")
     lines.append("## Fleet capacity per region")
     lines.append("")

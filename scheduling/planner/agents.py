@@ -62,8 +62,8 @@ class ClusterAgent:
         if not self.reserved:
             return None
         held = np.zeros(self.cluster.n_nodes, dtype=bool)
-        for node, (holder, drained_h) in self.reserved.items():
-            held[node] = holder != pod.pod_id and end_hour > drained_h
+        for node, (holder, until_h) in self.reserved.items():
+            held[node] = holder != pod.pod_id and end_hour > until_h
         return held if held.any() else None
 
     def drain_option(self, pod: Pod, max_reserved: int = 1) -> tuple[int, int] | None:
@@ -73,7 +73,7 @@ class ClusterAgent:
         cl = self.cluster
         mine = [n for n, (holder, _) in self.reserved.items() if holder == pod.pod_id]
         if mine:
-            return mine[0], self.reserved[mine[0]][1]
+            return mine[0], self._drained_hours()[mine[0]]
         if len(self.reserved) >= max_reserved:
             return None
         can = (cl.cpu_capacity >= pod.cpu_milli) & (cl.mem_capacity >= pod.memory_mib)
@@ -85,23 +85,29 @@ class ClusterAgent:
             can[list(self.reserved)] = False
         if not can.any():
             return None
-        drained = np.zeros(cl.n_nodes, dtype=np.int64)
-        for job_id, binding in cl.bindings.items():
-            drained[binding.node] = max(drained[binding.node], self.end_hour.get(job_id, 0))
+        drained = self._drained_hours()
         cand = np.flatnonzero(can)
         node = int(cand[np.lexsort((cl.tiebreak_rank[cand], drained[cand]))[0]])
         return node, int(drained[node])
 
-    def reserve(self, pod: Pod, max_reserved: int = 1) -> str | None:
+    def _drained_hours(self) -> np.ndarray:
+        """(nodes,) the hour each node's running jobs have all ended (0: empty now)."""
+        drained = np.zeros(self.cluster.n_nodes, dtype=np.int64)
+        for job_id, binding in self.cluster.bindings.items():
+            drained[binding.node] = max(drained[binding.node], self.end_hour.get(job_id, 0))
+        return drained
+
+    def reserve(self, pod: Pod, max_reserved: int = 1, until_h: int | None = None) -> str | None:
         """Hold a node for `pod`, a job that no node can take now although the cluster's free GPUs may add up (a
         multi-GPU job starves while small jobs keep refilling every node; Slurm's backfill reservation): the
         node of `drain_option`. From then on no other job is placed there unless it ends by the hour the node
-        drains. Returns the node's name (None: see `drain_option`)."""
+        drains, or by `until_h` when that is later (the hour the job is planned to start: the node may serve
+        jobs that end before then). Returns the node's name (None: see `drain_option`)."""
         opt = self.drain_option(pod, max_reserved)
         if opt is None:
             return None
         node, drained_h = opt
-        self.reserved[node] = (pod.pod_id, drained_h)
+        self.reserved[node] = (pod.pod_id, drained_h if until_h is None else max(drained_h, int(until_h)))
         return self.cluster.names[node]
 
     def cancel_reservation(self, job_id: str) -> None:

@@ -201,6 +201,8 @@ class Evaluator:
         if p.postpone_margin_h > 0:  # postponing must leave a fallback hour before the latest start
             timely &= (s == 0) | (s <= self.latest_all[j][:, None, :] - p.postpone_margin_h)
         base_ok = (s <= (H - occ)[:, None, :]) & (s >= p.release[j]) & self.host_all[j][:, None, :]
+        if p.release_c is not None:  # per cluster: no node can take the job before then (multi-GPU drains)
+            base_ok &= s >= p.release_c[j][None, None, :]
         v = CandidateView()
         v.j, v.cost, v.carbon, v.occ, v.dur = j, cost, carbon, occ, p.dur[j]
         v.trans = None

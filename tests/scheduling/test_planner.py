@@ -513,3 +513,65 @@ def test_run_longer_than_the_horizon_is_not_placed_and_does_not_break_the_plan(n
     out = make_policy(name, learn_prices=False).plan(p)
     assert out.placed[0] and out.c[0] == 1
     assert not (out.placed[1] and out.s[1] + 40 <= p.hours)
+
+
+def test_hold_until_the_planned_start_serves_jobs_that_end_before_it():
+    """A hold made for a job planned at hour 12 on a node that drains at hour 5: jobs ending by hour 12 may use
+    the node in between, one ending later may not; asking again returns the same node with its real drain hour."""
+    from scheduling.packing import Cluster, Pod
+    from scheduling.planner.agents import ClusterAgent
+
+    cl = Cluster(["n0", "n1"], [96000, 96000], [262144, 262144], [8, 8], ["V100", "V100"])
+    agent = ClusterAgent("c0", cl, policy="bestfit")
+    for i, (node, end) in enumerate([(0, 10), (1, 5)]):
+        pod = Pod(f"old{i}", 1000, 1024, 1, 1000)
+        cl.allocate(pod, node, (0,))
+        agent.end_hour[pod.pod_id] = end
+    big = Pod("big", 8000, 8192, 8, 1000)
+    assert agent.reserve(big, until_h=12) == "n1" and agent.reserved == {1: ("big", 12)}
+    assert agent.drain_option(big) == (1, 5)
+    for i in range(7):  # n0 full
+        assert agent.offer(Pod(f"fill{i}", 1000, 1024, 1, 1000), 9).node_name == "n0"
+    assert agent.offer(Pod("late", 1000, 1024, 1, 1000), 13) is None
+    assert agent.offer(Pod("early", 1000, 1024, 1, 1000), 12).node_name == "n1"
+
+
+def test_rolling_lp_holds_a_node_for_a_blocked_multi_gpu_job_and_plans_it_after_the_drain():
+    """Cluster 0 (clean) has two 8-GPU nodes, each running a 1-GPU job (until hours 4 and 8): 14 GPUs free, but no
+    node for an 8-GPU job. Plain rolling-lp plans the job there now and the agent rejects it. With holds, the LP
+    learns that it cannot start on cluster 0 before hour 4 (when n0 drains), plans it there then, and n0 is held:
+    a 1-GPU job that would run past hour 4 is kept off it."""
+    from scheduling.packing import Cluster, Pod
+    from scheduling.planner.agents import ClusterAgent
+    from scheduling.planner.rolling_lp import RollingLP
+
+    def fresh_agents():
+        agents = [ClusterAgent("c0", Cluster(["n0", "n1"], [96000] * 2, [262144] * 2, [8, 8], ["V100"] * 2),
+                               policy="bestfit"),
+                  ClusterAgent("c1", Cluster(["m0"], [96000], [262144], [8], ["V100"]), policy="bestfit")]
+        for node, end in ((0, 4), (1, 8)):
+            pod = Pod(f"old{node}", 1000, 1024, 1, 1000)
+            agents[0].cluster.allocate(pod, node, (0,))
+            agents[0].end_hour[pod.pod_id] = end
+        return agents
+
+    H = 12
+    free = [[14000, 8000]] * 4 + [[15000, 8000]] * 4 + [[16000, 8000]] * (H - 8)
+    p = toy_problem(forecast=[[10 + h, 500] for h in range(H)], free=free, gpu=[8000, 1000], dur=[[3, 3], [6, 6]],
+                    kw=[[2, 2], [0.3, 0.3]], deadline=[12, 12])
+    p.jobs["num_gpu"] = [8, 1]
+    p.jobs["gpu_milli"] = [1000, 1000]
+    pods = [Pod("j0", 8000, 8192, 8, 1000), Pod("j1", 1000, 1024, 1, 1000)]
+    plain = RollingLP(capacity_factor=1.0).plan(p, fresh_agents(), pods, 0, explain=False)
+    assert not plain.placed[0] and plain.reason[0] == "rejected_by_agents"  # the LP's aggregate view: now, on c0
+    agents = fresh_agents()
+    held = RollingLP(capacity_factor=1.0, reserve_multi_gpu=True).plan(p, agents, pods, 0, explain=False)
+    assert held.placed[0] and held.status[0] == "tentative" and (held.s[0], held.c[0]) == (4, 0)
+    assert agents[0].reserved == {0: ("j0", 4)}
+    # the 6-hour 1-GPU job starts now on the clean cluster, but not on the held node
+    assert held.placed[1] and (held.s[1], held.c[1]) == (0, 0) and held.node[1] == "n1"
+    # a busy fleet (allocation above the guard) drops the holds and plans as without them
+    agents = fresh_agents()
+    guarded = RollingLP(capacity_factor=1.0, reserve_multi_gpu=True, reserve_below_utilization=0.05)
+    out = guarded.plan(p, agents, pods, 0, explain=False)
+    assert not out.placed[0] and agents[0].reserved == {}

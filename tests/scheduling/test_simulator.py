@@ -219,3 +219,21 @@ def test_cli_bench_plan_reports_the_process_peak_and_checks_the_targets(capsys, 
     assert peak is not None and peak > small["tracemalloc_peak_mb"] and peak > 20
     assert small["memory_target_met"] == (peak <= 300.0)
     assert json.loads((tmp_path / "bench_plan_rolling-lp.json").read_text())["policy"] == "rolling-lp"
+
+
+def test_gap_by_job_shape_adds_up_to_the_gap_to_the_bound(report, scenario):
+    opt = report["optimum"]["kgco2e"]
+    assert "_per_job_kgco2e" not in report["optimum"]
+    for name in ("priority", "rolling-lp"):
+        by_shape = report["gap_by_job_shape"][name]
+        assert sum(g["jobs"] for g in by_shape.values()) == len(scenario.jobs)
+        ours = report["policies"][name]["kgco2e"]
+        assert sum(g["kgco2e"] for g in by_shape.values()) == pytest.approx(ours, rel=1e-5)
+        assert sum(g["optimum_kgco2e"] for g in by_shape.values()) == pytest.approx(opt, rel=1e-5)
+        assert sum(g["gap_share_pct"] for g in by_shape.values()) == pytest.approx(100.0, abs=1e-3)
+        # a shape at the bound's carbon moves the share by exactly its gap over the optimum's reduction
+        base = report["policies"]["performance-first"]["kgco2e"]
+        share = report["policies"][name]["share_of_optimum_reduction_pct"]
+        for g in by_shape.values():
+            assert g["share_if_at_optimum_pct"] == pytest.approx(share + 100 * g["gap_kg"] / (base - opt), abs=1e-3)
+    assert "by job GPU shape" in report_markdown([report])
