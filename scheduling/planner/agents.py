@@ -20,6 +20,9 @@ import numpy as np
 from scheduling.packing import Cluster, Placement, Pod, TargetWorkload, make_policy
 
 
+STANDBY = "__standby__"  # holder of a node kept for multi-GPU jobs (`ClusterAgent.keep_standby`)
+
+
 @dataclass
 class AgentStats:
     offered: int = 0
@@ -63,8 +66,40 @@ class ClusterAgent:
             return None
         held = np.zeros(self.cluster.n_nodes, dtype=bool)
         for node, (holder, until_h) in self.reserved.items():
-            held[node] = holder != pod.pod_id and end_hour > until_h
+            if holder == pod.pod_id or (holder == STANDBY and pod.num_gpu > 1):
+                continue  # its own node; a standby node is kept for exactly these multi-GPU jobs
+            held[node] = end_hour > until_h
         return held if held.any() else None
+
+    def standby_nodes(self) -> list[int]:
+        return [n for n, (holder, _) in self.reserved.items() if holder == STANDBY]
+
+    def keep_standby(self, n_nodes: int, until_h: int) -> list[int]:
+        """Keep `n_nodes` nodes of the cluster's largest shape on standby for multi-GPU jobs (a pool the planner's
+        LP gives only to them): other jobs may use a standby node only if they end by `until_h`. Standby nodes,
+        once chosen, stay (those that drain first are chosen). Returns their indices."""
+        mine = self.standby_nodes()
+        for node in mine:
+            self.reserved[node] = (STANDBY, int(until_h))
+        cl = self.cluster
+        if len(mine) < n_nodes and cl.n_nodes:
+            drained = self._drained_hours()
+            cand = [n for n in np.flatnonzero(cl.gpu_count == cl.gpu_count.max()) if n not in self.reserved]
+            cand.sort(key=lambda n: (drained[n], cl.tiebreak_rank[n]))
+            for node in cand[: n_nodes - len(mine)]:
+                self.reserved[int(node)] = (STANDBY, int(until_h))
+        return self.standby_nodes()
+
+    def node_usage(self, nodes: list[int], now_h: int, hours: int) -> np.ndarray:
+        """(hours,) GPU-milli the running jobs use on `nodes` in each hour from `now_h` (until their end hour)."""
+        used = np.zeros(hours + 1, dtype=np.int64)
+        wanted = set(int(n) for n in nodes)
+        for job_id, b in self.cluster.bindings.items():
+            if b.node in wanted:
+                end = min(max(self.end_hour.get(job_id, now_h) - now_h, 0), hours)
+                used[0] += b.pod.gpu_milli * max(len(b.gpus), 1) if b.pod.num_gpu else 0
+                used[end] -= b.pod.gpu_milli * max(len(b.gpus), 1) if b.pod.num_gpu else 0
+        return np.cumsum(used)[:hours]
 
     def drain_option(self, pod: Pod, max_reserved: int = 1) -> tuple[int, int] | None:
         """(node, hour its running jobs end) of the node `reserve` would hold for `pod`: among the nodes that can

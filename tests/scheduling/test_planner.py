@@ -575,3 +575,60 @@ def test_rolling_lp_holds_a_node_for_a_blocked_multi_gpu_job_and_plans_it_after_
     guarded = RollingLP(capacity_factor=1.0, reserve_multi_gpu=True, reserve_below_utilization=0.05)
     out = guarded.plan(p, agents, pods, 0, explain=False)
     assert not out.placed[0] and agents[0].reserved == {}
+
+
+def test_standby_node_is_kept_for_multi_gpu_jobs():
+    """keep_standby picks the largest node that drains first and keeps it: a 1-GPU job may not use it (unless it
+    ends by the backfill hour), an 8-GPU job may; node_usage counts what runs on it until its end hour."""
+    from scheduling.packing import Cluster, Pod
+    from scheduling.planner.agents import STANDBY, ClusterAgent
+
+    cl = Cluster(["n0", "n1", "n2", "s"], [96000] * 3 + [8000], [262144] * 3 + [8192], [8, 8, 8, 1], ["V100"] * 4)
+    agent = ClusterAgent("c0", cl, policy="bestfit")
+    for node, end in ((0, 9), (1, 3)):
+        pod = Pod(f"old{node}", 1000, 1024, 1, 500)
+        cl.allocate(pod, node, (0,))
+        agent.end_hour[pod.pod_id] = end
+    assert agent.keep_standby(1, until_h=0) == [2]  # the empty 8-GPU node
+    assert agent.keep_standby(1, until_h=0) == [2] and agent.reserved == {2: (STANDBY, 0)}
+    assert agent.node_usage([1], now_h=0, hours=5).tolist() == [500, 500, 500, 0, 0]
+    small = agent.offer(Pod("small", 1000, 1024, 1, 1000), 5)
+    assert small is not None and small.node_name != "n2"
+    big = agent.offer(Pod("big", 64000, 200000, 8, 1000), 40)
+    assert big is not None and big.node_name == "n2"
+
+
+def test_rolling_lp_standby_pool_plans_multi_gpu_jobs_on_the_standby_node_only():
+    """A clean cluster of three 8-GPU nodes (one 1-GPU job on each of two of them) and a dirty one. With the
+    standby pool the LP sees the clean cluster's empty node as open to the 8-GPU job only: the job starts there now,
+    and the 1-GPU jobs are planned on the other two nodes' capacity (14 GPUs), never on the standby node."""
+    from scheduling.packing import Cluster, Pod
+    from scheduling.planner.agents import ClusterAgent
+    from scheduling.planner.rolling_lp import RollingLP
+
+    agents = [ClusterAgent("c0", Cluster(["n0", "n1", "n2"], [96000] * 3, [262144] * 3, [8] * 3, ["V100"] * 3),
+                           policy="bestfit"),
+              ClusterAgent("c1", Cluster(["m0"], [96000], [262144], [8], ["V100"]), policy="bestfit")]
+    for node in (0, 1):
+        pod = Pod(f"old{node}", 1000, 1024, 1, 1000)
+        agents[0].cluster.allocate(pod, node, (0,))
+        agents[0].end_hour[pod.pod_id] = 6
+    H = 10
+    n_small = 10
+    p = toy_problem(forecast=[[10 + h, 500] for h in range(H)], free=[[22000, 8000]] * 6 + [[24000, 8000]] * (H - 6),
+                    gpu=[8000] + [1000] * n_small, dur=[[3, 3]] + [[2, 2]] * n_small,
+                    kw=[[2, 2]] + [[0.3, 0.3]] * n_small, deadline=[10] + [10] * n_small)
+    p.jobs["num_gpu"] = [8] + [1] * n_small
+    p.jobs["gpu_milli"] = 1000
+    pods = [Pod("j0", 64000, 200000, 8, 1000)] + [Pod(f"s{i}", 1000, 1024, 1, 1000) for i in range(n_small)]
+    policy = RollingLP(capacity_factor=1.0)
+    split, real = policy._standby_split(p, agents, 0)
+    assert split.clusters == ["c0", "c1", "c0/standby"] and real.tolist() == [0, 1, 0]
+    assert split.free[0].tolist() == [14000, 8000, 8000] and split.free[-1].tolist() == [16000, 8000, 8000]
+    assert split.allowed[0].tolist() == [False, True, True] and split.allowed[1].tolist() == [True, True, False]
+    assert RollingLP(standby_pool=False)._standby_split(p, agents, 0) is None
+    out = policy.plan(p, agents, pods, 0, explain=True)
+    assert out.placed[0] and (out.s[0], out.c[0]) == (0, 0) and out.node[0] == "n2"
+    small_now = [j for j in range(1, n_small + 1) if out.placed[j] and out.s[j] == 0 and out.c[j] == 0]
+    assert small_now and all(out.node[j] in ("n0", "n1") for j in small_now)
+    assert out.explanations and all(e["chosen"]["cluster"] in ("c0", "c1") for e in out.explanations)
