@@ -48,6 +48,11 @@ class PlacementPolicy(ABC):
         HourlyPlanner (job history, forecasts, actuals known at now_h)."""
         return None
 
+    def expected_jobs(self, context, now, free, forecast):
+        """A PlanningProblem of jobs expected to arrive after `now` (planned for their capacity only, never
+        dispatched), or None. `context` is the HourlyPlanner; `free`/`forecast` as in the plan's problem."""
+        return None
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 

@@ -136,6 +136,7 @@ class HourlyPlanner:
             free = free[0]
         prob = self.table.problem(now, idx, free, F, power_aware=self.policy.power_aware, forecast_version=version)
         prob.capacity_price = self.policy.capacity_prices(self, now_h, H)
+        prob.expected = self.policy.expected_jobs(self, now, free, F)
         prob.postpone_margin_h = self.postpone_margin_h
         pods = [self.pods[i] for i in idx]
         out = self.policy.plan(prob, self.agents, pods, now_h, explain=self.explain, tentative=self.tentative)

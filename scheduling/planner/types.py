@@ -212,6 +212,7 @@ class PlanningProblem:
     free_other: np.ndarray | None = None  # (R, H, C) free CPU milli-cores and memory MiB (None: not tracked)
     req_other: np.ndarray | None = None  # (N, R) the jobs' CPU and memory requests
     capacity_price: np.ndarray | None = None  # (H, C) kgCO2e per GPU-milli-hour a job's window is charged
+    expected: "PlanningProblem | None" = None  # jobs expected to arrive (rolling-lp plans their capacity only)
     release_c: np.ndarray | None = None  # (N, C) earliest start per cluster (None: `release` everywhere)
     postpone_margin_h: float = 0.0  # a start after now must leave this many hours before the latest start
     pods: list | None = None  # scheduling.packing.Pod per job (built lazily by the agents)

@@ -91,3 +91,48 @@ def test_rolling_lp_defers_the_tail_of_a_backlog_above_its_job_budget():
     assert [e["job_id"] for e in out.explanations] == ["j0", "j2"]
     plan = out.to_plan()
     assert plan.unplaced["reason"].tolist() == ["deferred_lp_budget"]
+
+
+def test_expected_arrivals_keep_the_green_slot_for_the_job_that_needs_it():
+    """The known job could take region 1's green hour 2 (as in the first test); an expected job (2 kW, release 2,
+    deadline 3) can only run at hour 2. With the expected job in the LP the known job leaves the green slot to it
+    (0.1 + 0.04 kg beats 0.02 + 0.2 kg). Only known jobs are planned and reported."""
+    F = [[100, 300], [100, 300], [100, 20], [100, 300]]
+    free = [[1000, 1000]] * 4
+    p = toy_problem(F, free, gpu=[1000], dur=[[1, 1]], kw=[[1, 1]], deadline=[4])
+    pol = RollingLP(capacity_factor=1.0, standby_pool=False)
+    alone = pol.plan(p, now_hour=0)
+    assert (alone.s[0], alone.c[0]) == (2, 1)
+    p.expected = toy_problem(F, free, gpu=[1000], dur=[[1, 1]], kw=[[2, 2]], deadline=[3], release=[2])
+    out = pol.plan(p, now_hour=0)
+    assert out.c[0] == 0 and len(out.k) == 1 and out.placed[0]
+    assert (pol.last.job < 1).all() and len(pol.last.u) == 1
+    assert pol.last.objective_kg == pytest.approx(0.1)  # the known job's carbon only
+
+
+def test_expected_jobs_replay_the_last_hours_of_arrivals_shifted_forward(data_dir):
+    import pandas as pd
+
+    from scheduling.planner.problem import JobTable, abs_hours
+    from scheduling.simulator import build_scenario
+
+    sc = build_scenario(start="2021-07-05", days=2, n_jobs=60, regions=3, load=0.5, seed=3, forecasts="naive",
+                        data_dir=data_dir, grid_source="files", tail_days=1)
+    table: JobTable = sc.table
+    now = sc.start + pd.Timedelta(hours=30)
+    now_h = abs_hours(now)
+    H, C = 48, len(sc.fleet)
+
+    class Context:
+        pass
+
+    ctx = Context()
+    ctx.table = table
+    free = np.tile(sc.fleet.capacity_milli, (H, 1))
+    ex = RollingLP(expected_arrivals_h=18).expected_jobs(ctx, now, free, np.full((H, C), 100.0))
+    recent = np.flatnonzero((table.submit_h >= now_h - 18) & (table.submit_h < now_h))
+    assert len(recent) and ex.n_jobs == len(recent)
+    assert ex.jobs["job_id"].str.startswith("expected:").all()
+    assert np.array_equal(ex.release, np.maximum(table.submit_h[recent] + 18 - now_h, 1))
+    assert np.allclose(ex.deadline_rel, table.deadline_h[recent] + 18 - now_h)
+    assert RollingLP(expected_arrivals_h=0).expected_jobs(ctx, now, free, np.full((H, C), 100.0)) is None
