@@ -37,10 +37,10 @@ is kept for multi-GPU jobs (`ClusterAgent.keep_standby`: other jobs may not use 
 two, the standby nodes (multi-GPU jobs only) and the rest (every other job). Why: the 17 eight-GPU jobs of the
 evaluation trace (0.6 % of the jobs, 21 % of the energy) made 54-84 % of rolling-lp's gap to the bound -- the bound
 runs them on the clean clusters' nodes, while online they waited for a node that small jobs kept refilling and
-ended up, late, on ISNE's idle nodes. Measured on 2999 jobs at load 0.5: July 57.8 -> 64.9 %, December 60.1 ->
-69.5 % of the optimum's reduction, deadlines 99.4 -> 99.1 % / 99.5 -> 99.4 %; at load 0.8 the clusters have two
-8-GPU nodes, no standby is kept and the plans are unchanged. Letting short jobs (ending within 6 or 12 h) use the
-standby node did worse (July 0.5: 60.6 / 62.3 %).
+ended up, late, on ISNE's idle nodes. Measured on 2999 jobs at load 0.5 (before expected arrivals): July 57.8 ->
+64.9 %, December 60.1 -> 69.5 % of the optimum's reduction, deadlines 99.4 -> 99.1 % / 99.5 -> 99.4 %; at load 0.8
+the clusters have two 8-GPU nodes, no standby is kept and the plans are unchanged. Letting short jobs (ending within
+6 or 12 h) use the standby node did worse (July 0.5: 60.8 / 63.2 %).
 `reserve_multi_gpu=True` (not the default) holds a node for each pending multi-GPU job on the cluster where the LP
 plans it (`_reserve`: the node that drains first, open to jobs that end before the planned start, kept while the LP
 keeps the job there) and gives the LP per-cluster earliest starts for these jobs (`_with_drain_release`: when that
@@ -48,7 +48,7 @@ node will have drained), only while the fleet's GPU allocation is at most `reser
 eight-GPU jobs of the evaluation trace (0.6 % of the jobs, 21 % of the energy) make 54-84 % of rolling-lp's gap to
 the bound -- the bound runs them on the clean clusters' nodes, online they wait for a node that small jobs keep
 refilling and end up, late, on ISNE's idle nodes. Measured (2999 jobs): always on, July/Dec load 0.5 58 -> 64 % /
-60 -> 63 % of the optimum's reduction, but load 0.8 71 -> 45 % with deadlines 98.7 -> 88 % (draining nodes idle
+60 -> 63 % of the optimum's reduction, but load 0.8 71 -> 40 % with deadlines 98.7 -> 88 % (draining nodes idle
 capacity a busy fleet lacks); with the guard at 0.6: +2.5 / +1.2 / +0.4 / -0.6 points (Jul 0.5 / Dec 0.5 / Jul 0.8
 / Dec 0.8), at 0.65 July 0.8 falls to 96 % deadlines. Too small and too fragile to be the default; preemption of
 checkpointable jobs is the lever these jobs need.
@@ -283,10 +283,11 @@ class RollingLP(PlacementPolicy):
 
     def _standby_split(self, p, agents, now_hour):
         """`standby_pool`: on every cluster with at least `standby_min_nodes` nodes of `standby_min_gpus` GPUs or
-        more, one such node per `standby_min_nodes` is kept on standby for multi-GPU jobs (`ClusterAgent.keep_standby`; other jobs may use
-        it only if they end within `standby_backfill_h` hours), and the LP sees the cluster as two: the standby
-        node, open to multi-GPU jobs only, and the rest, open to the other jobs. Returns (the split problem, the
-        real cluster of each of its clusters), or None when no cluster qualifies."""
+        more, one such node per `standby_min_nodes` is kept on standby for multi-GPU jobs
+        (`ClusterAgent.keep_standby`; other jobs may use it only if they end within `standby_backfill_h` hours), and
+        the LP sees the cluster as two: the standby node, open to multi-GPU jobs only, and the rest, open to the
+        other jobs. Returns (the split problem, the real cluster of each of its clusters), or None when no cluster
+        qualifies."""
         if not self.standby_pool or agents is None:
             return None
         import dataclasses
