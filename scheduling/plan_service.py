@@ -140,8 +140,10 @@ def plan_history(policy: str, as_of, db_path=None) -> tuple[pd.DataFrame, pd.Tim
 
 
 def pending_and_running(as_of, policy: str, fleet, db_path=None, data_dir=None,
-                        n_per_day: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """The pending jobs and the running ones at `as_of` (see the module doc), plus counters."""
+                        n_per_day: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
+    """The pending jobs and the running ones at `as_of` (see the module doc), the jobs of the stream that arrived
+    in the pending window but were dispatched already (the recent arrivals a policy may forecast demand from),
+    plus counters."""
     as_of = utc(as_of)
     history, first = plan_history(policy, as_of, db_path)
     cutoff = max(first, as_of - pd.Timedelta(hours=PENDING_LOOKBACK_H)) if first is not None else as_of
@@ -150,8 +152,9 @@ def pending_and_running(as_of, policy: str, fleet, db_path=None, data_dir=None,
     run_days = {d for d in map(_job_day, run["job_id"]) if d is not None}
     stream = job_stream(cutoff, as_of, fleet, n_per_day, data_dir, extra_days=run_days)
     dispatched = set(history["job_id"])
-    pending = stream[(stream["submit_time"] >= cutoff) & (stream["submit_time"] <= as_of)
-                     & ~stream["job_id"].isin(dispatched)].reset_index(drop=True)
+    window = (stream["submit_time"] >= cutoff) & (stream["submit_time"] <= as_of)
+    pending = stream[window & ~stream["job_id"].isin(dispatched)].reset_index(drop=True)
+    arrived = stream[window & stream["job_id"].isin(dispatched)].reset_index(drop=True)
     if len(run):
         specs = stream.set_index("job_id")[["cpu_milli", "memory_mib"]]
         run = run.join(specs, on="job_id")
@@ -162,8 +165,9 @@ def pending_and_running(as_of, policy: str, fleet, db_path=None, data_dir=None,
         run["node"] = run["node"].where(run["node"].notna(), None)
     running = run.reset_index(drop=True)
     info = {"history_dispatched": int(len(history)), "cold_start": first is None,
-            "pending_since": iso_z(cutoff), "running": int(len(running)), "pending": int(len(pending))}
-    return pending, running, info
+            "pending_since": iso_z(cutoff), "running": int(len(running)), "pending": int(len(pending)),
+            "arrived_dispatched": int(len(arrived))}
+    return pending, running, arrived, info
 
 
 def _fleet(regions: Iterable[str] | None, data_dir=None):
@@ -261,7 +265,7 @@ def make_plan_for(as_of, *, policy: str = DEFAULT_POLICY, regions=None, horizon_
 
     plan_time = utc(as_of).floor("h")
     fleet = _fleet(regions, data_dir)
-    pending, running, info = pending_and_running(plan_time, policy, fleet, db_path, data_dir, n_per_day)
+    pending, running, arrived, info = pending_and_running(plan_time, policy, fleet, db_path, data_dir, n_per_day)
     forecasts = _forecasts(fleet, plan_time, horizon_hours, db_path, data_dir)
     info["forecast_source"] = forecasts.name
     if pending.empty:
@@ -271,15 +275,19 @@ def make_plan_for(as_of, *, policy: str = DEFAULT_POLICY, regions=None, horizon_
     from scheduling.planner.problem import JobTable
 
     power_table = _power_table(fleet, db_path, data_dir, as_of=plan_time)
-    speed_model, predictor_info = _speed_model(pending, plan_time, db_path, data_dir)
-    table = JobTable(pending, fleet, speed_model=speed_model, power_table=power_table, data_dir=data_dir)
+    # the arrivals already dispatched join the job table as history (marked started, never planned again): the
+    # demand a policy forecasts from (rolling-lp's expected arrivals), as the simulator's table holds every arrival
+    jobs = pd.concat([pending, arrived], ignore_index=True) if len(arrived) else pending
+    speed_model, predictor_info = _speed_model(jobs, plan_time, db_path, data_dir)
+    table = JobTable(jobs, fleet, speed_model=speed_model, power_table=power_table, data_dir=data_dir)
     hp = HourlyPlanner(fleet, None, policy, forecasts, table=table, max_horizon=int(horizon_hours),
                        data_dir=data_dir)
+    hp.started[table.jobs["job_id"].isin(set(arrived["job_id"])).to_numpy()] = True
     if len(running):
         from scheduling.planner.session import _apply_running  # the core's helper for running jobs
 
         _apply_running(hp, running, plan_time)
-    idx = np.flatnonzero(hp.table.submit_h <= abs_hours(plan_time))
+    idx = np.flatnonzero((hp.table.submit_h <= abs_hours(plan_time)) & ~hp.started)
     plan = hp.plan(plan_time, idx)
     # the model versions behind every decision go into its explanation record (plan.explanations.record.models)
     info["models"] = {"power": _model_ref(power_table.model_info), "predictor": _model_ref(predictor_info)}
@@ -356,7 +364,8 @@ def plan_hourly(as_of, *, policy: str = DEFAULT_POLICY, dry_run: bool = False, r
                 explainer=None, data_dir=None, n_per_day: int | None = None) -> dict:
     """Plan the planning time `as_of` (see the module doc) and write it; returns a summary dict: plan_id,
     plan_time, policy, dry_run, forecast_version, forecast_source, n_jobs, n_assigned, n_dispatched, n_unplaced,
-    n_running, expected_kgco2e, schedule_dir, files, tables, models (power/predictor version used, or the
+    n_running, n_arrived_dispatched (recent arrivals already dispatched: history for demand forecasts),
+    expected_kgco2e, schedule_dir, files, tables, models (power/predictor version used, or the
     flagged fallback), seconds."""
     from scheduling import plan_store, schedules
     from scheduling.explain import make_explainer
@@ -396,6 +405,7 @@ def plan_hourly(as_of, *, policy: str = DEFAULT_POLICY, dry_run: bool = False, r
         "n_dispatched": dispatched,
         "n_unplaced": int(len(plan.unplaced)),
         "n_running": info["running"],
+        "n_arrived_dispatched": info.get("arrived_dispatched", 0),
         "cold_start": info["cold_start"],
         "expected_kgco2e": round(kg, 6),
         "schedule_dir": schedule_dir,

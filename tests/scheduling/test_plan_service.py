@@ -71,6 +71,9 @@ def test_next_hour_sees_the_previous_plan(tmp_warehouse, tmp_path, data_dir):
     assert not set(started["job_id"]) & set(p2.assignments["job_id"])  # dispatched jobs are not planned again
     still_running = (started["end_time"] > p2.plan_time).sum()
     assert second["n_running"] == still_running
+    # the jobs dispatched an hour ago are history for the next plan (rolling-lp forecasts demand from recent
+    # arrivals), not pending jobs
+    assert first["n_arrived_dispatched"] == 0 and second["n_arrived_dispatched"] == len(started)
     tentative = set(p1.assignments["job_id"]) - set(started["job_id"])
     assert tentative <= set(p2.assignments["job_id"]) | set(p2.unplaced["job_id"])  # re-planned
     assert sorted(p.name for p in root.iterdir()) == [".lock", "2021-07-15T11-00Z", "2021-07-15T12-00Z"]
