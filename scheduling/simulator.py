@@ -111,7 +111,7 @@ def build_scenario(start="2021-07-01", days: float = 14, n_jobs: int = 1000, reg
     speed = SpeedModel(data_dir)
     jobs = generate_jobs(n_jobs, start, hours, fleet, seed=seed, data_dir=data_dir, pod_list=pod_list,
                          max_duration_h=max_duration_h, speed_model=speed)
-    power = load_power_table(fleet, data_dir=data_dir, db_path=db_path)
+    power = load_power_table(fleet, data_dir=data_dir, db_path=db_path, as_of=start)
     table = JobTable(jobs, fleet, speed, power)
     if load is not None:
         need = demand_gpu_hours(jobs, table) / (load * hours)
@@ -121,7 +121,7 @@ def build_scenario(start="2021-07-01", days: float = 14, n_jobs: int = 1000, reg
         # the configured fleet's node shapes, and some jobs could not meet their deadline anywhere.
         jobs = generate_jobs(n_jobs, start, hours, fleet, seed=seed, data_dir=data_dir, pod_list=pod_list,
                              max_duration_h=max_duration_h, speed_model=speed)
-        power = load_power_table(fleet, data_dir=data_dir, db_path=db_path)
+        power = load_power_table(fleet, data_dir=data_dir, db_path=db_path, as_of=start)
         table = JobTable(jobs, fleet, speed, power)
     end = start + (hours + tail_days * 24 + 24 * 8) * HOUR
     grid = GridSeries.load(fleet.zones, start, end, source=grid_source, data_dir=data_dir, db_path=db_path)

@@ -125,3 +125,14 @@ def test_plan_without_registered_models_falls_back_flagged(tmp_warehouse, data_d
         ref = summary["models"][kind]
         assert ref["version"] is None and ref["fallback"] is True and ref["reason"]
     assert summary["models"]["predictor"]["source"] == "gavel-isolated-throughputs"
+
+
+def test_simulation_uses_the_power_model_registered_by_its_start(registry_db, data_dir):
+    """A replayed period must not use a model trained after it started (07-20 is newer than the 07-15 start)."""
+    from scheduling.predictor_service import POWER_NAME
+    from scheduling.simulator import build_scenario
+
+    db, versions = registry_db
+    sc = build_scenario(start=PLAN_TIME, days=1, n_jobs=20, regions=2, load=0.5, forecasts="naive",
+                        grid_source="files", tail_days=1, db_path=db, data_dir=data_dir)
+    assert sc.config["power_options"] == f"registry:{POWER_NAME}@{versions[POWER_NAME]['good']}"
