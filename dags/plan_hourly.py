@@ -13,7 +13,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG, Param, get_current_context, task
 
-from common.assets import FORECASTS, MARTS, PLAN
+from common.assets import FORECASTS, MARTS, MODELS, PLAN
 from common.params import DEFAULT_POLICY, FLEET_REGIONS, POLICIES, regions_param, time_param
 
 
@@ -46,7 +46,7 @@ with DAG(
         return resolve_run(dict(params), ctx.get("data_interval_end"), ctx.get("logical_date"),
                            getattr(dag_run, "run_after", None))
 
-    @task(pool="warehouse", inlets=[FORECASTS, MARTS], outlets=[PLAN])
+    @task(pool="warehouse", inlets=[FORECASTS, MARTS, MODELS], outlets=[PLAN])
     def plan(choice: dict) -> dict:
         from scheduling.plan_service import plan_hourly
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG, get_current_context, task
 
-from common.assets import MARTS
+from common.assets import MARTS, MODELS
 from common.params import time_param
 
 with DAG(
@@ -32,7 +32,7 @@ with DAG(
 
         return parse_time(params["as_of"] or get_current_context()["data_interval_end"], "as_of").isoformat()
 
-    @task(pool="warehouse", inlets=[MARTS])
+    @task(pool="warehouse", inlets=[MARTS], outlets=[MODELS])
     def train_and_register(as_of: str) -> dict:
         from scheduling.predictor_service import train_and_register as train
 

@@ -21,4 +21,7 @@ __all__ = ["RAW_CLUSTER", "RAW_ENERGY", "RAW_INTERFERENCE", "RAW_GRID", "MARTS",
 # Planning (dags/plan_hourly.py): reads forecasts and marts, writes plan.* and var/schedules/<plan time>/.
 FORECASTS = Asset("warehouse://forecast", group="warehouse")  # forecast.forecasts issued by forecasting
 PLAN = Asset("warehouse://plan", group="warehouse")  # plan.* + schedule files of the hourly plan
-__all__ += ["FORECASTS", "PLAN"]
+# model.registry versions of the predictor and power model (dags/predictor.py): the hourly plan reads the latest good
+# one at its planning time. Lineage only: plan_hourly stays on its hourly schedule.
+MODELS = Asset("warehouse://model", group="warehouse")
+__all__ += ["FORECASTS", "PLAN", "MODELS"]

@@ -17,7 +17,7 @@ import json, sys
 from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder=sys.argv[1])
 out = {"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": {}}
-for dag_id in ("plan_hourly", "evaluate"):
+for dag_id in ("plan_hourly", "evaluate", "predictor"):
     dag = bag.dags.get(dag_id)
     if dag is None:
         continue
@@ -55,7 +55,7 @@ def test_dags_parse_quickly_and_are_wired(bag):
     task = plan["tasks"]["plan"]
     assert task["pool"] == "warehouse" and task["upstream"] == ["validate_params"]
     assert task["outlets"] == ["warehouse://plan/"] or task["outlets"] == ["warehouse://plan"]
-    assert {u.rstrip("/") for u in task["inlets"]} == {"warehouse://forecast", "warehouse://marts"}
+    assert {u.rstrip("/") for u in task["inlets"]} == {"warehouse://forecast", "warehouse://marts", "warehouse://model"}
     params = plan["params"]
     assert set(params) == {"as_of", "policy", "regions", "horizon_hours", "dry_run"}
     assert (params["horizon_hours"]["minimum"], params["horizon_hours"]["maximum"]) == (24, 168)
@@ -65,6 +65,9 @@ def test_dags_parse_quickly_and_are_wired(bag):
     assert evaluate["params"]["load"]["enum"] == [0.5, 0.8]
     assert (evaluate["params"]["days"]["minimum"], evaluate["params"]["days"]["maximum"]) == (1, 31)
     assert evaluate["tasks"]["simulate_and_report"]["upstream"] == ["validate_params"]
+    # lineage: the predictor DAG's registrations are the plan's model inputs
+    train = bag["dags"]["predictor"]["tasks"]["train_and_register"]
+    assert {u.rstrip("/") for u in train["outlets"]} == {"warehouse://model"}
 
 
 def test_policy_and_region_enums_match_the_planner_and_fleet(bag):
