@@ -74,6 +74,9 @@ def register(subparsers) -> None:
     b.add_argument("--regions", type=int, default=10)
     b.add_argument("--repeats", type=int, default=3)
     b.add_argument("--policy", default="priority", help="placement policy to time (default priority)")
+    b.add_argument("--recent", type=int, default=0,
+                   help="also this many jobs that arrived over the 18 h before the plan and were dispatched already "
+                        "(history: rolling-lp plans them again as expected arrivals)")
     b.add_argument("--plan-time", default="2021-07-05T00:00Z")
     b.add_argument("--seed", type=int, default=1)
     b.add_argument("--json", action="store_true", help="(output is always JSON)")
@@ -204,7 +207,7 @@ def _peak_rss_mb() -> float:
 
 
 def _bench_one(n_jobs: int, hours: int, regions: int, plan_time, seed: int, repeats: int, data_dir,
-               policy: str = "priority") -> dict:
+               policy: str = "priority", recent: int = 0) -> dict:
     import numpy as np
     import pandas as pd
 
@@ -219,6 +222,12 @@ def _bench_one(n_jobs: int, hours: int, regions: int, plan_time, seed: int, repe
     jobs = generate_jobs(n_jobs, t, 1, fleet, seed=seed, data_dir=data_dir, arrival="all-at-start",
                          max_duration_h=48.0)
     demand = float((jobs["num_gpu"] * jobs["gpu_milli"] / 1000.0 * jobs["duration_h_home"]).sum())
+    n_pending = len(jobs)
+    if recent:  # jobs that arrived over the 18 h before the plan and were dispatched: history, not pending
+        past = generate_jobs(recent, t - pd.Timedelta(hours=18), 18, fleet, seed=seed + 1, data_dir=data_dir,
+                             max_duration_h=48.0)
+        past["job_id"] = "recent-" + past["job_id"].astype(str)
+        jobs = pd.concat([jobs, past], ignore_index=True)
     grid = GridSeries.load(fleet.zones, t, t + pd.Timedelta(hours=hours + 72), data_dir=data_dir)
     fc = make_forecasts("auto", grid, fleet.zones, start=t, end=t + pd.Timedelta(hours=hours + 72))
     lat, setup, cpu, stats, mem_peak, rss_peak = [], [], [], None, [], []
@@ -232,6 +241,7 @@ def _bench_one(n_jobs: int, hours: int, regions: int, plan_time, seed: int, repe
         table = JobTable(jobs, fleet, data_dir=data_dir)
         hp = HourlyPlanner(fleet, table=table, policy=policy, forecasts=fc, explain=True, tentative=True,
                            max_horizon=hours, min_horizon=hours)
+        hp.started[n_pending:] = True
         rss_reset = not traced and _reset_peak_rss()
         t1 = time.perf_counter()
         c1 = time.process_time()
@@ -251,7 +261,8 @@ def _bench_one(n_jobs: int, hours: int, regions: int, plan_time, seed: int, repe
         stats = plan.stats
         summary = plan.summary()
     return {
-        "jobs": int(len(jobs)), "hours": hours, "regions": regions, "clusters": len(fleet),
+        "jobs": n_pending, "recent_arrivals": int(len(jobs) - n_pending), "hours": hours, "regions": regions,
+        "clusters": len(fleet),
         "fleet_gpus": fleet.total_gpus, "job_gpu_hours": round(demand, 1), "horizon_h": stats.get("horizon_h"),
         "power_options": stats.get("n_options"),
         "plan_latency_s": {"min": round(min(lat), 4), "median": round(float(np.median(lat)), 4),
@@ -277,7 +288,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     results = [_bench_one(n, args.hours, args.regions, args.plan_time, args.seed, args.repeats, args.data_dir,
-                          args.policy)
+                          args.policy, args.recent)
                for n in [args.jobs] + list(args.also or [])]
     for r in results:
         r["latency_target_met"] = r["plan_latency_s"]["median"] <= r["targets"]["latency_s"]

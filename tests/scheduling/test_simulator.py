@@ -207,11 +207,13 @@ def test_cli_bench_plan_reports_the_process_peak_and_checks_the_targets(capsys, 
     from scheduling.__main__ import main
 
     rc = main(["bench-plan", "--policy", "rolling-lp", "--jobs", "40", "--also", "1200", "--hours", "48",
-               "--regions", "3", "--repeats", "1", "--out", str(tmp_path), "--data-dir", str(data_dir)])
+               "--regions", "3", "--repeats", "1", "--recent", "30", "--out", str(tmp_path),
+               "--data-dir", str(data_dir)])
     assert rc == 0
     rep = json.loads(capsys.readouterr().out)
     small, large = rep["results"]
     assert small["jobs"] == 40 and large["jobs"] > 1000  # a few pods are dropped (no host)
+    assert 0 < small["recent_arrivals"] <= 30 and small["assigned"] + small["unplaced"] == 40  # history: not planned
     assert small["targets"] == {"latency_s": 1.0, "peak_mb": 300.0}
     assert large["targets"]["peak_mb"] is None and large["memory_target_met"] is None
     # the process peak during the plan includes the interpreter and numpy, so it is far above the traced figure
