@@ -355,7 +355,7 @@ def solve_optimum(sc: Scenario, time_limit_s: float = 600.0, integral: bool = Fa
         "runtime_s": round(time.perf_counter() - t, 2),
     }
     if per_job:
-        out[PER_JOB_KEY] = lp.per_job(n, lp.cost) + u * lp.late_cost  # (N,) in the job table's order
+        out[PER_JOB_KEY] = lp.job_carbon(n)  # (N,) in the job table's order
     return out
 
 
@@ -373,8 +373,9 @@ def gap_by_job_shape(sc: Scenario, records: pd.DataFrame, optimum_per_job: np.nd
     the bound's carbon, the gap and its share of the whole gap, the share of late jobs, and the share of the
     optimum's reduction the policy would capture if that shape alone ran at the bound's carbon."""
     shape = job_shape(sc.jobs)
-    kg = records.set_index("job_id")["kgco2e"].reindex(sc.jobs["job_id"]).to_numpy()
-    met = records.set_index("job_id")["met_deadline"].reindex(sc.jobs["job_id"]).to_numpy(dtype=bool)
+    by_job = records.set_index("job_id").reindex(sc.jobs["job_id"])
+    kg = by_job["kgco2e"].to_numpy()
+    met = by_job["met_deadline"].to_numpy(dtype=bool)
     total_gap = float(kg.sum() - optimum_per_job.sum())
     reduction = base_kg - float(optimum_per_job.sum())
     out = {}
@@ -411,7 +412,7 @@ def replay_optimum(sc: Scenario, integral: bool = False, time_limit_s: float = 6
     names = np.array(sc.fleet.names, dtype=object)
     on_plan = np.array([i in plan and rec["started"].iat[j] and plan[i][1] == start_h[j]
                         and names[plan[i][2]] == rec["cluster"].iat[j] for j, i in enumerate(ids)])
-    opt_job = glp.per_job(n, glp.cost) + glp.u * glp.late_cost
+    opt_job = glp.job_carbon(n)
     excess = rec["kgco2e"].to_numpy() - opt_job
     return {"optimum_kgco2e": glp.objective_kg, "optimum": glp.summary(), "integral": integral,
             "fractional_jobs": int((best < 0.999).sum()), "replay": res.metrics,
@@ -566,8 +567,7 @@ How to read this:
   the capacity left and the *forecast* (10 % capacity head-room for node packing, 6-hour capacity blocks after
   24 h, on clusters with three or more 8-GPU nodes one in three kept on standby for multi-GPU jobs and seen by
   the LP as a cluster of its own, and the last 18 h of arrivals replayed 18 h later as expected jobs); the jobs it
-  starts at hour 0, and every job whose latest timely start is now,
-  start; the rest wait.
+  starts at hour 0, and every job whose latest timely start is now, start; the rest wait.
 * `optimum` is a bound: the LP relaxation with every job and the actual intensity known in advance, fractional
   jobs and capacity aggregated per cluster (no node packing). Its deadline figure counts the share of jobs its
   solution runs late. "share of optimum" = (performance-first - policy) / (performance-first - optimum).

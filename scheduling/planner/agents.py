@@ -95,10 +95,11 @@ class ClusterAgent:
         used = np.zeros(hours + 1, dtype=np.int64)
         wanted = set(int(n) for n in nodes)
         for job_id, b in self.cluster.bindings.items():
-            if b.node in wanted:
+            if b.node in wanted and b.pod.num_gpu:
                 end = min(max(self.end_hour.get(job_id, now_h) - now_h, 0), hours)
-                used[0] += b.pod.gpu_milli * max(len(b.gpus), 1) if b.pod.num_gpu else 0
-                used[end] -= b.pod.gpu_milli * max(len(b.gpus), 1) if b.pod.num_gpu else 0
+                milli = b.pod.gpu_milli * len(b.gpus)
+                used[0] += milli
+                used[end] -= milli
         return np.cumsum(used)[:hours]
 
     def drain_option(self, pod: Pod, max_reserved: int = 1) -> tuple[int, int] | None:

@@ -69,6 +69,10 @@ class LPResult:
     def per_job(self, n: int, values: np.ndarray) -> np.ndarray:
         return np.bincount(self.job, weights=self.x * values, minlength=n)
 
+    def job_carbon(self, n: int) -> np.ndarray:
+        """(n,) each job's carbon in the solution: its timely candidates by weight plus its late share."""
+        return self.per_job(n, self.cost) + self.u * self.late_cost
+
     def heaviest(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per job, its candidate with the largest weight (ties: the first candidate): (weight, k, s, c), weight -1
         and -1 indexes for a job without candidates. The rounding of the fractional solution to one plan."""
@@ -296,7 +300,7 @@ class OptimumPolicy(PlacementPolicy):
         N = problem.n_jobs
         best, k, s, c = lp.heaviest(N)
         placed = best > 1e-9
-        frac_cost = lp.per_job(N, lp.cost) + lp.u * lp.late_cost
+        frac_cost = lp.job_carbon(N)
         cost = np.where(placed, frac_cost, np.nan)
         late = lp.u > 1e-6
         prio = priority_parts(problem, PriorityWeights())

@@ -44,13 +44,11 @@ the clusters have two 8-GPU nodes, no standby is kept and the plans are unchange
 `reserve_multi_gpu=True` (not the default) holds a node for each pending multi-GPU job on the cluster where the LP
 plans it (`_reserve`: the node that drains first, open to jobs that end before the planned start, kept while the LP
 keeps the job there) and gives the LP per-cluster earliest starts for these jobs (`_with_drain_release`: when that
-node will have drained), only while the fleet's GPU allocation is at most `reserve_below_utilization`. Why: the 17
-eight-GPU jobs of the evaluation trace (0.6 % of the jobs, 21 % of the energy) make 54-84 % of rolling-lp's gap to
-the bound -- the bound runs them on the clean clusters' nodes, online they wait for a node that small jobs keep
-refilling and end up, late, on ISNE's idle nodes. Measured (2999 jobs): always on, July/Dec load 0.5 58 -> 64 % /
-60 -> 63 % of the optimum's reduction, but load 0.8 71 -> 40 % with deadlines 98.7 -> 88 % (draining nodes idle
-capacity a busy fleet lacks); with the guard at 0.6: +2.5 / +1.2 / +0.4 / -0.6 points (Jul 0.5 / Dec 0.5 / Jul 0.8
-/ Dec 0.8), at 0.65 July 0.8 falls to 96 % deadlines. Too small and too fragile to be the default; preemption of
+node will have drained), only while the fleet's GPU allocation is at most `reserve_below_utilization` -- the other
+answer to the eight-GPU jobs above. Measured (2999 jobs, before expected arrivals): always on, July/Dec load 0.5 58
+-> 64 % / 60 -> 63 % of the optimum's reduction, but load 0.8 71 -> 40 % with deadlines 98.7 -> 88 % (draining nodes
+idle capacity a busy fleet lacks); with the guard at 0.6: +2.5 / +1.2 / +0.4 / -0.6 points (Jul 0.5 / Dec 0.5 / Jul
+0.8 / Dec 0.8), at 0.65 July 0.8 falls to 96 % deadlines. Too small and too fragile to be the default; preemption of
 checkpointable jobs is the lever these jobs need.
 `capacity_factor` (default 0.9) plans the LP on that share of each cluster's GPU capacity: head-room for node
 packing, which the LP's per-cluster capacity cannot see (the agents reject what does not fit on a node); the agents
@@ -244,7 +242,7 @@ class RollingLP(PlacementPolicy):
                           rejections, prio)
         t_explain = time.perf_counter()
         if explain:
-            lp_kg = lp.per_job(N, lp.cost) + lp.u * lp.late_cost
+            lp_kg = lp.job_carbon(N)
             for j in np.flatnonzero(placed):
                 j = int(j)
                 v = ev.view(j, free, ev.starts_needed(j, 24))
@@ -438,6 +436,9 @@ class ReplayPlan(RollingLP):
         return lp
 
 
+_PER_JOB_FIELDS = ("release", "deadline_rel", "gpu_total", "dur", "kw", "allowed", "transfer_kwh", "home")
+
+
 def _with_drain_release(p, agents, pods, now_hour):
     """The problem with per-cluster earliest starts for multi-GPU jobs that no node of a cluster can take now: the
     hour the node they hold there (or else the first node able to host them) has drained. The LP's per-cluster
@@ -466,8 +467,7 @@ def _with_expected(p):
     import pandas as pd
 
     e = p.expected
-    per_job = {name: np.concatenate([getattr(p, name), getattr(e, name)]) for name in (
-        "release", "deadline_rel", "gpu_total", "dur", "kw", "allowed", "transfer_kwh", "home")}
+    per_job = {name: np.concatenate([getattr(p, name), getattr(e, name)]) for name in _PER_JOB_FIELDS}
     if p.req_other is not None and e.req_other is not None:
         per_job["req_other"] = np.concatenate([p.req_other, e.req_other])
     if p.release_c is not None:
@@ -492,8 +492,7 @@ def _subset(p, idx: np.ndarray):
     """The problem restricted to jobs `idx` (per-job arrays sliced; clusters, hours and capacity unchanged)."""
     import dataclasses
 
-    per_job = {name: getattr(p, name)[idx] for name in ("release", "deadline_rel", "gpu_total", "dur", "kw",
-                                                        "allowed", "transfer_kwh", "home")}
+    per_job = {name: getattr(p, name)[idx] for name in _PER_JOB_FIELDS}
     if p.req_other is not None:
         per_job["req_other"] = p.req_other[idx]
     if p.release_c is not None:
