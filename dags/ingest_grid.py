@@ -13,6 +13,7 @@ from airflow.sdk import Param, TriggerRule, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowSkipException
 
 from common.assets import RAW_GRID
+from common.publish import publish_loaded
 from warehouse.orchestration import (
     ingest_group,
     ingest_live,
@@ -58,24 +59,25 @@ def ingest_grid():
             "end": end,
         }
 
-    # A task with nothing to load skips instead of succeeding: a successful task emits its outlet Asset event, and
-    # an event would start a full transform run for data that did not change (every hour, when no live region is
-    # enabled).
-    @task(pool="warehouse", outlets=[RAW_GRID])
+    # A task with nothing to load skips instead of succeeding: publish_assets then emits no `warehouse://raw/grid`
+    # event for it; an event would start a full transform run for data that did not change (every hour, when no live
+    # region is enabled). One event per run, from publish_assets, whether the files, the feeds or both loaded.
+    @task(pool="warehouse")
     def load_files(choice: dict) -> list[dict]:
         if not choice["files"]:
             raise AirflowSkipException("no grid files chosen (scheduled run, or load_files=false)")
         return ingest_group("grid", choice["files"], choice["data_dir"] or None)
 
     # none_failed: runs after load_files whether it loaded or skipped.
-    @task(pool="warehouse", outlets=[RAW_GRID], trigger_rule=TriggerRule.NONE_FAILED)
+    @task(pool="warehouse", trigger_rule=TriggerRule.NONE_FAILED)
     def fetch_live(choice: dict) -> list[dict]:
         if not (choice["regions"] or os.environ.get("LIVE_GRID_REGIONS", "").strip()):
             raise AirflowSkipException("no live grid regions enabled (LIVE_GRID_REGIONS or the `regions` Param)")
         return ingest_live(choice["regions"], choice["start"], choice["end"])
 
     choice = validate_params()
-    load_files(choice) >> fetch_live(choice)
+    load_files(choice) >> fetch_live(choice) >> publish_loaded("ingest_grid_loaded",
+                                                               {"load_files": RAW_GRID, "fetch_live": RAW_GRID})
 
 
 ingest_grid()

@@ -1,10 +1,12 @@
-"""Builds the file-ingest DAGs: one validate task, then one load task per source group (pool `warehouse`)."""
+"""Builds the file-ingest DAGs: one validate task, one load task per source group (pool `warehouse`), then one
+task emitting the Asset events of the groups that loaded (`common.publish`: one transform run per ingest run)."""
 from __future__ import annotations
 
 import pendulum
 from airflow.sdk import DAG, Asset, Param, task
 from airflow.sdk.exceptions import AirflowSkipException
 
+from common.publish import publish_loaded
 from warehouse.orchestration import ingest_group, sources_in_group, validate_data_dir, validate_source_names
 
 START = pendulum.datetime(2021, 1, 1, tz="UTC")
@@ -41,14 +43,16 @@ def file_ingest_dag(dag_id: str, groups: dict[str, Asset], doc: str, schedule=No
             return {"sources": names, "data_dir": str(validate_data_dir(params["data_dir"]) or "")}
 
         choice = validate_params()
-        for group, asset in groups.items():
+        loads = []
+        for group in groups:
 
-            @task(task_id=f"load_{group}", pool="warehouse", outlets=[asset])
+            @task(task_id=f"load_{group}", pool="warehouse")
             def load(choice: dict, group: str = group) -> list[dict]:
                 names = [n for n in choice["sources"] if n in sources_in_group(group)]
-                if not names:  # skip, not succeed: success would emit the Asset event and start transform for nothing
+                if not names:  # skip: publish_assets then emits no event for this group (no transform for nothing)
                     raise AirflowSkipException(f"no {group} source chosen")
                 return ingest_group(group, names, choice["data_dir"] or None)
 
-            load(choice)
+            loads.append(load(choice))
+        loads >> publish_loaded(f"{dag_id}_loaded", {f"load_{group}": asset for group, asset in groups.items()})
     return dag

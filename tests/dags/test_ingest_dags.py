@@ -39,21 +39,38 @@ def test_bad_param_fails_before_any_work(airflow_home, data_dir):
     assert "no_such_source" in out.stdout + out.stderr
 
 
-def test_a_group_with_nothing_to_load_skips_and_emits_no_asset_event(airflow_home, data_dir):
-    """A load task that would load nothing skips: success would emit its Asset event and start a transform run
-    for data that did not change."""
-    out = _dags_test(airflow_home, "ingest_energy", {"sources": ["zeus_power_sweep"]})
-    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
-    db = sqlite3.connect(Path(airflow_home["AIRFLOW_HOME"]) / "airflow.db")
+def _last_run(env: dict, dag_id: str) -> tuple[dict, list[tuple[str, str]]]:
+    """Task states and Asset events (uri, emitting task) of the DAG's last run in the test's metadata DB."""
+    db = sqlite3.connect(Path(env["AIRFLOW_HOME"]) / "airflow.db")
     try:
-        run_id = db.execute("SELECT run_id FROM dag_run WHERE dag_id = 'ingest_energy' "
-                            "ORDER BY id DESC LIMIT 1").fetchone()[0]
-        states = dict(db.execute("SELECT task_id, state FROM task_instance WHERE dag_id = 'ingest_energy' "
-                                 "AND run_id = ?", [run_id]).fetchall())
-        events = [uri for (uri,) in db.execute(
-            "SELECT a.uri FROM asset_event e JOIN asset a ON a.id = e.asset_id "
-            "WHERE e.source_dag_id = 'ingest_energy' AND e.source_run_id = ?", [run_id])]
+        run_id = db.execute("SELECT run_id FROM dag_run WHERE dag_id = ? ORDER BY id DESC LIMIT 1",
+                            [dag_id]).fetchone()[0]
+        states = dict(db.execute("SELECT task_id, state FROM task_instance WHERE dag_id = ? AND run_id = ?",
+                                 [dag_id, run_id]).fetchall())
+        events = sorted(db.execute(
+            "SELECT a.uri, e.source_task_id FROM asset_event e JOIN asset a ON a.id = e.asset_id "
+            "WHERE e.source_dag_id = ? AND e.source_run_id = ?", [dag_id, run_id]).fetchall())
     finally:
         db.close()
-    assert states == {"validate_params": "success", "load_energy": "success", "load_interference": "skipped"}
-    assert events == ["warehouse://raw/energy"]
+    return states, events
+
+
+def test_a_group_with_nothing_to_load_skips_and_emits_no_asset_event(airflow_home, data_dir):
+    """A load task that would load nothing skips, and no event is emitted for its group: an event would start a
+    transform run for data that did not change."""
+    out = _dags_test(airflow_home, "ingest_energy", {"sources": ["zeus_power_sweep"]})
+    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+    states, events = _last_run(airflow_home, "ingest_energy")
+    assert states == {"validate_params": "success", "load_energy": "success", "load_interference": "skipped",
+                      "publish_assets": "success"}
+    assert events == [("warehouse://raw/energy", "publish_assets")]
+
+
+def test_all_asset_events_of_an_ingest_run_come_from_one_task(airflow_home, data_dir):
+    """Both groups loaded: both events are emitted by the one publish task, at once, so the transform DAG (scheduled
+    on either Asset) starts one run for the ingest run, not one per load task."""
+    out = _dags_test(airflow_home, "ingest_energy", {"sources": ["zeus_power_sweep", "gavel"]})
+    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+    states, events = _last_run(airflow_home, "ingest_energy")
+    assert states["load_energy"] == states["load_interference"] == "success"
+    assert events == [("warehouse://raw/energy", "publish_assets"), ("warehouse://raw/interference", "publish_assets")]

@@ -110,8 +110,8 @@ def test_ingest_transform_forecast_plan_through_rest_api(tmp_path, data_dir):
         t = time.monotonic()
         server.wait_for_dag("transform")
         server.pause("transform", False)
-        # load_files emits warehouse://raw/grid, which starts transform; fetch_live (no live region enabled) skips
-        # and emits nothing, so it starts no second run.
+        # publish_assets emits warehouse://raw/grid once (load_files loaded; fetch_live, no live region enabled,
+        # skipped), which starts transform.
         _run(server, "ingest_grid", {})
         timings["ingest_grid"] = time.monotonic() - t
 
