@@ -113,6 +113,23 @@ def register(subparsers) -> None:
     r.add_argument("--data-dir", default=None)
     r.set_defaults(func=cmd_replay)
 
+    b = subparsers.add_parser("preemption-bound", help="the bound if checkpointing jobs could be preempted, beside "
+                              "the non-preemptive bound, and each policy's share against both (JSON)")
+    b.add_argument("--start", default="2021-07-01")
+    b.add_argument("--days", type=float, default=14)
+    b.add_argument("--jobs", type=int, default=3000)
+    b.add_argument("--regions", type=int, default=6)
+    b.add_argument("--load", type=float, default=0.5)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--evaluation", default=None,
+                   help="an `evaluate` JSON: the policies' carbon from its run of the same start and load, instead "
+                        "of simulating them")
+    b.add_argument("--policies", default="rolling-lp",
+                   help="policies to simulate when --evaluation is not given (performance-first always is)")
+    b.add_argument("--time-limit", type=float, default=900.0)
+    b.add_argument("--data-dir", default=None)
+    b.set_defaults(func=cmd_preemption_bound)
+
 
 def _policies(arg: str) -> list[str]:
     from scheduling.planner.policies import ONLINE_POLICIES
@@ -326,6 +343,43 @@ def cmd_replay(args: argparse.Namespace) -> int:
     out["performance_first_kgco2e"] = base
     out["replay_share_of_optimum_reduction_pct"] = (100.0 * (base - out["replay"]["kgco2e"])
                                                     / max(base - out["optimum_kgco2e"], 1e-12))
+    print(json.dumps(_clean(out), indent=2))
+    return 0
+
+
+def _matching_run(path: str, sc) -> dict:
+    """The policies' metrics of the run of an `evaluate` JSON made on the same scenario (start, load, jobs)."""
+    from scheduling.planner.types import utc_hour
+
+    runs = json.loads(Path(path).read_text()).get("runs", [])
+    for run in runs:
+        cfg = run["config"]
+        if utc_hour(cfg["start"]) == sc.start and abs(float(cfg["load_target"]) - float(sc.load)) < 1e-9 and (
+                cfg["n_jobs"] == len(sc.jobs)):
+            return run["policies"]
+    raise SystemExit(f"{path}: no run with start {sc.start}, load {sc.load} and {len(sc.jobs)} jobs "
+                     f"(runs: {[(r['config']['start'], r['config']['load_target']) for r in runs]})")
+
+
+def cmd_preemption_bound(args: argparse.Namespace) -> int:
+    """Both bounds on one scenario, and the share of each bound's reduction every policy captures."""
+    from scheduling.simulator import _clean, build_scenario, simulate, solve_optimum, solve_preemptive_optimum
+
+    sc = build_scenario(start=args.start, days=args.days, n_jobs=args.jobs, regions=args.regions, load=args.load,
+                        seed=args.seed, data_dir=args.data_dir, calibrate=2)
+    if args.evaluation:
+        kg = {name: m["kgco2e"] for name, m in _matching_run(args.evaluation, sc).items()}
+    else:
+        kg = {name: simulate(sc, name).metrics["kgco2e"]
+              for name in dict.fromkeys(["performance-first", *_policies(args.policies)])}
+    bounds = {"optimum": solve_optimum(sc, args.time_limit),
+              "optimum_preemptive": solve_preemptive_optimum(sc, args.time_limit)}
+    base = kg["performance-first"]
+    out = {"start": str(sc.start), "load": sc.load, "jobs": len(sc.jobs), **bounds,
+           "preemption_saves_at_most_kg": bounds["optimum"]["kgco2e"] - bounds["optimum_preemptive"]["kgco2e"],
+           "policies": {name: {"kgco2e": v, **{f"share_of_{b}_reduction_pct": 100.0 * (base - v)
+                                               / max(base - bounds[b]["kgco2e"], 1e-12) for b in bounds}}
+                        for name, v in kg.items()}}
     print(json.dumps(_clean(out), indent=2))
     return 0
 

@@ -359,6 +359,20 @@ def solve_optimum(sc: Scenario, time_limit_s: float = 600.0, integral: bool = Fa
     return out
 
 
+def solve_preemptive_optimum(sc: Scenario, time_limit_s: float = 600.0) -> dict:
+    """The bound if the checkpointing jobs (the trace's `checkpointing` flag) could be preempted and resumed
+    (`solve_preemptive_lp`): the reference a policy that preempts would be measured against, and the most that
+    preempting could save over the non-preemptive bound (`solve_optimum`). No policy preempts today."""
+    from scheduling.planner.optimum import solve_preemptive_lp
+
+    t = time.perf_counter()
+    prob = optimum_problem(sc)
+    bound = solve_preemptive_lp(prob, prob.jobs["checkpointing"].to_numpy(bool), time_limit_s=time_limit_s)
+    return {"kgco2e": bound.objective_kg, "deadline_satisfaction": 1.0 - bound.late_job_share,
+            "preemptible_share": bound.n_preemptible / max(prob.n_jobs, 1), "lp": bound.summary(),
+            "runtime_s": round(time.perf_counter() - t, 2)}
+
+
 PER_JOB_KEY = "_per_job_kgco2e"
 
 

@@ -281,6 +281,103 @@ def solve_lp(problem: PlanningProblem, late_penalty_kg: float = 1000.0, time_lim
                     nnz=int(A_ub.nnz + A_eq.nnz), solve_s=solve_s, build_s=build_s, duals=duals.reshape(R, H, C))
 
 
+@dataclass
+class PreemptiveBound:
+    """`solve_preemptive_lp`'s result: the bound when the `preemptible` jobs may stop and resume (checkpoints)."""
+    status: str
+    objective_kg: float  # carbon only, as LPResult.objective_kg
+    late_job_share: float
+    n_preemptible: int
+    n_vars: int
+    n_rows: int
+    solve_s: float
+    build_s: float
+
+    def summary(self) -> dict:
+        return {"status": self.status, "objective_kgco2e": self.objective_kg, "late_job_share": self.late_job_share,
+                "n_preemptible": self.n_preemptible, "n_vars": self.n_vars, "n_rows": self.n_rows,
+                "build_s": round(self.build_s, 3), "solve_s": round(self.solve_s, 3)}
+
+
+def _hourly_work_candidates(problem: PlanningProblem, jobs: np.ndarray):
+    """Per preemptible job, one variable per (power option, hour, cluster) it may run in: hours from its release
+    to its deadline (rounded up), clusters and options that host it. Returns (job, k, h, c, cost of a full hour in
+    kg, work per hour = 1 / run time). The data transfer of a move is charged per unit of work at the cheapest
+    hour of the window (a lower bound on its carbon, wherever the pieces run)."""
+    ev = Evaluator(problem)
+    H, C = problem.hours, problem.n_clusters
+    F = problem.forecast
+    free_all = np.full_like(problem.free, np.iinfo(np.int64).max // 4)
+    fits = problem.gpu_total[:, None] <= problem.free.max(axis=0)[None, :]
+    out = {key: [] for key in ("j", "k", "h", "c", "cost", "work")}
+    for j in jobs:
+        hosts = ev.view(j, free_all).base_ok.any(axis=1) & fits[j][None, :]  # (K, C)
+        hours = np.arange(int(problem.release[j]), int(min(np.ceil(problem.deadline_rel[j] - 1e-9), H)))
+        kk, cc = np.nonzero(hosts)
+        if not len(kk) or not len(hours):
+            continue
+        K_, C_ = np.repeat(kk, len(hours)), np.repeat(cc, len(hours))
+        H_ = np.tile(hours, len(kk))
+        d = problem.dur[j, K_, C_]
+        home = int(problem.home[j])
+        f_home = F[hours, home] if home >= 0 else F[hours].min(axis=1)
+        cheapest_move = (0.5 * (f_home[:, None] + F[hours])).min(axis=0)  # (C,) g/kWh
+        cost = (problem.kw[j, K_, C_] * F[H_, C_] + problem.transfer_kwh[j, C_] / d * cheapest_move[C_]) / 1000.0
+        for key, val in zip(out, (np.full(len(K_), j), K_, H_, C_, cost, 1.0 / d)):
+            out[key].append(val)
+    if not out["j"]:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z, z, z, np.zeros(0), np.zeros(0)
+    return tuple(np.concatenate(out[key]) for key in out)
+
+
+def solve_preemptive_lp(problem: PlanningProblem, preemptible: np.ndarray, late_penalty_kg: float = 1000.0,
+                        time_limit_s: float = 600.0) -> PreemptiveBound:
+    """The relaxation of `solve_lp` (GPU rows, every hour) where the jobs flagged `preemptible` (checkpointing) may
+    run in pieces: per such job, variables y[j, k, h, c] in [0, 1] (the share of hour h it runs on cluster c at
+    option k), doing y / run time of its work; its work must sum to 1 (or the job runs late, as in `solve_lp`), and
+    it runs at most one hour per hour (sum over k, c of y[j, k, h, c] <= 1). The other jobs keep their whole-run
+    candidates. A bound for every schedule that may also preempt and resume the flagged jobs (checkpoint and restart
+    costs ignored), so below `solve_lp`'s: the gap is the most that preempting them could save."""
+    t0 = time.perf_counter()
+    N, H, C = problem.n_jobs, problem.hours, problem.n_clusters
+    preemptible = np.asarray(preemptible, dtype=bool)
+    job, k, s, c, cost, late_cost, _ = _candidates(problem)
+    whole = ~preemptible[job]
+    job, k, s, c, cost = job[whole], k[whole], s[whole], c[whole], cost[whole]
+    yj, yk, yh, yc, ycost, ywork = _hourly_work_candidates(problem, np.flatnonzero(preemptible))
+    n1, n2 = len(job), len(yj)
+    occ = np.ceil(problem.dur[job, k, c] - 1e-9).astype(np.int64)
+    var = np.repeat(np.arange(n1), occ)
+    first = np.repeat(np.cumsum(occ) - occ, occ)
+    rows = np.concatenate([(s[var] + (np.arange(int(occ.sum())) - first)) * C + c[var], yh * C + yc])
+    cols = np.concatenate([var, n1 + np.arange(n2)])
+    g = problem.gpu_total.astype(float)
+    capacity = sparse.csr_matrix((np.concatenate([g[job][var], g[yj]]), (rows, cols)), shape=(H * C, n1 + n2 + N))
+    slot, slot_row = np.unique(yj * H + yh, return_inverse=True)
+    one_hour = sparse.csr_matrix((np.ones(n2), (slot_row, n1 + np.arange(n2))), shape=(len(slot), n1 + n2 + N))
+    A_ub = sparse.vstack([capacity, one_hour]).tocsr()
+    b_ub = np.concatenate([problem.free.astype(float).reshape(-1), np.ones(len(slot))])
+    used = np.asarray(A_ub.getnnz(axis=1) > 0)
+    A_ub, b_ub = A_ub[used], b_ub[used]
+    A_eq = sparse.csr_matrix((np.concatenate([np.ones(n1), ywork, np.ones(N)]),
+                              (np.concatenate([job, yj, np.arange(N)]), np.arange(n1 + n2 + N))),
+                             shape=(N, n1 + n2 + N))
+    lb_late = np.where(np.isfinite(late_cost), late_cost, 0.0)
+    obj = np.concatenate([cost, ycost, lb_late + late_penalty_kg])
+    build_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    res = linprog(obj, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=np.ones(N), bounds=(0, 1), method="highs",
+                  options={"time_limit": time_limit_s})
+    sol = np.clip(res.x, 0.0, 1.0) if res.x is not None else np.zeros(n1 + n2 + N)
+    u = sol[n1 + n2:]
+    return PreemptiveBound(status=_STATUS.get(res.status, str(res.status)),
+                           objective_kg=float(sol[:n1] @ cost + sol[n1:n1 + n2] @ ycost + u @ lb_late),
+                           late_job_share=float(u.mean()) if N else 0.0, n_preemptible=int(preemptible.sum()),
+                           n_vars=n1 + n2 + N, n_rows=int(A_ub.shape[0] + N), solve_s=time.perf_counter() - t1,
+                           build_s=build_s)
+
+
 class OptimumPolicy(PlacementPolicy):
     """The LP bound behind the policy interface. `plan()` solves the relaxation on the problem and reports, per
     job, the candidate with the largest weight (a rounding for display; the bound is `stats['lp']`)."""

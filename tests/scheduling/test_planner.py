@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from scheduling.planner.coordinator import Coordinator, priority_parts, range_extrema
-from scheduling.planner.optimum import OptimumPolicy, solve_lp
+from scheduling.planner.optimum import OptimumPolicy, solve_lp, solve_preemptive_lp
 from scheduling.planner.policies import (
     POLICY_NAMES, CarbonTime, GreedyCarbon, PerformanceFirst, PlacementPolicy, PriorityCarbon, make_policy,
 )
@@ -113,6 +113,36 @@ def test_block_capacity_rows_relax_the_lp():
     assert blocked.objective_kg == pytest.approx(0.2) and blocked.objective_kg <= full.objective_kg + 1e-9
     assert solve_lp(p, hourly_rows=4, block_h=2).objective_kg == pytest.approx(full.objective_kg)
     assert blocked.nnz < full.nnz or blocked.n_rows < full.n_rows
+
+
+def test_preemptive_bound_runs_a_checkpointed_job_in_the_clean_hours_only():
+    """One GPU; hours at 100, 300, 100 g; one 1-kW job of 2 h due by hour 3. Whole run: hours 0-1 or 1-2, 0.4 kg
+    either way. Preemptible: hours 0 and 2, 0.2 kg. Not preemptible: the same 0.4 kg as solve_lp."""
+    p = toy_problem([[100], [300], [100]], [[1000]] * 3, gpu=[1000], dur=[[2]], kw=[[1]], deadline=[3])
+    assert solve_lp(p).objective_kg == pytest.approx(0.4)
+    assert solve_preemptive_lp(p, [False]).objective_kg == pytest.approx(0.4)
+    bound = solve_preemptive_lp(p, [True])
+    assert bound.status == "optimal" and bound.objective_kg == pytest.approx(0.2) and bound.late_job_share == 0
+    # at most one hour of work per hour: a 2-h job due by hour 2 cannot squeeze into the cheap hour
+    tight = toy_problem([[100], [300]], [[2000]] * 2, gpu=[1000], dur=[[2]], kw=[[1]], deadline=[2])
+    assert solve_preemptive_lp(tight, [True]).objective_kg == pytest.approx(0.4)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_preemptive_bound_equals_lp_without_preemptible_jobs_and_is_below_it_with(seed):
+    """Compared on what both minimise: carbon + 1000 kg per late job (a bound with fewer late jobs may carry more
+    carbon, as solve_lp's does)."""
+    p = random_problem(np.random.default_rng(seed), N=10, H=14)
+    N = p.n_jobs
+
+    def penalised(b):
+        return b.objective_kg + 1000.0 * b.late_job_share * N
+
+    lp = penalised(solve_lp(p))
+    assert penalised(solve_preemptive_lp(p, np.zeros(N, bool))) == pytest.approx(lp, rel=1e-7)
+    some = penalised(solve_preemptive_lp(p, np.arange(N) % 2 == 0))
+    assert some <= lp + 1e-6
+    assert penalised(solve_preemptive_lp(p, np.ones(N, bool))) <= some + 1e-6
 
 
 def test_optimum_uses_late_candidates_only_when_needed():

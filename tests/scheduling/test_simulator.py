@@ -239,3 +239,22 @@ def test_gap_by_job_shape_adds_up_to_the_gap_to_the_bound(report, scenario):
         for g in by_shape.values():
             assert g["share_if_at_optimum_pct"] == pytest.approx(share + 100 * g["gap_kg"] / (base - opt), abs=1e-3)
     assert "by job GPU shape" in report_markdown([report])
+
+
+def test_cli_preemption_bound_is_below_the_bound_and_reports_shares_against_both(capsys, data_dir):
+    """Checkpointing jobs that may stop and resume can only lower the bound; every policy's share is reported
+    against both bounds (performance-first: 0 by definition)."""
+    from scheduling.__main__ import main
+
+    rc = main(["preemption-bound", "--jobs", "40", "--regions", "3", "--start", START, "--days", "1", "--load", "0.6",
+               "--policies", "priority", "--time-limit", "120", "--data-dir", str(data_dir)])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    full, pre = out["optimum"], out["optimum_preemptive"]
+    assert full["lp"]["status"] == pre["lp"]["status"] == "optimal"
+    assert 0 < pre["preemptible_share"] <= 1
+    assert pre["kgco2e"] <= full["kgco2e"] + 1e-6
+    assert out["preemption_saves_at_most_kg"] == pytest.approx(full["kgco2e"] - pre["kgco2e"])
+    assert set(out["policies"]) == {"performance-first", "priority"}
+    pf = out["policies"]["performance-first"]
+    assert pf["share_of_optimum_reduction_pct"] == pf["share_of_optimum_preemptive_reduction_pct"] == 0.0
