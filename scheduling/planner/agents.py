@@ -44,6 +44,7 @@ class ClusterAgent:
         self.policy = make_policy(policy, workload=workload, seed=seed)
         self.end_hour: dict[str, int] = {}
         self.reserved: dict[int, tuple[str, int]] = {}  # node -> (job holding it, hour its running jobs end)
+        self.standby_job_gpus = 2  # jobs of this many GPUs or more may use a standby node (`keep_standby`)
         self.stats = AgentStats()
 
     def offer(self, pod: Pod, end_hour: int) -> Placement | None:
@@ -66,7 +67,7 @@ class ClusterAgent:
             return None
         held = np.zeros(self.cluster.n_nodes, dtype=bool)
         for node, (holder, until_h) in self.reserved.items():
-            if holder == pod.pod_id or (holder == STANDBY and pod.num_gpu > 1):
+            if holder == pod.pod_id or (holder == STANDBY and pod.num_gpu >= self.standby_job_gpus):
                 continue  # its own node; a standby node is kept for exactly these multi-GPU jobs
             held[node] = end_hour > until_h
         return held if held.any() else None
@@ -74,10 +75,12 @@ class ClusterAgent:
     def standby_nodes(self) -> list[int]:
         return [n for n, (holder, _) in self.reserved.items() if holder == STANDBY]
 
-    def keep_standby(self, n_nodes: int, until_h: int) -> list[int]:
-        """Keep `n_nodes` nodes of the cluster's largest shape on standby for multi-GPU jobs (a pool the planner's
-        LP gives only to them): other jobs may use a standby node only if they end by `until_h`. Standby nodes,
-        once chosen, stay (those that drain first are chosen). Returns their indices."""
+    def keep_standby(self, n_nodes: int, until_h: int, job_gpus: int = 2) -> list[int]:
+        """Keep `n_nodes` nodes of the cluster's largest shape on standby for jobs of `job_gpus` GPUs or more (a pool
+        the planner's LP gives only to them): other jobs may use a standby node only if they end by `until_h`.
+        Standby nodes, once chosen, stay (the largest in CPU and memory, then those that drain first, are chosen).
+        Returns their indices."""
+        self.standby_job_gpus = int(job_gpus)
         mine = self.standby_nodes()
         for node in mine:
             self.reserved[node] = (STANDBY, int(until_h))
@@ -85,7 +88,9 @@ class ClusterAgent:
         if len(mine) < n_nodes and cl.n_nodes:
             drained = self._drained_hours()
             cand = [n for n in np.flatnonzero(cl.gpu_count == cl.gpu_count.max()) if n not in self.reserved]
-            cand.sort(key=lambda n: (drained[n], cl.tiebreak_rank[n]))
+            # the node with the most CPU and memory first: it hosts the most whole-node jobs (an 8-GPU job asking
+            # for 64.2 cores fits no 64-core node); then the one that drains first
+            cand.sort(key=lambda n: (-cl.cpu_capacity[n], -cl.mem_capacity[n], drained[n], cl.tiebreak_rank[n]))
             for node in cand[: n_nodes - len(mine)]:
                 self.reserved[int(node)] = (STANDBY, int(until_h))
         return self.standby_nodes()

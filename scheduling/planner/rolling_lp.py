@@ -33,8 +33,11 @@ Window compared on September 2021 (not one of the reported periods), 2999 jobs: 
 / deadlines at load 0.5 and 0.8: none 61.1 / 67.6 % (98.5 / 98.0 %), 12 h 70.2 / 71.1 %, 18 h 70.8 / 75.2 % (99.3 /
 99.0 %), 24 h 70.6 / 61.3 % (97.8 % deadlines at 0.8: too much assumed demand in a busy fleet).
 The standby pool (`standby_pool`, default on): on a cluster with at least three 8-GPU nodes, one such node in three
-is kept for multi-GPU jobs (`ClusterAgent.keep_standby`: other jobs may not use it), and the LP sees that cluster as
-two, the standby nodes (multi-GPU jobs only) and the rest (every other job). Why: the 17 eight-GPU jobs of the
+is kept for whole-node jobs (`standby_job_gpus`, default 8 GPUs; `ClusterAgent.keep_standby`: other jobs may not
+use it), and the LP sees that cluster as two, the standby nodes (open to the whole-node jobs one of them can hold)
+and the rest (every other job). The standby is the node with the most CPU and memory: the openb 8-GPU jobs ask for
+64.2-88 cores, which a 64-core 8-GPU node cannot give (CISO's cluster has one 82-core node among 64-core ones; the
+first rule, the node that drains first, kept a 64-core node there and the 8-GPU jobs ran, late, on ISNE). Why: the 17 eight-GPU jobs of the
 evaluation trace (0.6 % of the jobs, 21 % of the energy) made 54-84 % of rolling-lp's gap to the bound -- the bound
 runs them on the clean clusters' nodes, while online they waited for a node that small jobs kept refilling and
 ended up, late, on ISNE's idle nodes. Measured on 2999 jobs at load 0.5 (before expected arrivals): July 57.8 ->
@@ -82,7 +85,7 @@ class RollingLP(PlacementPolicy):
                  hourly_rows: int | None = 24, max_lp_jobs: int | None = 1500, reserve_multi_gpu: bool = False,
                  max_reserved_nodes: int = 1, reserve_below_utilization: float = 1.0, standby_pool: bool = True,
                  standby_min_gpus: int = 8, standby_min_nodes: int = 3, standby_backfill_h: int = 0,
-                 expected_arrivals_h: int = 18):
+                 standby_job_gpus: int | None = None, expected_arrivals_h: int = 18):
         from scheduling.planner.prices import PriceLearner
 
         self.max_power_candidates = max_power_candidates
@@ -93,6 +96,7 @@ class RollingLP(PlacementPolicy):
         self.standby_min_gpus = standby_min_gpus
         self.standby_min_nodes = standby_min_nodes
         self.standby_backfill_h = standby_backfill_h
+        self.standby_job_gpus = standby_min_gpus if standby_job_gpus is None else standby_job_gpus
         self.expected_arrivals_h = expected_arrivals_h
         self.reserve_below_utilization = reserve_below_utilization
         self.hourly_rows = hourly_rows
@@ -281,24 +285,31 @@ class RollingLP(PlacementPolicy):
 
     def _standby_split(self, p, agents, now_hour):
         """`standby_pool`: on every cluster with at least `standby_min_nodes` nodes of `standby_min_gpus` GPUs or
-        more, one such node per `standby_min_nodes` is kept on standby for multi-GPU jobs
+        more, one such node per `standby_min_nodes` is kept on standby for jobs of `standby_job_gpus` GPUs or more
         (`ClusterAgent.keep_standby`; other jobs may use it only if they end within `standby_backfill_h` hours), and
-        the LP sees the cluster as two: the standby node, open to multi-GPU jobs only, and the rest, open to the
-        other jobs. Returns (the split problem, the real cluster of each of its clusters), or None when no cluster
+        the LP sees the cluster as two: the standby node, open only to those jobs that one of its nodes can hold
+        (GPUs, CPU, memory), and the rest, open to the other jobs. Returns (the split problem, the real cluster of each of its clusters), or None when no cluster
         qualifies."""
         if not self.standby_pool or agents is None:
             return None
         import dataclasses
 
-        multi = p.jobs["num_gpu"].to_numpy() > 1
+        multi = p.jobs["num_gpu"].to_numpy() >= self.standby_job_gpus
         H, C = p.hours, p.n_clusters
-        cs, free_b, cap_b = [], [], []
+        num_gpu = p.jobs["num_gpu"].to_numpy()
+        cpu, mem = p.jobs["cpu_milli"].to_numpy(), p.jobs["memory_mib"].to_numpy()
+        cs, free_b, cap_b, fits_b = [], [], [], []
         for c, agent in enumerate(agents):
             n_standby = int((agent.cluster.gpu_count >= self.standby_min_gpus).sum()) // self.standby_min_nodes
             if n_standby < 1:
                 continue
-            nodes = agent.keep_standby(n_standby, now_hour + self.standby_backfill_h)
+            nodes = agent.keep_standby(n_standby, now_hour + self.standby_backfill_h, self.standby_job_gpus)
             cap = int(agent.cluster.gpu_count[nodes].sum()) * 1000
+            cl = agent.cluster
+            # the standby part hosts only the jobs one of its nodes can hold (GPUs, CPU, memory)
+            fits_b.append(((num_gpu[:, None] <= cl.gpu_count[nodes][None, :])
+                           & (cpu[:, None] <= cl.cpu_capacity[nodes][None, :])
+                           & (mem[:, None] <= cl.mem_capacity[nodes][None, :])).any(axis=1))
             cs.append(c)
             cap_b.append(cap)
             free_b.append(np.maximum(cap - agent.node_usage(nodes, now_hour, H), 0))
@@ -322,7 +333,8 @@ class RollingLP(PlacementPolicy):
             gpu_models=list(p.gpu_models) + [p.gpu_models[c] for c in cs],
             capacity=np.concatenate([capacity, cap_b]), forecast=more(p.forecast, 1),
             free=np.concatenate([free, fb], axis=1), dur=more(p.dur, 2), kw=more(p.kw, 2),
-            limit_w=more(p.limit_w, 1), allowed=np.concatenate([allowed, p.allowed[:, cs_arr] & multi[:, None]], 1),
+            limit_w=more(p.limit_w, 1), allowed=np.concatenate([allowed, p.allowed[:, cs_arr] & multi[:, None]
+                                                                   & np.stack(fits_b, axis=1)], 1),
             transfer_kwh=more(p.transfer_kwh, 1), renewable=more(p.renewable, 1),
             capacity_price=more(p.capacity_price, 1), release_c=more(p.release_c, 1),
             free_other=more(p.free_other, 2))

@@ -628,6 +628,43 @@ def test_standby_node_is_kept_for_multi_gpu_jobs():
     assert big is not None and big.node_name == "n2"
 
 
+def test_standby_is_the_node_that_hosts_whole_node_jobs_and_is_kept_for_them():
+    """Of three 8-GPU nodes only n2 has the 82 cores an 8-GPU job asks for: it is the standby, whatever drains first.
+    It is kept for whole-node jobs (8 GPUs): a 2-GPU job goes elsewhere unless the threshold is 2; and the LP's
+    standby part is open only to the jobs one of its nodes can hold (the 88-core job: none)."""
+    from scheduling.packing import Cluster, Pod
+    from scheduling.planner.agents import ClusterAgent
+    from scheduling.planner.rolling_lp import RollingLP
+
+    def cluster():
+        return Cluster(["n0", "n1", "n2"], [64000, 64000, 82000], [262144, 262144, 344064], [8, 8, 8], ["V100"] * 3)
+
+    agent = ClusterAgent("c0", cluster(), policy="bestfit")
+    old = Pod("old", 1000, 1024, 1, 1000)
+    agent.cluster.allocate(old, 2, (0,))
+    agent.end_hour[old.pod_id] = 30  # n2 drains last, and is still the one that can hold the big jobs
+    assert agent.keep_standby(1, until_h=0, job_gpus=8) == [2]
+    pair = agent.offer(Pod("pair", 2000, 2048, 2, 1000), 5)
+    assert pair is not None and pair.node_name != "n2"
+    loose = ClusterAgent("c0", cluster(), policy="bestfit")
+    loose.keep_standby(1, until_h=0, job_gpus=2)
+    for n in (0, 1):  # fill the other nodes: the 2-GPU job may take the standby node when the threshold is 2
+        loose.cluster.allocate(Pod(f"fill{n}", 1000, 1024, 8, 1000), n, tuple(range(8)))
+    assert loose.offer(Pod("pair", 2000, 2048, 2, 1000), 5).node_name == "n2"
+
+    p = toy_problem(forecast=[[10, 500]] * 6, free=[[24000, 8000]] * 6, gpu=[8000, 8000, 2000],
+                    dur=[[3, 3]] * 3, kw=[[2, 2]] * 3, deadline=[6] * 3)
+    p.jobs["num_gpu"] = [8, 8, 2]
+    p.jobs["gpu_milli"] = 1000
+    p.jobs["cpu_milli"] = [64200, 88000, 2000]
+    p.jobs["memory_mib"] = [263168, 327680, 2048]
+    agents = [ClusterAgent("c0", cluster(), policy="bestfit"),
+              ClusterAgent("c1", Cluster(["m0"], [96000], [786432], [8], ["V100"]), policy="bestfit")]
+    split, _ = RollingLP()._standby_split(p, agents, 0)
+    assert split.clusters[-1] == "c0/standby"
+    assert split.allowed[:, -1].tolist() == [True, False, False]  # 88 cores fit no standby node; 2 GPUs: not whole-node
+
+
 def test_rolling_lp_standby_pool_plans_multi_gpu_jobs_on_the_standby_node_only():
     """A clean cluster of three 8-GPU nodes (one 1-GPU job on each of two of them) and a dirty one. With the
     standby pool the LP sees the clean cluster's empty node as open to the 8-GPU job only: the job starts there now,
