@@ -100,35 +100,33 @@ def register(subparsers) -> None:
     p.add_argument("--data-dir", default=None)
     p.set_defaults(func=cmd_plan)
 
-    r = subparsers.add_parser("replay-optimum", help="the optimum's schedule executed through the cluster agents "
-                              "(what node packing costs the bound; JSON)")
-    r.add_argument("--start", default="2021-07-01")
-    r.add_argument("--days", type=float, default=14)
-    r.add_argument("--jobs", type=int, default=3000)
-    r.add_argument("--regions", type=int, default=6)
-    r.add_argument("--load", type=float, default=0.5)
-    r.add_argument("--seed", type=int, default=0)
+    r = _scenario_parser(subparsers, "replay-optimum", "the optimum's schedule executed through the cluster agents "
+                         "(what node packing costs the bound; JSON)")
     r.add_argument("--integral", action="store_true", help="replay the whole-job MILP's schedule (time-limited)")
-    r.add_argument("--time-limit", type=float, default=900.0)
-    r.add_argument("--data-dir", default=None)
     r.set_defaults(func=cmd_replay)
 
-    b = subparsers.add_parser("preemption-bound", help="the bound if checkpointing jobs could be preempted, beside "
-                              "the non-preemptive bound, and each policy's share against both (JSON)")
-    b.add_argument("--start", default="2021-07-01")
-    b.add_argument("--days", type=float, default=14)
-    b.add_argument("--jobs", type=int, default=3000)
-    b.add_argument("--regions", type=int, default=6)
-    b.add_argument("--load", type=float, default=0.5)
-    b.add_argument("--seed", type=int, default=0)
+    b = _scenario_parser(subparsers, "preemption-bound", "the bound if checkpointing jobs could be preempted, beside "
+                         "the non-preemptive bound, and each policy's share against both (JSON)")
     b.add_argument("--evaluation", default=None,
                    help="an `evaluate` JSON: the policies' carbon from its run of the same start and load, instead "
                         "of simulating them")
     b.add_argument("--policies", default="rolling-lp",
                    help="policies to simulate when --evaluation is not given (performance-first always is)")
-    b.add_argument("--time-limit", type=float, default=900.0)
-    b.add_argument("--data-dir", default=None)
     b.set_defaults(func=cmd_preemption_bound)
+
+
+def _scenario_parser(subparsers, name: str, help_text: str):
+    """A sub-command on one evaluation scenario (the `evaluate` defaults of the reported runs) and an LP limit."""
+    parser = subparsers.add_parser(name, help=help_text)
+    parser.add_argument("--start", default="2021-07-01")
+    parser.add_argument("--days", type=float, default=14)
+    parser.add_argument("--jobs", type=int, default=3000)
+    parser.add_argument("--regions", type=int, default=6)
+    parser.add_argument("--load", type=float, default=0.5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--time-limit", type=float, default=900.0)
+    parser.add_argument("--data-dir", default=None)
+    return parser
 
 
 def _policies(arg: str) -> list[str]:
