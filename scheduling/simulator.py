@@ -578,8 +578,8 @@ How to read this:
   forecast carbon over (power limit, start hour, region), plus capacity prices learned each day from the LP duals
   of the previous 72 h of arrivals; `priority-noprices` is the same without the prices.
 * `rolling-lp` = model-predictive control with the optimum's own LP: every hour the LP over the jobs known then,
-  the capacity left and the *forecast* (10 % capacity head-room for node packing, 6-hour capacity blocks after
-  24 h, on clusters with three or more 8-GPU nodes one in three kept on standby for multi-GPU jobs and seen by
+  the capacity left and the *forecast* (15 % capacity head-room for node packing, 6-hour capacity blocks after
+  24 h, on clusters with three or more 8-GPU nodes one in three kept on standby for 8-GPU jobs and seen by
   the LP as a cluster of its own, and the last 18 h of arrivals replayed 18 h later as expected jobs); the jobs it
   starts at hour 0, and every job whose latest timely start is now, start; the rest wait.
 * `optimum` is a bound: the LP relaxation with every job and the actual intensity known in advance, fractional

@@ -301,17 +301,16 @@ class PreemptiveBound:
 
 def _hourly_work_candidates(problem: PlanningProblem, jobs: np.ndarray):
     """Per preemptible job, one variable per (power option, hour, cluster) it may run in: hours from its release
-    to its deadline (rounded up), clusters and options that host it. Returns (job, k, h, c, cost of a full hour in
-    kg, work per hour = 1 / run time). The data transfer of a move is charged per unit of work at the cheapest
-    hour of the window (a lower bound on its carbon, wherever the pieces run)."""
-    ev = Evaluator(problem)
+    to its deadline (rounded up), clusters and options that host it (the GPU model and node shapes allow it, the
+    option exists, the job fits the cluster's GPUs). Returns (job, k, h, c, cost of a full hour in kg, work per
+    hour = 1 / run time). The data transfer of a move is charged per unit of work at the cheapest hour of the window
+    (a lower bound on its carbon, wherever the pieces run)."""
     H, C = problem.hours, problem.n_clusters
     F = problem.forecast
-    free_all = np.full_like(problem.free, np.iinfo(np.int64).max // 4)
     fits = problem.gpu_total[:, None] <= problem.free.max(axis=0)[None, :]
     out = {key: [] for key in ("j", "k", "h", "c", "cost", "work")}
     for j in jobs:
-        hosts = ev.view(j, free_all).base_ok.any(axis=1) & fits[j][None, :]  # (K, C)
+        hosts = problem.allowed[j][None, :] & np.isfinite(problem.dur[j]) & fits[j][None, :]  # (K, C)
         hours = np.arange(int(problem.release[j]), int(min(np.ceil(problem.deadline_rel[j] - 1e-9), H)))
         kk, cc = np.nonzero(hosts)
         if not len(kk) or not len(hours):

@@ -37,12 +37,13 @@ is kept for whole-node jobs (`standby_job_gpus`, default 8 GPUs; `ClusterAgent.k
 use it), and the LP sees that cluster as two, the standby nodes (open to the whole-node jobs one of them can hold)
 and the rest (every other job). The standby is the node with the most CPU and memory: the openb 8-GPU jobs ask for
 64.2-88 cores, which a 64-core 8-GPU node cannot give (CISO's cluster has one 82-core node among 64-core ones; the
-first rule, the node that drains first, kept a 64-core node there and the 8-GPU jobs ran, late, on ISNE). Why: the 17 eight-GPU jobs of the
-evaluation trace (0.6 % of the jobs, 21 % of the energy) made 54-84 % of rolling-lp's gap to the bound -- the bound
-runs them on the clean clusters' nodes, while online they waited for a node that small jobs kept refilling and
-ended up, late, on ISNE's idle nodes. Measured on 2999 jobs at load 0.5 (before expected arrivals): July 57.8 ->
-64.9 %, December 60.1 -> 69.5 % of the optimum's reduction, deadlines 99.4 -> 99.1 % / 99.5 -> 99.4 %; at load 0.8
-the clusters have two 8-GPU nodes, no standby is kept and the plans are unchanged. Letting short jobs (ending within
+first rule, the node that drains first, kept a 64-core node there and the 8-GPU jobs ran, late, on ISNE).
+Why a standby: the 17 eight-GPU jobs of the evaluation trace (0.6 % of the jobs, 21 % of the energy) made 54-84 %
+of rolling-lp's gap to the bound -- the bound runs them on the clean clusters' nodes, while online they waited for a
+node that small jobs kept refilling and ended up, late, on ISNE's idle nodes. Measured on 2999 jobs at load 0.5
+(before expected arrivals): July 57.8 -> 64.9 %, December 60.1 -> 69.5 % of the optimum's reduction, deadlines
+99.4 -> 99.1 % / 99.5 -> 99.4 %; at load 0.8 the clusters have two 8-GPU nodes, no standby is kept and the plans
+are unchanged. Letting short jobs (ending within
 6 or 12 h) use the standby node did worse (July 0.5: 60.8 / 63.2 %).
 `reserve_multi_gpu=True` (not the default) holds a node for each pending multi-GPU job on the cluster where the LP
 plans it (`_reserve`: the node that drains first, open to jobs that end before the planned start, kept while the LP
@@ -290,15 +291,15 @@ class RollingLP(PlacementPolicy):
         more, one such node per `standby_min_nodes` is kept on standby for jobs of `standby_job_gpus` GPUs or more
         (`ClusterAgent.keep_standby`; other jobs may use it only if they end within `standby_backfill_h` hours), and
         the LP sees the cluster as two: the standby node, open only to those jobs that one of its nodes can hold
-        (GPUs, CPU, memory), and the rest, open to the other jobs. Returns (the split problem, the real cluster of each of its clusters), or None when no cluster
-        qualifies."""
+        (GPUs, CPU, memory), and the rest, open to the other jobs. Returns (the split problem, the real cluster of
+        each of its clusters), or None when no cluster qualifies."""
         if not self.standby_pool or agents is None:
             return None
         import dataclasses
 
-        multi = p.jobs["num_gpu"].to_numpy() >= self.standby_job_gpus
-        H, C = p.hours, p.n_clusters
         num_gpu = p.jobs["num_gpu"].to_numpy()
+        multi = num_gpu >= self.standby_job_gpus
+        H, C = p.hours, p.n_clusters
         cpu, mem = p.jobs["cpu_milli"].to_numpy(), p.jobs["memory_mib"].to_numpy()
         cs, free_b, cap_b, fits_b = [], [], [], []
         for c, agent in enumerate(agents):
@@ -306,8 +307,8 @@ class RollingLP(PlacementPolicy):
             if n_standby < 1:
                 continue
             nodes = agent.keep_standby(n_standby, now_hour + self.standby_backfill_h, self.standby_job_gpus)
-            cap = int(agent.cluster.gpu_count[nodes].sum()) * 1000
             cl = agent.cluster
+            cap = int(cl.gpu_count[nodes].sum()) * 1000
             # the standby part hosts only the jobs one of its nodes can hold (GPUs, CPU, memory)
             fits_b.append(((num_gpu[:, None] <= cl.gpu_count[nodes][None, :])
                            & (cpu[:, None] <= cl.cpu_capacity[nodes][None, :])
