@@ -191,31 +191,46 @@ def _window_sums(values: np.ndarray, t0: int, start_h: np.ndarray, dur: np.ndarr
     return S[b, col] - S[a, col] + frac * values[b, col]
 
 
-def execute(sc: Scenario, start_h: np.ndarray, k: np.ndarray, c: np.ndarray) -> dict[str, np.ndarray]:
+def execute(sc: Scenario, start_h: np.ndarray, k: np.ndarray, c: np.ndarray, work: np.ndarray | None = None,
+            preempted: list | None = None) -> dict[str, np.ndarray]:
     """Actual carbon, energy and renewable energy of jobs started at absolute hours `start_h` on clusters `c`
-    with power option `k` (arrays over all jobs; -1 = never started)."""
+    with power option `k` (arrays over all jobs; -1 = never started) and run to the end of `work` (share of the
+    job's work left at that start, default 1), plus the runs that ended in a preemption (`preempted`: [(job, start
+    hour, hours run, option, cluster)], in order). Data is transferred (and charged) when a run is on another
+    cluster than the job's previous run (the first: its home cluster; no charge within the home region)."""
     tbl = sc.table
     n = tbl.n
-    ok = start_h >= 0
-    idx = np.flatnonzero(ok)
     out = {"kg": np.zeros(n), "kwh": np.zeros(n), "renew_kwh": np.zeros(n), "dur_h": np.zeros(n)}
-    if not len(idx):
+    runs = sorted(preempted or [], key=lambda r: (r[1], r[0]))
+    idx = np.flatnonzero(start_h >= 0)
+    last = np.array([r[0] for r in runs] + idx.tolist(), dtype=np.int64)
+    if not len(last):
         return out
+    job = last
+    ss = np.array([r[1] for r in runs] + start_h[idx].tolist(), dtype=np.int64)
+    kk = np.array([r[3] for r in runs] + k[idx].tolist(), dtype=np.int64)
+    cc = np.array([r[4] for r in runs] + c[idx].tolist(), dtype=np.int64)
+    left = np.ones(len(idx)) if work is None else np.asarray(work, dtype=float)[idx]
+    dur = np.concatenate([np.array([float(r[2]) for r in runs]), tbl.dur[idx, k[idx], c[idx]] * left])
+    # the cluster each run comes from: the job's previous run (in time order), else home
+    prev = np.where(tbl.home[job] >= 0, tbl.home[job], cc)
+    seen: dict[int, int] = {}
+    for i in np.argsort(ss, kind="stable"):
+        j = int(job[i])
+        if j in seen:
+            prev[i] = seen[j]
+        seen[j] = int(cc[i])
     t0, ci = sc.actual("ci")
     _, ren = sc.actual("renewable")
-    kk, cc, ss = k[idx], c[idx], start_h[idx]
-    dur = tbl.dur[idx, kk, cc]
-    kw = tbl.kw[idx, kk, cc]
-    tk = tbl.transfer_kwh[idx, cc]
-    home = np.where(tbl.home[idx] >= 0, tbl.home[idx], cc)
+    kw = tbl.kw[job, kk, cc]
+    tk = np.where(cc != prev, tbl.transfer_kwh[job, cc], 0.0)
     w_ci = _window_sums(ci, t0, ss, dur, cc)
     w_re = _window_sums(ren, t0, ss, dur, cc)
-    ci_move = 0.5 * (ci[ss - t0, home] + ci[ss - t0, cc])
-    re_move = 0.5 * (ren[ss - t0, home] + ren[ss - t0, cc])
-    out["kg"][idx] = (kw * w_ci + tk * ci_move) / 1000.0
-    out["kwh"][idx] = kw * dur + tk
-    out["renew_kwh"][idx] = kw * w_re + tk * re_move
-    out["dur_h"][idx] = dur
+    ci_move = 0.5 * (ci[ss - t0, prev] + ci[ss - t0, cc])
+    re_move = 0.5 * (ren[ss - t0, prev] + ren[ss - t0, cc])
+    for key, vals in (("kg", (kw * w_ci + tk * ci_move) / 1000.0), ("kwh", kw * dur + tk),
+                      ("renew_kwh", kw * w_re + tk * re_move), ("dur_h", dur)):
+        out[key] = np.bincount(job, weights=vals, minlength=n)
     return out
 
 
@@ -258,18 +273,21 @@ def simulate(sc: Scenario, policy: str | PlacementPolicy = "priority", *, seed: 
             break
     if progress is not None and t + 1 < T_max:
         progress.update(T_max - t - 1)
-    ex = execute(sc, np.where(hp.started, hp.start_h, -1), hp.k, hp.c)
+    work = 1.0 - hp.work_done
+    ex = execute(sc, np.where(hp.started, hp.start_h, -1), hp.k, hp.c, work, hp.preempted_runs)
     jobs = sc.jobs
     submit_h = tbl.submit_h
-    end_h = np.where(hp.started, hp.start_h + ex["dur_h"], np.nan)
+    last_run = np.where(hp.started, tbl.dur[np.arange(n), np.maximum(hp.k, 0), np.maximum(hp.c, 0)] * work, 0.0)
+    end_h = np.where(hp.started, hp.start_h + last_run, np.nan)
+    first_h = np.where(hp.started, hp.first_start_h, 0)
     met = hp.started & (end_h <= tbl.deadline_h + 1e-6)
     records = pd.DataFrame({
         "job_id": jobs["job_id"], "started": hp.started,
-        "start_time": pd.to_datetime(np.where(hp.started, hp.start_h, 0) * 3_600_000_000_000, utc=True),
+        "start_time": pd.to_datetime(first_h * 3_600_000_000_000, utc=True),
         "cluster": np.where(hp.c >= 0, np.array(sc.fleet.names, dtype=object)[np.maximum(hp.c, 0)], None),
-        "power_option": hp.k, "delay_h": np.where(hp.started, hp.start_h - submit_h, np.nan),
+        "power_option": hp.k, "delay_h": np.where(hp.started, first_h - submit_h, np.nan),
         "duration_h": ex["dur_h"], "kgco2e": ex["kg"], "energy_kwh": ex["kwh"], "renewable_kwh": ex["renew_kwh"],
-        "met_deadline": met, "node": hp.node,
+        "met_deadline": met, "node": hp.node, "preemptions": hp.preemptions,
     })
     cap = sc.fleet.capacity_milli
     metrics = {
@@ -287,6 +305,8 @@ def simulate(sc: Scenario, policy: str | PlacementPolicy = "priority", *, seed: 
         "jobs_late": int((hp.started & ~met).sum()),
         "jobs_never_started": int((~hp.started).sum()),
         "agent_rejections": int(hp.rejections),
+        "preemptions": int(hp.preemptions.sum()),
+        "preempted_jobs": int((hp.preemptions > 0).sum()),
         "power_capped_jobs": int((hp.k > 0).sum()),
         "moved_jobs": int((hp.started & (hp.c != tbl.home)).sum()),
         "forecast_fallback_share": float(np.nanmean(hp.fallback_shares)) if hp.fallback_shares else None,

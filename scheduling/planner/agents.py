@@ -61,6 +61,57 @@ class ClusterAgent:
         self.cancel_reservation(pod.pod_id)
         return placement
 
+    def evict_for(self, pod: Pod, end_hour: int, evictable: dict[str, float]) -> tuple[Placement, list[str]] | None:
+        """Preemption (the Kubernetes scheduler's PostFilter, Slurm's preempt/requeue), for a job no node can take
+        now: on each node where evicting running jobs of `evictable` (job id -> cost of evicting it) makes room,
+        the cheapest set of them that does (all of the node's evictable jobs, then each put back, costliest first,
+        while the job still fits); the node whose set costs least wins. Its victims are released and `pod` bound
+        there. Returns (placement, victim ids), or None when no such node exists (nothing changes then)."""
+        cl = self.cluster
+        held = self._held_against(pod, int(end_hour))
+        on_node: dict[int, list[str]] = {}
+        for job_id, b in cl.bindings.items():
+            if job_id in evictable and (held is None or not held[b.node]):
+                on_node.setdefault(b.node, []).append(job_id)
+        best = None
+        for node, ids in on_node.items():
+            removed = [cl.release(i) for i in ids]
+            try:
+                if not cl.can_host(pod, node):
+                    continue
+                keep = []
+                for b in sorted(removed, key=lambda b: -evictable[b.pod.pod_id]):
+                    cl.allocate(b.pod, b.node, b.gpus)
+                    if cl.can_host(pod, node):
+                        keep.append(b)
+                    else:
+                        cl.release(b.pod.pod_id)
+                for b in keep:
+                    cl.release(b.pod.pod_id)
+                victims = [b.pod.pod_id for b in removed if b not in keep]
+                cost = sum(evictable[v] for v in victims)
+                if best is None or (cost, cl.tiebreak_rank[node]) < (best[0], cl.tiebreak_rank[best[1]]):
+                    best = (cost, node, victims)
+            finally:  # the what-if is undone: every evictable job of the node is bound again
+                for b in removed:
+                    cl.allocate(b.pod, b.node, b.gpus)
+        if best is None:
+            return None
+        _, node, victims = best
+        for job_id in victims:
+            self.release(job_id)
+        others = np.ones(cl.n_nodes, dtype=bool)
+        others[node] = False
+        placement = self.policy.place(cl, pod, others)
+        if placement is None:  # cannot happen: can_host said it fits
+            raise RuntimeError(f"{self.name}: {pod.pod_id} does not fit on node {cl.names[node]} after eviction")
+        cl.allocate(pod, placement)
+        self.end_hour[pod.pod_id] = int(end_hour)
+        self.stats.offered += 1
+        self.stats.accepted += 1
+        self.cancel_reservation(pod.pod_id)
+        return placement, victims
+
     # ------------------------------------------------------------------ reservations
     def _held_against(self, pod: Pod, end_hour: int) -> np.ndarray | None:
         if not self.reserved:

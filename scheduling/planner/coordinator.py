@@ -165,27 +165,30 @@ class Evaluator:
         n = int(max(lat, self.p.release[j])) + 1 + extra
         return int(min(max(n, 1), self.H))
 
-    def view(self, j: int, free: np.ndarray, n_starts: int | None = None,
+    def view(self, j: int, free: np.ndarray | None, n_starts: int | None = None,
              free_other: np.ndarray | None = None) -> CandidateView:
-        """The candidate tensor of job j over start hours [0, n_starts) (default: the whole horizon)."""
+        """The candidate tensor of job j over start hours [0, n_starts) (default: the whole horizon); `free`
+        None: capacity is not checked (every window has room)."""
         p = self.p
         H, C = self.H, self.C
         n = H if n_starts is None else int(n_starts)
         occ = self.occ_all[j]  # (K, C)
         s, base = self.s[:, :n], self.base_idx[:, :n]
-        # capacity: count of hours with too little free capacity inside the window
-        B = self.B
-        bad = free < p.gpu_total[j]
-        if free_other is not None:
-            req = p.req_other[j]
-            for r in range(len(req)):
-                if req[r]:
-                    bad |= free_other[r] < req[r]
-        np.cumsum(bad, axis=0, out=B[1: H + 1])
-        B[H + 1:] = B[H]
-        Bf = B.ravel()
         end_idx = base + (occ * C)[:, None, :]
-        cap_ok = Bf[end_idx] == Bf[base]
+        if free is None:
+            cap_ok = np.ones(end_idx.shape, dtype=bool)
+        else:  # capacity: count of hours with too little free capacity inside the window
+            B = self.B
+            bad = free < p.gpu_total[j]
+            if free_other is not None:
+                req = p.req_other[j]
+                for r in range(len(req)):
+                    if req[r]:
+                        bad |= free_other[r] < req[r]
+            np.cumsum(bad, axis=0, out=B[1: H + 1])
+            B[H + 1:] = B[H]
+            Bf = B.ravel()
+            cap_ok = Bf[end_idx] == Bf[base]
         # carbon of the window
         iw = base + (self.whole_all[j] * C)[:, None, :]
         W = self.Sflat[iw] - self.Sflat[base] + self.frac_all[j][:, None, :] * self.Fflat[iw]
@@ -238,6 +241,9 @@ class PlanOutcome:
     priority: PriorityParts
     explanations: list = field(default_factory=list)
     stats: dict = field(default_factory=dict)
+    # running jobs this plan preempts (`PlacementPolicy.preemption`): [(job id, cluster index, the job id it made
+    # room for, or "carbon" when stopped to resume somewhere cleaner)]
+    evicted: list = field(default_factory=list)
 
     def energy_kwh(self) -> np.ndarray:
         p = self.problem

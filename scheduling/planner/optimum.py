@@ -96,13 +96,12 @@ def _candidates(problem: PlanningProblem):
     """Timely candidates of every job (capacity ignored) and each job's cheapest late run."""
     ev = Evaluator(problem)
     N = problem.n_jobs
-    free_all = np.full_like(problem.free, np.iinfo(np.int64).max // 4)
     fits = problem.gpu_total[:, None] <= problem.free.max(axis=0)[None, :]  # (N, C)
     J, K, S, C, cost = [], [], [], [], []
     late_cost = np.full(N, np.nan)
     late_pick = np.full((N, 3), -1, dtype=np.int64)
     for j in range(N):
-        v = ev.view(j, free_all)
+        v = ev.view(j, None)
         ok = v.base_ok & fits[j][None, None, :]
         mask = ok & v.timely
         kk, ss, cc = np.nonzero(mask)

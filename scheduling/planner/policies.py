@@ -26,7 +26,7 @@ from typing import ClassVar
 import numpy as np
 
 from scheduling.planner.coordinator import Coordinator, PlanOutcome, PriorityParts
-from scheduling.planner.types import PlanningProblem, PriorityWeights
+from scheduling.planner.types import PlanningProblem, Preemption, PriorityWeights
 
 BIG = 1e6  # separates "start hour" from the tie-break inside one score
 
@@ -37,6 +37,7 @@ class PlacementPolicy(ABC):
     name: ClassVar[str] = "base"
     power_aware: ClassVar[bool] = False
     description: ClassVar[str] = ""
+    preemption: Preemption | None = None  # set: the policy may evict running checkpointing jobs (`evicted`)
 
     @abstractmethod
     def plan(self, problem: PlanningProblem, agents=None, pods=None, now_hour: int | None = None, *,

@@ -77,9 +77,11 @@ class JobTable:
 
     def problem(self, now, idx, free: np.ndarray, forecast: np.ndarray, *, power_aware: bool = True,
                 forecast_version: str = "unknown", renewable: np.ndarray | None = None,
-                release: np.ndarray | None = None) -> PlanningProblem:
+                release: np.ndarray | None = None, work_left: np.ndarray | None = None) -> PlanningProblem:
         """The problem for jobs `idx` at hour `now`: `forecast` is (H, C) over the plan horizon; `free` is (H, C)
-        free GPU-milli, or (3, H, C) free GPU-milli, CPU milli-cores and memory MiB."""
+        free GPU-milli, or (3, H, C) free GPU-milli, CPU milli-cores and memory MiB. `work_left` (per job of
+        `idx`, default 1): the share of each job's work still to do (a preempted job resumes from its checkpoint),
+        which scales its run times."""
         now = pd.Timestamp(now)
         now_h = abs_hours(now)
         idx = np.asarray(idx, dtype=np.int64)
@@ -88,6 +90,9 @@ class JobTable:
         if release is None:
             release = np.maximum(self.submit_h[idx] - now_h, 0)
         jobs = self.jobs.iloc[idx].reset_index(drop=True)
+        dur = self.dur[idx, :K]
+        if work_left is not None:
+            dur = dur * np.asarray(work_left, dtype=float)[:, None, None]
         free = np.asarray(free, dtype=np.int64)
         free_other = None
         if free.ndim == 3:
@@ -99,7 +104,7 @@ class JobTable:
             capacity=self.fleet.capacity_milli, forecast=np.asarray(forecast, dtype=float),
             free=np.asarray(free, dtype=np.int64), jobs=jobs, release=np.asarray(release, dtype=np.int64),
             deadline_rel=self.deadline_h[idx] - now_h, gpu_total=self.gpu_total[idx],
-            dur=self.dur[idx, :K], kw=self.kw[idx, :K], limit_w=self.limit_w[:K], allowed=self.allowed[idx],
+            dur=dur, kw=self.kw[idx, :K], limit_w=self.limit_w[:K], allowed=self.allowed[idx],
             transfer_kwh=self.transfer_kwh[idx], home=self.home[idx], forecast_version=forecast_version,
             renewable=renewable, free_other=free_other,
             req_other=self.req_other[idx] if free_other is not None else None,

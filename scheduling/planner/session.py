@@ -51,6 +51,13 @@ class HourlyPlanner:
         self.c = np.full(n, -1, dtype=np.int64)
         self.node: list = [None] * n
         self.gpus: list = [None] * n
+        # preemption (policies with `preemption` set): share of each job's work done before its current run, the
+        # first start, the runs that ended in a preemption [(job, start hour, hours run, option, cluster)]
+        self.work_done = np.zeros(n)
+        self.first_start_h = np.full(n, -1, dtype=np.int64)
+        self.preempted_runs: list[tuple[int, int, int, int, int]] = []
+        self.preemptions = np.zeros(n, dtype=np.int64)
+        self.index = {pid: j for j, pid in enumerate(self.table.jobs["job_id"].astype(str))}
         self.forecast_versions: list[str] = []
         self.fallback_shares: list[float] = []
         self.rejections = 0
@@ -134,7 +141,12 @@ class HourlyPlanner:
             free = free - self.held_capacity(now_h, H)
         if not self.track_other:
             free = free[0]
-        prob = self.table.problem(now, idx, free, F, power_aware=self.policy.power_aware, forecast_version=version)
+        done = self.work_done[idx]
+        prob = self.table.problem(now, idx, free, F, power_aware=self.policy.power_aware, forecast_version=version,
+                                  work_left=1.0 - done if done.any() else None)
+        prob.evictable = self.evictable(now_h)
+        if prob.evictable and self.policy.preemption.for_carbon:
+            self._running_problem(prob, now, now_h, free, F)
         prob.capacity_price = self.policy.capacity_prices(self, now_h, H)
         prob.expected = self.policy.expected_jobs(self, now, free, F)
         prob.postpone_margin_h = self.postpone_margin_h
@@ -147,13 +159,73 @@ class HourlyPlanner:
             kk, cc = int(out.k[jj]), int(out.c[jj])
             self.started[j] = True
             self.start_h[j] = now_h
+            if self.first_start_h[j] < 0:
+                self.first_start_h[j] = now_h
             self.k[j], self.c[j] = kk, cc
-            self.end_occ_h[j] = now_h + int(np.ceil(self.table.dur[j, kk, cc] - 1e-9))
+            self.end_occ_h[j] = now_h + int(np.ceil(self.run_hours(j) - 1e-9))
             self.node[j], self.gpus[j] = out.node[jj], out.gpus[jj]
+        for victim, _, _ in out.evicted:
+            self.preempt(self.index[victim], now_h)
         self.rejections += int(out.stats.get("agent_rejections", 0))
         self.last_outcome = out
         out.global_index = idx
         return out
+
+    def run_hours(self, j: int) -> float:
+        """Hours job j's current run takes: the work left at its start, on its option and cluster."""
+        return float(self.table.dur[j, self.k[j], self.c[j]] * (1.0 - self.work_done[j]))
+
+    def evictable(self, now_h: int) -> dict[str, float] | None:
+        """The running jobs the policy may preempt now (`Preemption`): checkpointing (or any, `restart_others`),
+        running since an earlier hour, not ending by the next hour, preempted fewer than `max_per_job` times, and
+        with the slack to resume an hour later; job id -> GPU-milli-hours of work it would take elsewhere plus those
+        lost (the cost the agents minimise)."""
+        pre = self.policy.preemption
+        if pre is None:
+            return None
+        tbl = self.table
+        ck = tbl.jobs["checkpointing"].to_numpy(bool)
+        run = np.flatnonzero(self.started & (self.start_h < now_h) & (self.end_occ_h > now_h + 1)
+                             & (ck | pre.restart_others) & (self.preemptions < pre.max_per_job))
+        out = {}
+        for j in run:
+            j = int(j)
+            full = float(tbl.dur[j, self.k[j], self.c[j]])
+            ran = now_h - self.start_h[j]
+            lost = min(pre.overhead_h, ran) if ck[j] else ran
+            left_h = full * (1.0 - self.work_done[j]) - (ran - lost)
+            if now_h + 1 + pre.slack_factor * left_h + pre.slack_h <= tbl.deadline_h[j]:
+                out[str(tbl.jobs["job_id"].iat[j])] = float(tbl.gpu_total[j]) * (left_h + lost)
+        return out
+
+    def _running_problem(self, prob, now, now_h: int, free, F) -> None:
+        """`prob.running` / `prob.runs_on` for the evictable jobs (see PlanningProblem)."""
+        pre = self.policy.preemption
+        ridx = np.array([self.index[i] for i in prob.evictable], dtype=np.int64)
+        ck = self.table.jobs["checkpointing"].to_numpy(bool)[ridx]
+        full = self.table.dur[ridx, self.k[ridx], self.c[ridx]]
+        ran = (now_h - self.start_h[ridx]).astype(float)
+        left_h = full * (1.0 - self.work_done[ridx]) - ran
+        done = np.where(ck, self.work_done[ridx] + np.maximum(ran - pre.overhead_h, 0.0) / full, self.work_done[ridx])
+        prob.running = self.table.problem(now, ridx, free, F, power_aware=self.policy.power_aware,
+                                          forecast_version=prob.forecast_version, work_left=1.0 - done,
+                                          release=np.ones(len(ridx), dtype=np.int64))
+        prob.runs_on = np.stack([self.k[ridx], self.c[ridx], left_h], axis=1)
+
+    def preempt(self, j: int, now_h: int) -> None:
+        """Job j stopped at `now_h` (its agent has released it): the run so far is recorded, its work done less
+        the preemption's overhead kept, and it is pending again."""
+        pre = self.policy.preemption
+        kk, cc = int(self.k[j]), int(self.c[j])
+        ran = int(now_h - self.start_h[j])
+        self.preempted_runs.append((j, int(self.start_h[j]), ran, kk, cc))
+        full = float(self.table.dur[j, kk, cc])
+        if self.table.jobs["checkpointing"].iat[j]:  # without checkpoints the run's work is lost
+            self.work_done[j] = min(self.work_done[j] + max(ran - pre.overhead_h, 0.0) / full, 0.999)
+        self.preemptions[j] += 1
+        self.started[j] = False
+        self.start_h[j] = self.end_occ_h[j] = self.k[j] = self.c[j] = -1
+        self.node[j] = self.gpus[j] = None
 
     def reserve_nodes_for(self, idx: np.ndarray, now_h: int) -> dict[str, str]:
         """Backfill reservations, made again from the cluster state at every plan (so a replayed plan and the

@@ -146,6 +146,27 @@ def _jsonable(value: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class Preemption:
+    """When a policy may preempt running checkpointing jobs (the trace's `checkpointing` flag) to start a job that is
+    due now, and what a preemption costs. A preempted job stops at the hour boundary, loses `overhead_h` hours of
+    work (since its last checkpoint, plus the restart), and is pending again from the next hour with the rest of its
+    work; it is evictable only while, resumed an hour later on its current cluster, it would still finish by its
+    deadline with `slack_factor` x its remaining run time plus `slack_h` hours to spare, and at most `max_per_job`
+    times. `restart_others`: jobs without checkpoints may be preempted too (Kubernetes' default: the pod is killed
+    and starts again), losing all the work of the run, under the same slack rule for the whole job. `for_carbon`:
+    an evictable job is also stopped when resuming it later (on capacity the plan leaves free) emits at least
+    `min_saving` less than running on, overhead included (forecast)."""
+
+    overhead_h: float = 0.25
+    slack_factor: float = 1.1
+    slack_h: float = 1.0
+    max_per_job: int = 2
+    restart_others: bool = False
+    for_carbon: bool = False
+    min_saving: float = 0.1
+
+
+@dataclass(frozen=True)
 class PriorityWeights:
     """P = urgency*U + flexibility*F + opportunity*O (defaults 0.35, 0.40, 0.25).
 
@@ -216,6 +237,14 @@ class PlanningProblem:
     release_c: np.ndarray | None = None  # (N, C) earliest start per cluster (None: `release` everywhere)
     postpone_margin_h: float = 0.0  # a start after now must leave this many hours before the latest start
     pods: list | None = None  # scheduling.packing.Pod per job (built lazily by the agents)
+    # running checkpointing jobs that may be preempted now (job id -> what evicting it costs: GPU-milli x hours of
+    # work left); None or empty: no preemption
+    evictable: dict | None = None
+    # `Preemption.for_carbon`: the evictable running jobs as a problem of their own (their work left after a
+    # preemption, release 1: they would resume from the next hour), with `runs_on` (N, 3): the option, cluster and
+    # hours left of each one's current run
+    running: "PlanningProblem | None" = None
+    runs_on: np.ndarray | None = None
 
     @property
     def n_jobs(self) -> int:

@@ -699,3 +699,60 @@ def test_rolling_lp_standby_pool_plans_multi_gpu_jobs_on_the_standby_node_only()
     small_now = [j for j in range(1, n_small + 1) if out.placed[j] and out.s[j] == 0 and out.c[j] == 0]
     assert small_now and all(out.node[j] in ("n0", "n1") for j in small_now)
     assert out.explanations and all(e["chosen"]["cluster"] in ("c0", "c1") for e in out.explanations)
+
+
+def test_evict_for_frees_a_node_with_the_cheapest_victims_and_changes_nothing_when_it_cannot():
+    """n0 holds three evictable 1-GPU jobs (costs 5, 1, 3); n1 a job that may not be evicted. A 6-GPU job needs one
+    of n0's jobs gone: the cheapest (b); the others stay bound. A 9-GPU job fits no node: nothing changes."""
+    from scheduling.packing import Cluster, Pod
+    from scheduling.planner.agents import ClusterAgent
+
+    agent = ClusterAgent("c0", Cluster(["n0", "n1"], [96000] * 2, [262144] * 2, [8, 8], ["V100"] * 2),
+                         policy="bestfit")
+    for name, node, dev, gpus in (("a", 0, 0, 1), ("b", 0, 1, 1), ("c", 0, 2, 1), ("keep", 1, 0, 3)):
+        agent.cluster.allocate(Pod(name, 1000, 1024, gpus, 1000), node, tuple(range(dev, dev + gpus)))
+        agent.end_hour[name] = 9
+    evictable = {"a": 5.0, "b": 1.0, "c": 3.0}
+    before = dict(agent.cluster.bindings)
+    assert agent.evict_for(Pod("huge", 1000, 1024, 9, 1000), 4, evictable) is None
+    assert agent.cluster.bindings == before
+    placement, victims = agent.evict_for(Pod("big", 1000, 1024, 6, 1000), 4, evictable)
+    assert victims == ["b"] and placement.node_name == "n0"
+    assert set(agent.cluster.bindings) == {"a", "c", "keep", "big"} and "b" not in agent.end_hour
+    assert agent.end_hour["big"] == 4 and agent.cluster.gpu_milli_allocated == 11000
+
+
+def test_rolling_lp_preempts_checkpointing_jobs_for_a_due_job_only_when_allowed():
+    """One 8-GPU node runs two 4-GPU jobs until hour 10; an 8-GPU job must start now to meet its deadline. Without
+    preemption it cannot start (and runs late later); with it, the evictable jobs are evicted and it starts now
+    on that node. A running job that is not evictable blocks it."""
+    from scheduling.packing import Cluster, Pod
+    from scheduling.planner.agents import ClusterAgent
+    from scheduling.planner.rolling_lp import RollingLP
+    from scheduling.planner.types import Preemption
+
+    def agents():
+        ag = ClusterAgent("c0", Cluster(["n0"], [96000], [262144], [8], ["V100"]), policy="bestfit")
+        for name, dev in (("r1", 0), ("r2", 4)):
+            ag.cluster.allocate(Pod(name, 1000, 1024, 4, 1000), 0, tuple(range(dev, dev + 4)))
+            ag.end_hour[name] = 10
+        return [ag]
+
+    def problem(evictable):
+        p = toy_problem(forecast=[[100]] * 12, free=[[0]] * 10 + [[8000]] * 2, gpu=[8000], dur=[[3]], kw=[[2]],
+                        deadline=[3])
+        p.jobs["num_gpu"], p.jobs["gpu_milli"] = 8, 1000
+        p.evictable = evictable
+        return p
+
+    pods = [Pod("j0", 1000, 1024, 8, 1000)]
+    plain = RollingLP(capacity_factor=1.0, standby_pool=False, expected_arrivals_h=0)
+    out = plain.plan(problem({"r1": 1.0, "r2": 2.0}), agents(), pods, 0, explain=False)
+    assert not (out.placed[0] and out.s[0] == 0) and out.evicted == []
+    pre = RollingLP(capacity_factor=1.0, standby_pool=False, expected_arrivals_h=0, preemption=Preemption())
+    ag = agents()
+    out = pre.plan(problem({"r1": 1.0, "r2": 2.0}), ag, pods, 0, explain=False)
+    assert out.placed[0] and out.s[0] == 0 and not out.late[0] and out.node[0] == "n0"
+    assert sorted(v for v, _, _ in out.evicted) == ["r1", "r2"] and set(ag[0].cluster.bindings) == {"j0"}
+    out = pre.plan(problem({"r1": 1.0}), agents(), pods, 0, explain=False)
+    assert not (out.placed[0] and out.s[0] == 0) and out.evicted == []

@@ -258,3 +258,52 @@ def test_cli_preemption_bound_is_below_the_bound_and_reports_shares_against_both
     assert set(out["policies"]) == {"performance-first", "priority"}
     pf = out["policies"]["performance-first"]
     assert pf["share_of_optimum_reduction_pct"] == pf["share_of_optimum_preemptive_reduction_pct"] == 0.0
+
+
+def test_a_preempted_job_resumes_with_the_work_left_and_both_runs_are_charged(scenario):
+    """HourlyPlanner.preempt keeps the work done less the overhead, makes the job pending again with its run times
+    scaled to the work left; execute charges the run before the preemption and the one after (and the data moved
+    between two clusters) from the actual intensity."""
+    from scheduling.planner.rolling_lp import RollingLP
+    from scheduling.planner.session import HourlyPlanner
+    from scheduling.planner.types import Preemption
+    from scheduling.simulator import execute
+
+    sc = scenario
+    tbl = sc.table
+    hp = HourlyPlanner(sc.fleet, table=tbl, policy=RollingLP(preemption=Preemption(overhead_h=0.25)),
+                       forecasts=sc.forecasts, workload=sc.workload, explain=False)
+    ck = tbl.jobs["checkpointing"].to_numpy(bool)
+    fits = [i for i in range(tbl.n) if ck[i] and (tbl.allowed[i] & np.isfinite(tbl.dur[i, 0])).sum() >= 2
+            and np.nanmin(np.where(tbl.allowed[i], tbl.dur[i, 0], np.inf)) > 4]
+    j = int(max(fits, key=lambda i: tbl.jobs["flexibility"].iat[i]))  # the most slack: evictable after 2 hours
+    c1, c2 = (int(c) for c in np.flatnonzero(tbl.allowed[j] & np.isfinite(tbl.dur[j, 0]))[:2])
+    T = int(tbl.submit_h[j])
+    hp.started[j], hp.start_h[j], hp.first_start_h[j], hp.k[j], hp.c[j] = True, T, T, 0, c1
+    hp.end_occ_h[j] = T + int(np.ceil(tbl.dur[j, 0, c1]))
+    assert str(tbl.jobs["job_id"].iat[j]) in hp.evictable(T + 2)
+    hp.preempt(j, T + 2)
+    done = (2 - 0.25) / tbl.dur[j, 0, c1]
+    assert hp.work_done[j] == pytest.approx(done) and j in hp.pending(T + 2) and hp.preemptions[j] == 1
+    prob = tbl.problem(sc.start, [j], np.zeros((24, len(sc.fleet)), np.int64), np.zeros((24, len(sc.fleet))),
+                       work_left=[1 - done])
+    assert prob.dur[0, 0, c2] == pytest.approx(tbl.dur[j, 0, c2] * (1 - done))
+    start = np.full(tbl.n, -1)
+    start[j] = T + 5
+    k = np.zeros(tbl.n, np.int64)
+    c = np.zeros(tbl.n, np.int64)
+    c[j] = c2
+    work = np.ones(tbl.n)
+    work[j] = 1 - done
+    ex = execute(sc, start, k, c, work, hp.preempted_runs)
+    t0, ci = sc.actual("ci")
+    d2 = tbl.dur[j, 0, c2] * (1 - done)
+    whole = int(np.floor(d2))
+    s2 = T + 5 - t0
+    home = tbl.home[j]
+    first = tbl.kw[j, 0, c1] * ci[T - t0: T - t0 + 2, c1].sum() + tbl.transfer_kwh[j, c1] * 0.5 * (
+        ci[T - t0, home] + ci[T - t0, c1])
+    second = tbl.kw[j, 0, c2] * (ci[s2: s2 + whole, c2].sum() + (d2 - whole) * ci[s2 + whole, c2]) + tbl.transfer_kwh[
+        j, c2] * 0.5 * (ci[s2, c1] + ci[s2, c2])
+    assert ex["kg"][j] == pytest.approx((first + second) / 1000.0, rel=1e-9)
+    assert ex["dur_h"][j] == pytest.approx(2 + d2) and ex["kg"].sum() == pytest.approx(ex["kg"][j])
