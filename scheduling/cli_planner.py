@@ -34,7 +34,9 @@ def register(subparsers) -> None:
     e.add_argument("--days", type=float, default=14)
     e.add_argument("--load", nargs="+", type=float, default=[0.5],
                    help="target average GPU utilisation(s) under performance-first (the fleet is sized to it)")
-    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--seed", type=int, nargs="+", default=[0],
+                   help="trace seed(s); several: every period and load per seed, and the results over the seeds "
+                        "(mean and range; one run moves by 2-3 points of share with the trace)")
     e.add_argument("--forecasts", default="auto", choices=["auto", "warehouse", "dacf", "naive", "oracle"])
     e.add_argument("--forecast-model", default=None, help="model name in forecast.forecasts (default: best present)")
     e.add_argument("--policies", default="all", help="comma list or all (priority, priority-noprices, "
@@ -60,8 +62,8 @@ def register(subparsers) -> None:
                                               "var/reports/planner/evaluate_<start>_<load>.json per run)")
     e.add_argument("--report-md", default=None, help="write the results table (markdown) there")
     e.add_argument("--no-progress", action="store_true")
-    e.add_argument("--from-json", default=None,
-                   help="do not simulate: rebuild --report-md (and --json output) from a saved evaluate JSON")
+    e.add_argument("--from-json", nargs="+", default=None,
+                   help="do not simulate: rebuild --report-md (and --json output) from saved evaluate JSON file(s)")
     e.set_defaults(func=cmd_evaluate)
 
     b = subparsers.add_parser("bench-plan", help="latency and peak memory of one hourly plan (JSON)",
@@ -145,47 +147,62 @@ def _write_json(path: Path, payload: dict) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from scheduling.simulator import build_scenario, evaluate, report_markdown
+    from scheduling.simulator import build_scenario, evaluate, over_seeds, report_markdown
 
     runs = []
+    for path in args.from_json or []:
+        try:
+            saved = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"evaluate --from-json: cannot read {path}: {exc}") from exc
+        runs += saved["runs"] if "runs" in saved else [saved]
     if args.from_json:
-        saved = json.loads(Path(args.from_json).read_text())
-        runs = saved["runs"] if "runs" in saved else [saved]
         from scheduling.simulator import _targets
+
+        # one order whatever the files' order: seed, period, load
+        runs.sort(key=lambda r: (int(r["config"].get("seed", 0)), r["config"]["start"], r["config"]["load_target"]))
 
         for rep in runs:
             rep["targets"] = _targets(rep["policies"], rep.get("optimum"))
-    for start in ([] if args.from_json else args.start):
-        for load in args.load:
-            t0 = time.perf_counter()
-            if not args.no_progress:
-                print(f"[evaluate] {start} load {load}: building the scenario", file=sys.stderr)
-            sc = build_scenario(start=start, days=args.days, n_jobs=args.jobs, regions=args.regions, load=load,
-                                seed=args.seed, forecasts=args.forecasts, fleet_path=args.fleet,
-                                data_dir=args.data_dir, pod_list=args.pods, max_duration_h=args.max_duration_h,
-                                grid_source=args.grid_source, forecast_model=args.forecast_model,
-                                calibrate=args.calibrate)
-            rep = evaluate(sc, _policies(args.policies), with_optimum=not args.no_optimum, seed=args.seed,
-                           progress=not args.no_progress, lp_time_limit_s=args.lp_time_limit,
-                           ablations=args.ablations, postpone_margin_h=args.postpone_margin_h)
-            rep["runtime_s"] = round(time.perf_counter() - t0, 1)
-            runs.append(rep)
-            out = Path(args.out) if args.out and len(args.start) * len(args.load) == 1 else (
-                Path(args.out).with_name(f"{Path(args.out).stem}_{start}_{load}.json") if args.out else
-                DEFAULT_REPORT_DIR / f"evaluate_{start}_{load}.json")
-            _write_json(out, rep)
+    seeds = list(dict.fromkeys(args.seed))
+    cases = [] if args.from_json else [(seed, start, load) for seed in seeds for start in args.start
+                                       for load in args.load]
+    for seed, start, load in cases:
+        t0 = time.perf_counter()
+        if not args.no_progress:
+            print(f"[evaluate] {start} load {load} seed {seed}: building the scenario", file=sys.stderr)
+        sc = build_scenario(start=start, days=args.days, n_jobs=args.jobs, regions=args.regions, load=load,
+                            seed=seed, forecasts=args.forecasts, fleet_path=args.fleet,
+                            data_dir=args.data_dir, pod_list=args.pods, max_duration_h=args.max_duration_h,
+                            grid_source=args.grid_source, forecast_model=args.forecast_model,
+                            calibrate=args.calibrate)
+        rep = evaluate(sc, _policies(args.policies), with_optimum=not args.no_optimum, seed=seed,
+                       progress=not args.no_progress, lp_time_limit_s=args.lp_time_limit,
+                       ablations=args.ablations, postpone_margin_h=args.postpone_margin_h)
+        rep["runtime_s"] = round(time.perf_counter() - t0, 1)
+        runs.append(rep)
+        tag = f"{start}_{load}" + (f"_seed{seed}" if len(seeds) > 1 or seed != 0 else "")
+        out = Path(args.out) if args.out and len(cases) == 1 else (
+            Path(args.out).with_name(f"{Path(args.out).stem}_{tag}.json") if args.out else
+            DEFAULT_REPORT_DIR / f"evaluate_{tag}.json")
+        _write_json(out, rep)
     if args.report_md:
         path = Path(args.report_md)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(report_markdown(runs))
         tmp.replace(path)
-    payload = runs[0] if len(runs) == 1 else {"runs": runs}
+    summary = over_seeds(runs)
+    payload = runs[0] if len(runs) == 1 else {"runs": runs, **({"over_seeds": summary} if summary else {})}
     if args.json:
         print(json.dumps(payload, indent=2))
     else:
         for rep in runs:
             _print_table(rep)
+        for row in summary:
+            print(f"{row['start'][:10]} load {row['load_target']} over seeds {row['seeds']}: {row['policy']:18s} "
+                  f"share {row['share_mean_pct']:.1f} % ({row['share_min_pct']:.1f}-{row['share_max_pct']:.1f}), "
+                  f"deadlines {100 * row['deadlines_mean']:.1f} % (min {100 * row['deadlines_min']:.1f})")
     return 0
 
 
@@ -193,7 +210,8 @@ def _print_table(rep: dict) -> None:
     from scheduling.simulator import fmt
 
     cfg = rep["config"]
-    print(f"{cfg['start'][:10]} +{cfg['days']}d load {cfg['load_target']} forecasts {rep['forecasts']['used']}")
+    print(f"{cfg['start'][:10]} +{cfg['days']}d load {cfg['load_target']} seed {cfg['seed']} forecasts "
+          f"{rep['forecasts']['used']}")
     rows = list(rep["policies"].items()) + ([("optimum", rep["optimum"])] if rep.get("optimum") else [])
     for name, m in rows:
         print(f"  {name:18s} {fmt(m['kgco2e'], 1):>9s} kg  red {fmt(m.get('reduction_vs_performance_first_pct')):>6s}%"
@@ -346,14 +364,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _matching_run(path: str, sc) -> dict:
-    """The policies' metrics of the run of an `evaluate` JSON made on the same scenario (start, load, jobs)."""
+    """The policies' metrics of the run of an `evaluate` JSON made on the same scenario (start, load, jobs, seed)."""
     from scheduling.planner.types import utc_hour
 
-    runs = json.loads(Path(path).read_text()).get("runs", [])
+    saved = json.loads(Path(path).read_text())
+    runs = saved.get("runs", [saved] if "config" in saved else [])
     for run in runs:
         cfg = run["config"]
         if utc_hour(cfg["start"]) == sc.start and abs(float(cfg["load_target"]) - float(sc.load)) < 1e-9 and (
-                cfg["n_jobs"] == len(sc.jobs)):
+                cfg["n_jobs"] == len(sc.jobs)) and int(cfg.get("seed", 0)) == int(sc.config.get("seed", 0)):
             return run["policies"]
     raise SystemExit(f"{path}: no run with start {sc.start}, load {sc.load} and {len(sc.jobs)} jobs "
                      f"(runs: {[(r['config']['start'], r['config']['load_target']) for r in runs]})")

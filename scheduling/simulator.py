@@ -586,7 +586,8 @@ How to read this:
 * Jobs: openb GPU pods (CPU, memory, GPU count and share) arriving with the trace's time of day over the period,
   Philly run times conditioned on GPU count (clipped to 1-48 h, read as V100 hours; other GPUs by Gavel's measured
   speed per job type), a Gavel job-type mix (vision, language, recommendation, RL), deadline = submission +
-  home-cluster run time x (1 + flexibility), flexibility per class (20-60 %). Plans every hour; jobs never preempted.
+  home-cluster run time x (1 + flexibility), flexibility per class (20-60 %). Plans every hour; no job is
+  preempted (preemption is opt-in, not in these runs).
 * Load: the fleet (whole openb / PAI nodes per cluster, equal weights) is sized so that the jobs' GPU-hours as
   performance-first runs them (slow GPUs included) are the target share of the fleet's GPU-hours in the period
   (`placed load`; two re-sizing rounds from a GPU-count-weighted estimate). The job trace is drawn on the sized
@@ -608,15 +609,44 @@ How to read this:
 """
 
 
+def over_seeds(reports: list[dict]) -> list[dict]:
+    """Per period and load evaluated on more than one trace seed: each policy's (and the bound's) share of the
+    optimum's reduction and deadline satisfaction over the seeds (mean, min, max; policies run on every seed)."""
+    groups: dict[tuple, list[dict]] = {}
+    for rep in reports:
+        cfg = rep["config"]
+        groups.setdefault((cfg["start"], cfg["load_target"], cfg["n_jobs_requested"], cfg["days"]), []).append(rep)
+    rows = []
+    for (start, load, _, _), reps in groups.items():
+        seeds = sorted({int(r["config"]["seed"]) for r in reps})
+        if len(seeds) < 2 or len(seeds) != len(reps):
+            continue
+        names = [p for p in reps[0]["policies"] if all(p in r["policies"] for r in reps)]
+        for name in names + (["optimum"] if all(r.get("optimum") for r in reps) else []):
+            ms = [r["optimum"] if name == "optimum" else r["policies"][name] for r in reps]
+            share = [m.get("share_of_optimum_reduction_pct") for m in ms]
+            dl = [m["deadline_satisfaction"] for m in ms]
+            kg = [m["kgco2e"] for m in ms]
+            ok = all(v is not None for v in share)
+            rows.append({"start": start, "load_target": load, "seeds": seeds, "policy": name,
+                         "share_mean_pct": float(np.mean(share)) if ok else None,
+                         "share_min_pct": float(np.min(share)) if ok else None,
+                         "share_max_pct": float(np.max(share)) if ok else None,
+                         "deadlines_mean": float(np.mean(dl)), "deadlines_min": float(np.min(dl)),
+                         "kgco2e_mean": float(np.mean(kg))})
+    return rows
+
+
 def report_markdown(reports: list[dict]) -> str:
     """The README table(s): periods x loads x policies, the bound beside them, plus the fleet per region."""
     lines = ["# Carbon-aware planner: simulated results", ""]
     if not reports:
         return "\n".join(lines + ["(no results)"])
     r0 = reports[0]
+    seeds = ", ".join(str(v) for v in dict.fromkeys(r["config"]["seed"] for r in reports))
     lines += [
         f"Signal: {r0['signal']}. Each row replays {r0['config']['n_jobs']} jobs (openb pods, Philly durations, "
-        f"Gavel job-type mix; seed {r0['config']['seed']}) over {r0['config']['days']} days on "
+        f"Gavel job-type mix; trace seed {seeds}) over {r0['config']['days']} days on "
         f"{len(r0['config']['regions'])} regions, planning every hour from the forecast known then and charging "
         "the actual intensity. `optimum` is the LP relaxation with perfect knowledge (a bound, not a schedule).",
         "",
@@ -626,6 +656,23 @@ def report_markdown(reports: list[dict]) -> str:
         "",
     ]
     lines += METHOD_NOTES.strip().splitlines() + [""]
+    summary = over_seeds(reports)
+    if summary:
+        lines += ["## Over trace seeds", "",
+                  "Each period and load on several trace seeds (the jobs, their arrival times and home clusters change "
+                  "with the seed, and so the fleet's size and nodes): mean and range over the seeds; single runs "
+                  "follow below.", "",
+                  "| period | load | seeds | policy | share of optimum: mean (min-max) | deadlines: mean (min) | "
+                  "kgCO2e mean |", "|---|---:|---|---|---:|---:|---:|"]
+        for r in summary:
+            share = (f"{fmt(r['share_mean_pct'])} % ({fmt(r['share_min_pct'])}-{fmt(r['share_max_pct'])})"
+                     if r["share_mean_pct"] is not None else "n/a")
+            lines.append(f"| {r['start'][:10]} | {r['load_target']} | {', '.join(map(str, r['seeds']))} | "
+                         f"{'optimum (bound)' if r['policy'] == 'optimum' else r['policy']} | {share} | "
+                         f"{fmt(100 * r['deadlines_mean'])} % ({fmt(100 * r['deadlines_min'])} %) | "
+                         f"{fmt(r['kgco2e_mean'], 1)} |")
+        lines.append("")
+    several = len({rep["config"]["seed"] for rep in reports}) > 1
     for rep in reports:
         cfg = rep["config"]
         fc = rep["forecasts"]
@@ -634,8 +681,9 @@ def report_markdown(reports: list[dict]) -> str:
         used = fc.get("used")
         if used == "warehouse":
             used = f"forecast.forecasts {fc.get('model')} ({', '.join(fc.get('model_versions') or []) or 'unversioned'})"
-        lines.append(f"## {cfg['start'][:10]} + {cfg['days']} d, load target {cfg['load_target']} (placed load under "
-                     f"performance-first {fmt(base.get('placed_load'), 2)}, {rep['fleet']['total_gpus']} GPUs: "
+        seed = f", trace seed {cfg['seed']}" if several else ""
+        lines.append(f"## {cfg['start'][:10]} + {cfg['days']} d, load target {cfg['load_target']}{seed} (placed load "
+                     f"under performance-first {fmt(base.get('placed_load'), 2)}, {rep['fleet']['total_gpus']} GPUs: "
                      f"{per_region} per region), forecasts: {used} (naive fallback share of forecast cells "
                      f"{fmt(fc.get('fallback_share_of_cells'), 2)})")
         lines.append("")
@@ -688,7 +736,8 @@ def report_markdown(reports: list[dict]) -> str:
     lines.append("")
     for rep in reports:
         cfg = rep["config"]
-        lines.append(f"- {cfg['start'][:10]}, load target {cfg['load_target']}: "
+        lines.append(f"- {cfg['start'][:10]}, load target {cfg['load_target']}"
+                     + (f", trace seed {cfg['seed']}" if several else "") + ": "
                      + "; ".join(f"{c['region']} ({c['zone']}) {c['cluster']}: {c['nodes']} nodes, {c['gpus']} "
                                  f"{c['gpu_model']} GPUs, PUE {c['pue']}" for c in rep["fleet"]["clusters"]))
         lines.append("")

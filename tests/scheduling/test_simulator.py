@@ -307,3 +307,34 @@ def test_a_preempted_job_resumes_with_the_work_left_and_both_runs_are_charged(sc
         j, c2] * 0.5 * (ci[s2, c1] + ci[s2, c2])
     assert ex["kg"][j] == pytest.approx((first + second) / 1000.0, rel=1e-9)
     assert ex["dur_h"][j] == pytest.approx(2 + d2) and ex["kg"].sum() == pytest.approx(ex["kg"][j])
+
+
+def test_cli_evaluate_over_seeds_reports_each_run_and_the_mean_and_range(capsys, data_dir, tmp_path):
+    """Two trace seeds: one JSON per seed, the over-seeds rows (mean within min..max, the bound's share 100 %) in the
+    JSON and the markdown; rebuilding from the two saved files gives the same rows."""
+    from scheduling.__main__ import main
+
+    common = ["--json", "--no-progress", "--data-dir", str(data_dir)]
+    rc = main(["evaluate", "--jobs", "30", "--regions", "3", "--start", START, "--days", "1", "--load", "0.6",
+               "--forecasts", "naive", "--policies", "priority", "--seed", "3", "4", "--out", str(tmp_path / "ev.json"),
+               "--report-md", str(tmp_path / "results.md"), *common])
+    assert rc == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert [r["config"]["seed"] for r in payload["runs"]] == [3, 4]
+    rows = {r["policy"]: r for r in payload["over_seeds"]}
+    assert set(rows) == {"priority", "performance-first", "optimum"}
+    for r in rows.values():
+        assert r["seeds"] == [3, 4]
+        assert r["share_min_pct"] <= r["share_mean_pct"] <= r["share_max_pct"]
+        assert r["deadlines_min"] <= r["deadlines_mean"] <= 1
+    assert rows["optimum"]["share_mean_pct"] == 100.0 and rows["performance-first"]["share_mean_pct"] == 0.0
+    shares = [run["policies"]["priority"]["share_of_optimum_reduction_pct"] for run in payload["runs"]]
+    assert rows["priority"]["share_mean_pct"] == pytest.approx(np.mean(shares))
+    md = (tmp_path / "results.md").read_text()
+    assert "## Over trace seeds" in md and "trace seed 4" in md
+    files = sorted(tmp_path.glob("ev_*_seed*.json"))
+    assert [f.name[-10:] for f in files] == ["seed3.json", "seed4.json"]
+    rc = main(["evaluate", "--from-json", *map(str, files), "--report-md", str(tmp_path / "again.md"), *common])
+    assert rc == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["over_seeds"] == payload["over_seeds"]
