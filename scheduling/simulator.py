@@ -203,10 +203,9 @@ def execute(sc: Scenario, start_h: np.ndarray, k: np.ndarray, c: np.ndarray, wor
     out = {"kg": np.zeros(n), "kwh": np.zeros(n), "renew_kwh": np.zeros(n), "dur_h": np.zeros(n)}
     runs = sorted(preempted or [], key=lambda r: (r[1], r[0]))
     idx = np.flatnonzero(start_h >= 0)
-    last = np.array([r[0] for r in runs] + idx.tolist(), dtype=np.int64)
-    if not len(last):
+    job = np.array([r[0] for r in runs] + idx.tolist(), dtype=np.int64)
+    if not len(job):
         return out
-    job = last
     ss = np.array([r[1] for r in runs] + start_h[idx].tolist(), dtype=np.int64)
     kk = np.array([r[3] for r in runs] + k[idx].tolist(), dtype=np.int64)
     cc = np.array([r[4] for r in runs] + c[idx].tolist(), dtype=np.int64)

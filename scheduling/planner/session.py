@@ -187,41 +187,41 @@ class HourlyPlanner:
         ck = tbl.jobs["checkpointing"].to_numpy(bool)
         run = np.flatnonzero(self.started & (self.start_h < now_h) & (self.end_occ_h > now_h + 1)
                              & (ck | pre.restart_others) & (self.preemptions < pre.max_per_job))
-        out = {}
-        for j in run:
-            j = int(j)
-            full = float(tbl.dur[j, self.k[j], self.c[j]])
-            ran = now_h - self.start_h[j]
-            lost = min(pre.overhead_h, ran) if ck[j] else ran
-            left_h = full * (1.0 - self.work_done[j]) - (ran - lost)
-            if now_h + 1 + pre.slack_factor * left_h + pre.slack_h <= tbl.deadline_h[j]:
-                out[str(tbl.jobs["job_id"].iat[j])] = float(tbl.gpu_total[j]) * (left_h + lost)
-        return out
+        full = tbl.dur[run, self.k[run], self.c[run]]
+        done = self._done_if_stopped(run, now_h)
+        left_h = full * (1.0 - done)
+        lost = (now_h - self.start_h[run]) - full * (done - self.work_done[run])
+        ok = now_h + 1 + pre.slack_factor * left_h + pre.slack_h <= tbl.deadline_h[run]
+        ids = tbl.jobs["job_id"].astype(str).to_numpy()[run]
+        return {str(i): float(v) for i, v in zip(ids[ok], (tbl.gpu_total[run] * (left_h + lost))[ok])}
+
+    def _done_if_stopped(self, idx: np.ndarray, now_h: int) -> np.ndarray:
+        """Share of their work jobs `idx` (running) keep if stopped at `now_h`: a checkpointing job what it did less
+        the preemption's overhead, another one nothing of this run."""
+        pre = self.policy.preemption
+        full = self.table.dur[idx, self.k[idx], self.c[idx]]
+        ran = (now_h - self.start_h[idx]).astype(float)
+        kept = np.maximum(ran - pre.overhead_h, 0.0) / full
+        ck = self.table.jobs["checkpointing"].to_numpy(bool)[idx]
+        return np.minimum(self.work_done[idx] + np.where(ck, kept, 0.0), 0.999)
 
     def _running_problem(self, prob, now, now_h: int, free, F) -> None:
         """`prob.running` / `prob.runs_on` for the evictable jobs (see PlanningProblem)."""
-        pre = self.policy.preemption
         ridx = np.array([self.index[i] for i in prob.evictable], dtype=np.int64)
-        ck = self.table.jobs["checkpointing"].to_numpy(bool)[ridx]
-        full = self.table.dur[ridx, self.k[ridx], self.c[ridx]]
-        ran = (now_h - self.start_h[ridx]).astype(float)
-        left_h = full * (1.0 - self.work_done[ridx]) - ran
-        done = np.where(ck, self.work_done[ridx] + np.maximum(ran - pre.overhead_h, 0.0) / full, self.work_done[ridx])
+        left_h = self.table.dur[ridx, self.k[ridx], self.c[ridx]] * (1.0 - self.work_done[ridx]) - (
+            now_h - self.start_h[ridx])
         prob.running = self.table.problem(now, ridx, free, F, power_aware=self.policy.power_aware,
-                                          forecast_version=prob.forecast_version, work_left=1.0 - done,
+                                          forecast_version=prob.forecast_version,
+                                          work_left=1.0 - self._done_if_stopped(ridx, now_h),
                                           release=np.ones(len(ridx), dtype=np.int64))
         prob.runs_on = np.stack([self.k[ridx], self.c[ridx], left_h], axis=1)
 
     def preempt(self, j: int, now_h: int) -> None:
-        """Job j stopped at `now_h` (its agent has released it): the run so far is recorded, its work done less
-        the preemption's overhead kept, and it is pending again."""
-        pre = self.policy.preemption
+        """Job j stopped at `now_h` (its agent has released it): the run so far is recorded, the work it keeps
+        (`_done_if_stopped`) too, and it is pending again."""
         kk, cc = int(self.k[j]), int(self.c[j])
-        ran = int(now_h - self.start_h[j])
-        self.preempted_runs.append((j, int(self.start_h[j]), ran, kk, cc))
-        full = float(self.table.dur[j, kk, cc])
-        if self.table.jobs["checkpointing"].iat[j]:  # without checkpoints the run's work is lost
-            self.work_done[j] = min(self.work_done[j] + max(ran - pre.overhead_h, 0.0) / full, 0.999)
+        self.preempted_runs.append((j, int(self.start_h[j]), int(now_h - self.start_h[j]), kk, cc))
+        self.work_done[j] = self._done_if_stopped(np.array([j]), now_h)[0]
         self.preemptions[j] += 1
         self.started[j] = False
         self.start_h[j] = self.end_occ_h[j] = self.k[j] = self.c[j] = -1
