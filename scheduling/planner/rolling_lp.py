@@ -6,10 +6,14 @@ known now (`problem.forecast`, not the actual) over the plan horizon -- and then
 Two reductions keep one plan of 1000 jobs x 168 h x 10 regions under a second (the full model took ~5 s): the
 capacity rows are hourly for the first `hourly_rows` hours (24), then per 6-hour block (the block's mean), since
 only hour 0 is committed and the rest is planned again; and a plan with more than `max_power_candidates`
-candidates (60,000) drops the power options from the LP (the K-times smaller model), choosing the power option at
-dispatch instead: the one with the least forecast carbon on the chosen cluster that still meets the deadline and
-fits. Keeping power options in the LP where it is affordable is worth 4 points of the optimum's share (July 2021,
-load 0.5: 54.1 -> 58.0 %). What it commits:
+candidates (60,000) keeps one power option per (job, start hour, cluster) -- the K-times smaller model: by default
+(`power_reduction="cheapest"`) the option with the least forecast carbon there, which meets the deadline since only
+timely candidates exist; at dispatch the option is chosen again (the least forecast carbon on the chosen cluster
+that still meets the deadline and fits). Keeping power options in the LP where it is affordable is worth 4 points
+of the optimum's share (July 2021, load 0.5: 54.1 -> 58.0 %). The 3000-job evaluations never exceed the limit
+(38k candidates at most); a 9000-job one (414 GPUs, July 2021, load 0.5) does in most plans: the older reduction to
+the default limit (`power_reduction="default"`) then captured 60.5 % of the optimum's reduction, the least-carbon
+option 66.8 %, every option kept 68.7 % (at twice the run time). What it commits:
 
 * a job whose LP mass at start hour 0 is at least `start_share` (default 0.5: "most of the job") starts now, on
   the (power option, cluster) candidate at hour 0 with the largest LP weight (then the next ones with weight, if
@@ -32,8 +36,8 @@ capacity ahead, which the jobs arriving next then lack -- the information the of
 Window compared on September 2021 (not one of the reported periods), 2999 jobs: share of the optimum's reduction
 / deadlines at load 0.5 and 0.8: none 61.1 / 67.6 % (98.5 / 98.0 %), 12 h 70.2 / 71.1 %, 18 h 70.8 / 75.2 % (99.3 /
 99.0 %), 24 h 70.6 / 61.3 % (97.8 % deadlines at 0.8: too much assumed demand in a busy fleet).
-The standby pool (`standby_pool`, default on): on a cluster with at least three 8-GPU nodes, one such node in three
-is kept for whole-node jobs (`standby_job_gpus`, default 8 GPUs; `ClusterAgent.keep_standby`: other jobs may not
+The standby pool (`standby_pool`, default on): on a cluster with at least three 8-GPU nodes, one such node in three,
+and at most `standby_max_nodes` (default 1), is kept for whole-node jobs (`standby_job_gpus`, default 8 GPUs; `ClusterAgent.keep_standby`: other jobs may not
 use it), and the LP sees that cluster as two, the standby nodes (open to the whole-node jobs one of them can hold)
 and the rest (every other job). The standby is the node with the most CPU and memory: the openb 8-GPU jobs ask for
 64.2-88 cores, which a 64-core 8-GPU node cannot give (CISO's cluster has one 82-core node among 64-core ones; the
@@ -44,7 +48,11 @@ node that small jobs kept refilling and ended up, late, on ISNE's idle nodes. Me
 (before expected arrivals): July 57.8 -> 64.9 %, December 60.1 -> 69.5 % of the optimum's reduction, deadlines
 99.4 -> 99.1 % / 99.5 -> 99.4 %; at load 0.8 the clusters have two 8-GPU nodes, no standby is kept and the plans
 are unchanged. Letting short jobs (ending within
-6 or 12 h) use the standby node did worse (July 0.5: 60.8 / 63.2 %).
+6 or 12 h) use the standby node did worse (July 0.5: 60.8 / 63.2 %). At most one standby node per cluster
+(`standby_max_nodes`, stop 15): on a 9000-job trace (414 / 270 GPUs, six 8-GPU nodes per V100 cluster) one in three
+kept two nodes per cluster idle for 39 whole-node jobs -- July 2021 load 0.8 then met 84 % of deadlines and captured
+26 % of the optimum's reduction; with one node 96.9 % / 51.7 %, without a standby 99.4 % / 64.5 %; load 0.5: 66.8 ->
+71.7 % with one node. The 3000-job evaluations keep at most one standby node per cluster either way (unchanged).
 `reserve_multi_gpu=True` (not the default) holds a node for each pending multi-GPU job on the cluster where the LP
 plans it (`_reserve`: the node that drains first, open to jobs that end before the planned start, kept while the LP
 keeps the job there) and gives the LP per-cluster earliest starts for these jobs (`_with_drain_release`: when that
@@ -100,17 +108,20 @@ class RollingLP(PlacementPolicy):
                  hourly_rows: int | None = 24, max_lp_jobs: int | None = 1500, reserve_multi_gpu: bool = False,
                  max_reserved_nodes: int = 1, reserve_below_utilization: float = 1.0, standby_pool: bool = True,
                  standby_min_gpus: int = 8, standby_min_nodes: int = 3, standby_backfill_h: int = 0,
-                 standby_job_gpus: int | None = None, expected_arrivals_h: int = 18,
-                 preemption: Preemption | None = None):
+                 standby_job_gpus: int | None = None, standby_max_nodes: int | None = 1,
+                 expected_arrivals_h: int = 18,
+                 preemption: Preemption | None = None, power_reduction: str = "cheapest"):
         from scheduling.planner.prices import PriceLearner
 
         self.max_power_candidates = max_power_candidates
+        self.power_reduction = power_reduction
         self.max_lp_jobs = max_lp_jobs
         self.reserve_multi_gpu = reserve_multi_gpu
         self.max_reserved_nodes = max_reserved_nodes
         self.standby_pool = standby_pool
         self.standby_min_gpus = standby_min_gpus
         self.standby_min_nodes = standby_min_nodes
+        self.standby_max_nodes = standby_max_nodes
         self.standby_backfill_h = standby_backfill_h
         self.standby_job_gpus = standby_min_gpus if standby_job_gpus is None else standby_job_gpus
         self.expected_arrivals_h = expected_arrivals_h
@@ -192,9 +203,9 @@ class RollingLP(PlacementPolicy):
             return [(int(kk[i]), int(cc[i]), float(view.cost[kk[i], 0, cc[i]]), True) for i in order]
 
         def power_now(j, kk, cc, cst, is_late):
-            """Where the LP planned at the default limit only (a large plan): at dispatch, the power option with the
+            """Where the LP reduced the power options (a large plan): at dispatch, the power option with the
             least forecast carbon on that cluster that still meets the deadline and fits the capacity left."""
-            if not lp.default_power_only or is_late or p.dur.shape[1] == 1:
+            if lp.power_reduction == "none" or is_late or p.dur.shape[1] == 1:
                 return kk, cst
             view = ev.view(j, free, 1)
             ok = view.feasible[:, 0, cc]
@@ -401,6 +412,8 @@ class RollingLP(PlacementPolicy):
         cs, free_b, cap_b, fits_b = [], [], [], []
         for c, agent in enumerate(agents):
             n_standby = int((agent.cluster.gpu_count >= self.standby_min_gpus).sum()) // self.standby_min_nodes
+            if self.standby_max_nodes is not None:
+                n_standby = min(n_standby, self.standby_max_nodes)
             if n_standby < 1:
                 continue
             nodes = agent.keep_standby(n_standby, now_hour + self.standby_backfill_h, self.standby_job_gpus)
@@ -485,7 +498,8 @@ class RollingLP(PlacementPolicy):
 
     def _solve(self, p):
         return solve_lp(_derated(_priced(p), self.capacity_factor), self.late_penalty_kg, self.time_limit_s,
-                        hourly_rows=self.hourly_rows, max_candidates=self.max_power_candidates, presolve=False)
+                        hourly_rows=self.hourly_rows, max_candidates=self.max_power_candidates, presolve=False,
+                        power_reduction=self.power_reduction)
 
     def _plan_head(self, p, agents, pods, now_hour, *, explain):
         """A backlog above `max_lp_jobs`: the LP plans the `max_lp_jobs` jobs first in the issue's priority order

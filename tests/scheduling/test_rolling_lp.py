@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from scheduling.planner.policies import PlacementPolicy, make_policy
+from scheduling.planner.optimum import solve_lp
 from scheduling.planner.rolling_lp import RollingLP
 from tests.scheduling.test_planner import toy_problem
 
@@ -61,7 +62,7 @@ def test_rolling_lp_capacity_price_folded_into_intensity():
 def test_rolling_lp_power_option_and_explains_every_decision(max_power_candidates):
     """The capped option emits less within the deadline: default 1 h at 1 kW from hour 0 = 0.08 kg; capped 1.5 h
     at 0.6 kW = 0.6 x (80 + 50) / 1000 = 0.078 kg. The LP picks it where it keeps the power options; a plan
-    above `max_power_candidates` plans at the default limit and picks the option at dispatch -- the same answer.
+    above `max_power_candidates` keeps one option per start and cluster (the least carbon) -- the same answer.
     Every placed job has an explanation, with the LP's value as the optimum counterfactual."""
     from scheduling.planner.types import EXPLANATION_KEYS
 
@@ -70,13 +71,38 @@ def test_rolling_lp_power_option_and_explains_every_decision(max_power_candidate
                     limit_w=[[300.0], [180.0]])
     pol = RollingLP(capacity_factor=1.0, max_power_candidates=max_power_candidates)
     out = pol.plan(p, now_hour=0)
-    assert pol.last.default_power_only == (max_power_candidates is not None)
+    assert pol.last.power_reduction == ("none" if max_power_candidates is None else "cheapest")
     assert (out.s == 0).all() and (out.k == 1).all() and out.cost == pytest.approx([0.078, 0.078])
     assert out.placed.all() and len(out.explanations) == 2
     for e in out.explanations:
         assert set(EXPLANATION_KEYS) <= set(e) and e["policy"] == "rolling-lp"
         assert e["counterfactuals"]["optimum_kgco2e"] is not None
     assert out.explanations[0]["power"]["limit_w"] == 180.0
+
+
+@pytest.mark.parametrize("max_power_candidates,reduction,cluster", [(None, "cheapest", 1), (1, "cheapest", 1),
+                                                                   (1, "default", 0)])
+def test_rolling_lp_power_reduction_keeps_the_least_carbon_option(max_power_candidates, reduction, cluster):
+    """At the default limit cluster 0 is cleaner (1 kW x 1 h x 100 g = 0.1 kg vs 0.12 kg), but capping saves much on
+    cluster 1's GPUs (0.5 kW, 1.2 h: 0.5 x (120 + 0.2 x 130) = 0.073 kg) and nothing on cluster 0's. A plan above
+    `max_power_candidates` that keeps the least-carbon option per (start, cluster) finds cluster 1 like the full
+    model; one that keeps the default limit only goes to cluster 0 and can only cap there at dispatch."""
+    p = toy_problem([[100, 120], [110, 130], [120, 140], [130, 150]], [[1000, 1000]] * 4, gpu=[1000],
+                    dur=[[[1.0, 1.0], [1.05, 1.2]]], kw=[[[1.0, 1.0], [0.95, 0.5]]], deadline=[3],
+                    limit_w=[[300.0, 300.0], [250.0, 150.0]])
+    pol = RollingLP(capacity_factor=1.0, max_power_candidates=max_power_candidates, power_reduction=reduction,
+                    standby_pool=False, expected_arrivals_h=0)
+    out = pol.plan(p, now_hour=0)
+    assert pol.last.power_reduction == ("none" if max_power_candidates is None else reduction)
+    assert pol.last.default_power_only == (reduction == "default" and max_power_candidates is not None)
+    assert out.placed[0] and out.s[0] == 0 and out.c[0] == cluster
+    assert out.cost[0] == pytest.approx(0.073 if cluster == 1 else 0.1)
+
+
+def test_solve_lp_rejects_an_unknown_power_reduction():
+    p = toy_problem([[100]], [[1000]], gpu=[1000], dur=[[1.0]], kw=[[1.0]], deadline=[1])
+    with pytest.raises(ValueError, match="power_reduction"):
+        solve_lp(p, max_candidates=0, power_reduction="fastest")
 
 
 def test_rolling_lp_defers_the_tail_of_a_backlog_above_its_job_budget():
