@@ -667,8 +667,8 @@ def test_standby_is_the_node_that_hosts_whole_node_jobs_and_is_kept_for_them():
 
 def test_standby_pool_keeps_one_node_per_cluster_by_default():
     """Six 8-GPU nodes: one in three would be two standby nodes, a third of the cluster idle for the rare whole-node
-    jobs (a 414-GPU fleet at load 0.8 then met 84 % of deadlines); `standby_max_nodes` (default 1) keeps one."""
-    from scheduling.packing import Cluster
+    jobs (a 270-GPU fleet at load 0.8 then met 84 % of deadlines); `standby_max_nodes` (default 1) keeps one."""
+    from scheduling.packing import Cluster, Pod
     from scheduling.planner.agents import ClusterAgent
     from scheduling.planner.rolling_lp import RollingLP
 
@@ -685,6 +685,15 @@ def test_standby_pool_keeps_one_node_per_cluster_by_default():
         split, real = RollingLP(standby_max_nodes=limit)._standby_split(p, a, 0)
         assert real.tolist() == [0, 0] and len(a[0].standby_nodes()) == kept
         assert split.free[0].tolist() == [48000 - 8000 * kept, 8000 * kept]
+    # opt-in guard: above that share of the fleet's GPUs allocated the standby is given back (a busy fleet)
+    a = agents()
+    policy = RollingLP(standby_below_utilization=0.5)
+    assert policy._standby_split(p, a, 0) is not None and len(a[0].standby_nodes()) == 1
+    for n in range(3):
+        a[0].cluster.allocate(Pod(f"busy{n}", 1000, 1024, 8, 1000), n, tuple(range(8)))
+    assert policy._standby_split(p, a, 1) is not None  # exactly half allocated: kept
+    a[0].cluster.allocate(Pod("busy3", 1000, 1024, 1, 1000), 3, (0,))
+    assert policy._standby_split(p, a, 2) is None and a[0].standby_nodes() == []
 
 
 def test_rolling_lp_standby_pool_plans_multi_gpu_jobs_on_the_standby_node_only():
