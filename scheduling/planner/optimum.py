@@ -59,9 +59,13 @@ class LPResult:
     nnz: int
     solve_s: float
     build_s: float
-    default_power_only: bool = False  # power options dropped for size (`max_candidates`, reduction "default")
-    power_reduction: str = "none"  # how power options were reduced for size: none | default | cheapest
+    power_reduction: str = "none"  # how power options were reduced for size (`max_candidates`): none | default | cheapest
     duals: np.ndarray | None = None  # (R, H, C) capacity shadow prices, kgCO2e per unit-hour (GPU-milli, ...)
+
+    @property
+    def default_power_only(self) -> bool:
+        """Only the default power limit was kept (`power_reduction="default"` on a large model)."""
+        return self.power_reduction == "default"
 
     @property
     def late_job_share(self) -> float:
@@ -255,7 +259,6 @@ def solve_lp(problem: PlanningProblem, late_penalty_kg: float = 1000.0, time_lim
             keep_v = np.zeros(len(job), dtype=bool)
             keep_v[order[first_of_key]] = True
         job, k, s, c, cost = job[keep_v], k[keep_v], s[keep_v], c[keep_v], cost[keep_v]
-    default_power_only = reduce and power_reduction == "default"
     n = len(job)
     A_ub, b_ub, keep, R = _capacity_rows(problem, job, k, s, c, resources, hourly_rows, block_h)
     # assignment: sum_x + u = 1; u costs the job's cheapest late run in the horizon (0 when there is none: a run
@@ -292,7 +295,6 @@ def solve_lp(problem: PlanningProblem, late_penalty_kg: float = 1000.0, time_lim
     return LPResult(status=_STATUS.get(res.status, str(res.status)), objective_kg=float(x @ cost + u @ lb_late),
                     x=x, job=job, k=k, s=s, c=c, cost=cost, energy_kwh=energy, renewable_kwh=ren, u=u,
                     late_cost=lb_late, late_energy_kwh=le, late_renewable_kwh=lr, late_start=np.where(has, ls, -1),
-                    default_power_only=default_power_only,
                     power_reduction=power_reduction if reduce else "none", n_vars=n + N, n_rows=int(A_ub.shape[0] + N),
                     nnz=int(A_ub.nnz + A_eq.nnz), solve_s=solve_s, build_s=build_s, duals=duals.reshape(R, H, C))
 

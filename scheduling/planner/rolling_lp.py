@@ -417,9 +417,7 @@ class RollingLP(PlacementPolicy):
         cpu, mem = p.jobs["cpu_milli"].to_numpy(), p.jobs["memory_mib"].to_numpy()
         cs, free_b, cap_b, fits_b = [], [], [], []
         if self.standby_below_utilization is not None:
-            used = sum(a.gpu_milli_allocated for a in agents)
-            cap = sum(int(a.cluster.gpu_count.sum()) * 1000 for a in agents)
-            if used > self.standby_below_utilization * max(cap, 1):  # a busy fleet cannot spare the nodes
+            if _allocated_now(p) > self.standby_below_utilization:  # a busy fleet cannot spare the nodes
                 for agent in agents:
                     for node in agent.standby_nodes():
                         del agent.reserved[node]
@@ -472,8 +470,7 @@ class RollingLP(PlacementPolicy):
         a busy fleet cannot spare. Above `reserve_below_utilization` (GPU allocation now) every hold is dropped."""
         if not self.reserve_multi_gpu or agents is None or pods is None:
             return False
-        allocated = 1.0 - float(p.free[0].sum()) / max(float(np.sum(p.capacity)), 1.0)
-        if allocated <= self.reserve_below_utilization:
+        if _allocated_now(p) <= self.reserve_below_utilization:
             return True
         for agent in agents:
             for node in [n for n, (holder, _) in agent.reserved.items() if holder != STANDBY]:
@@ -574,6 +571,11 @@ class ReplayPlan(RollingLP):
                 x[later[0]] = 1.0
         lp.x = x
         return lp
+
+
+def _allocated_now(p) -> float:
+    """Share of the fleet's GPU-milli allocated now (hour 0 of the problem)."""
+    return 1.0 - float(p.free[0].sum()) / max(float(np.sum(p.capacity)), 1.0)
 
 
 _PER_JOB_FIELDS = ("release", "deadline_rel", "gpu_total", "dur", "kw", "allowed", "transfer_kwh", "home")

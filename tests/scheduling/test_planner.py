@@ -691,8 +691,10 @@ def test_standby_pool_keeps_one_node_per_cluster_by_default():
     assert policy._standby_split(p, a, 0) is not None and len(a[0].standby_nodes()) == 1
     for n in range(3):
         a[0].cluster.allocate(Pod(f"busy{n}", 1000, 1024, 8, 1000), n, tuple(range(8)))
+    p.free[:] = 48000 - a[0].gpu_milli_allocated  # the problem's free capacity describes the running jobs
     assert policy._standby_split(p, a, 1) is not None  # exactly half allocated: kept
     a[0].cluster.allocate(Pod("busy3", 1000, 1024, 1, 1000), 3, (0,))
+    p.free[:] = 48000 - a[0].gpu_milli_allocated
     assert policy._standby_split(p, a, 2) is None and a[0].standby_nodes() == []
 
 
