@@ -47,11 +47,12 @@ class ClusterAgent:
         self.standby_job_gpus = 2  # jobs of this many GPUs or more may use a standby node (`keep_standby`)
         self.stats = AgentStats()
 
-    def offer(self, pod: Pod, end_hour: int) -> Placement | None:
+    def offer(self, pod: Pod, end_hour: int, *, open_standby: bool = False) -> Placement | None:
         """Place and bind `pod` now (None = rejected). Nodes reserved for another job are off limits unless
-        the pod ends before the node drains (backfill)."""
+        the pod ends before the node drains (backfill). `open_standby`: standby nodes are open to this pod too
+        (a job due now that no other node takes: a deadline outranks the standby's purpose)."""
         self.stats.offered += 1
-        placement = self.policy.place(self.cluster, pod, self._held_against(pod, int(end_hour)))
+        placement = self.policy.place(self.cluster, pod, self._held_against(pod, int(end_hour), open_standby))
         if placement is None:
             self.stats.rejected += 1
             return None
@@ -113,12 +114,12 @@ class ClusterAgent:
         return placement, victims
 
     # ------------------------------------------------------------------ reservations
-    def _held_against(self, pod: Pod, end_hour: int) -> np.ndarray | None:
+    def _held_against(self, pod: Pod, end_hour: int, open_standby: bool = False) -> np.ndarray | None:
         if not self.reserved:
             return None
         held = np.zeros(self.cluster.n_nodes, dtype=bool)
         for node, (holder, until_h) in self.reserved.items():
-            if holder == pod.pod_id or (holder == STANDBY and pod.num_gpu >= self.standby_job_gpus):
+            if holder == pod.pod_id or (holder == STANDBY and (open_standby or pod.num_gpu >= self.standby_job_gpus)):
                 continue  # its own node; a standby node is kept for exactly these multi-GPU jobs
             held[node] = end_hour > until_h
         return held if held.any() else None

@@ -49,14 +49,18 @@ node that small jobs kept refilling and ended up, late, on ISNE's idle nodes. Me
 99.4 -> 99.1 % / 99.5 -> 99.4 %; at load 0.8 the clusters have two 8-GPU nodes, no standby is kept and the plans
 are unchanged. Letting short jobs (ending within
 6 or 12 h) use the standby node did worse (July 0.5: 60.8 / 63.2 %). At most one standby node per cluster
-(`standby_max_nodes`, stop 15): on a 9000-job trace (414 / 270 GPUs, six 8-GPU nodes per V100 cluster) one in three
+(`standby_max_nodes`, stop 15): on a 9000-job trace (414 / 294 GPUs, six 8-GPU nodes per V100 cluster) one in three
 kept two nodes per cluster idle for 39 whole-node jobs -- July 2021 load 0.8 then met 84 % of deadlines and captured
 26 % of the optimum's reduction; with one node 96.9 % / 51.7 %, without a standby 99.4 % / 64.5 %; load 0.5: 66.8 ->
 71.7 % with one node. The 3000-job evaluations keep at most one standby node per cluster either way (unchanged).
+`standby_yields_to_due` (default on, stop 16): a job due now (no later timely start) that no other node takes in time
+starts on a standby node (`_due_on_standby`; `ClusterAgent.offer(open_standby=True)`): a deadline outranks keeping
+the node empty. 9000 jobs, naive forecasts: July 0.8 51.7 % / 96.9 % -> 60.7 % / 98.9 % (share / deadlines),
+December 0.8 53.2 % / 97.6 % -> 59.1 % / 98.6 %; 3000 jobs July 0.5 (naive) 68.2 % / 99.7 % -> 67.6 % / 99.8 %.
 `standby_below_utilization` (None, the default: off) gives the standby back while more than that share of the fleet's
-GPUs is allocated (a busy fleet cannot spare the nodes). At 0.7: the 9000-job July 0.8 run 63.1 % / 99.4 % (one
-standby node always: 51.7 % / 96.9 %), but the 3000-job July 0.5 run (naive forecasts) 65.5 % instead of 68.2 % --
-not the default until the reported runs are re-run with it.
+GPUs is allocated (a busy fleet cannot spare the nodes). Without the yield, 9000 jobs July 0.8: 63.1 % / 99.4 % at
+0.7, 57.9 % / 99.1 % at 0.75, 49.6 % / 96.9 % at 0.8; but at 0.7 the 3000-job July 0.5 run (naive) 65.5 % instead of
+68.2 % (its allocation peaks at 73 %): a threshold that fits one fleet and load misfits another -- hence the yield.
 `reserve_multi_gpu=True` (not the default) holds a node for each pending multi-GPU job on the cluster where the LP
 plans it (`_reserve`: the node that drains first, open to jobs that end before the planned start, kept while the LP
 keeps the job there) and gives the LP per-cluster earliest starts for these jobs (`_with_drain_release`: when that
@@ -113,7 +117,7 @@ class RollingLP(PlacementPolicy):
                  max_reserved_nodes: int = 1, reserve_below_utilization: float = 1.0, standby_pool: bool = True,
                  standby_min_gpus: int = 8, standby_min_nodes: int = 3, standby_backfill_h: int = 0,
                  standby_job_gpus: int | None = None, standby_max_nodes: int | None = 1,
-                 standby_below_utilization: float | None = None,
+                 standby_below_utilization: float | None = None, standby_yields_to_due: bool = True,
                  expected_arrivals_h: int = 18,
                  preemption: Preemption | None = None, power_reduction: str = "cheapest"):
         from scheduling.planner.prices import PriceLearner
@@ -128,6 +132,7 @@ class RollingLP(PlacementPolicy):
         self.standby_min_nodes = standby_min_nodes
         self.standby_max_nodes = standby_max_nodes
         self.standby_below_utilization = standby_below_utilization
+        self.standby_yields_to_due = standby_yields_to_due
         self.standby_backfill_h = standby_backfill_h
         self.standby_job_gpus = standby_min_gpus if standby_job_gpus is None else standby_job_gpus
         self.expected_arrivals_h = expected_arrivals_h
@@ -224,15 +229,15 @@ class RollingLP(PlacementPolicy):
             self._reserve(p, lp, agents, pods, now_hour)
         rejected_at: dict[int, set] = {}
 
-        def start(j, options) -> bool:
+        def start(j, options, open_standby: bool = False) -> bool:
             rejected = rejected_at.setdefault(j, set())
             for kk, cc, cst, is_late in options:
-                if cc in rejected:
+                if cc in rejected and not open_standby:
                     continue
                 kk, cst = power_now(j, kk, cc, cst, is_late)
                 occ = int(np.ceil(p.dur[j, kk, cc] - 1e-9))
                 if agents is not None:
-                    pl = agents[cc].offer(pods[j], now_hour + occ)
+                    pl = agents[cc].offer(pods[j], now_hour + occ, open_standby=open_standby)
                     if pl is None:
                         rejected.add(cc)
                         rejections[j] += 1
@@ -284,7 +289,9 @@ class RollingLP(PlacementPolicy):
             if not start(j, opts):
                 tried = {(kk, cc) for kk, cc, _, _ in opts}
                 rest = [o for o in fastest_now(j) if (o[0], o[1]) not in tried]
-                if not start(j, [o for o in rest if not o[3]]) and not evict_and_start(j):
+                timely = [o for o in rest if not o[3]]
+                if (not start(j, timely) and not self._due_on_standby(j, opts + timely, agents, start)
+                        and not evict_and_start(j)):
                     start(j, [o for o in rest if o[3]])
             if not placed[j]:
                 reason[j] = "rejected_by_agents" if rejections[j] else "no_capacity_now"
@@ -464,6 +471,13 @@ class RollingLP(PlacementPolicy):
             capacity_price=more(p.capacity_price, 1), release_c=more(p.release_c, 1),
             free_other=more(p.free_other, 2))
         return split, np.concatenate([np.arange(C), cs_arr])
+
+    def _due_on_standby(self, j, options, agents, start) -> bool:
+        """`standby_yields_to_due`: a job due now that no other node takes in time starts on a standby node (the
+        timely options of clusters that keep one, cheapest first): a deadline outranks keeping the node empty."""
+        if not self.standby_yields_to_due or agents is None:
+            return False
+        return start(j, [o for o in options if agents[o[1]].standby_nodes()], open_standby=True)
 
     def _holds_affordable(self, p, agents, pods) -> bool:
         """Node holds for multi-GPU jobs only while the fleet has head-room: a draining node idles capacity, which

@@ -789,3 +789,36 @@ def test_rolling_lp_preempts_checkpointing_jobs_for_a_due_job_only_when_allowed(
     assert sorted(v for v, _, _ in out.evicted) == ["r1", "r2"] and set(ag[0].cluster.bindings) == {"j0"}
     out = pre.plan(problem({"r1": 1.0}), agents(), pods, 0, explain=False)
     assert not (out.placed[0] and out.s[0] == 0) and out.evicted == []
+
+
+def test_standby_yields_to_a_job_due_now_only_when_asked():
+    """Two of three 8-GPU nodes busy for 5 h, the third on standby for whole-node jobs. A 1-GPU job due now (its
+    deadline is its run time) fits only the standby node: by default it is refused there and runs late; with
+    `standby_yields_to_due` it starts now on the standby node (a deadline outranks an idle node). A job that is not
+    due yet still never gets the standby node."""
+    from scheduling.packing import Cluster, Pod
+    from scheduling.planner.agents import ClusterAgent
+    from scheduling.planner.rolling_lp import RollingLP
+
+    def fleet():
+        agent = ClusterAgent("c0", Cluster(["n0", "n1", "n2"], [96000] * 3, [262144] * 3, [8] * 3, ["V100"] * 3),
+                             policy="bestfit")
+        for node in (0, 1):
+            busy = Pod(f"busy{node}", 1000, 1024, 8, 1000)
+            agent.cluster.allocate(busy, node, tuple(range(8)))
+            agent.end_hour[busy.pod_id] = 5
+        return [agent]
+
+    p = toy_problem(forecast=[[10]] * 8, free=[[8000]] * 5 + [[24000]] * 3, gpu=[1000, 1000],
+                    dur=[[2], [2]], kw=[[0.3], [0.3]], deadline=[2, 8])
+    p.jobs["num_gpu"] = 1
+    pods = [Pod("j0", 1000, 1024, 1, 1000), Pod("j1", 1000, 1024, 1, 1000)]
+    for yields in (False, True):
+        agents = fleet()
+        out = RollingLP(capacity_factor=1.0, standby_yields_to_due=yields).plan(p, agents, pods, 0, explain=False)
+        assert agents[0].standby_nodes() == [2]
+        due_now = out.placed[0] and out.s[0] == 0 and not out.late[0]
+        assert due_now == yields, (yields, out.placed[0], out.s[0], out.late[0], out.reason[0])
+        if yields:
+            assert out.node[0] == "n2"
+        assert out.node[1] != "n2" and out.status[1] != "dispatched"  # not due: waits for the busy nodes
