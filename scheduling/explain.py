@@ -115,7 +115,9 @@ class TemplateExplainer:
         if chosen:
             lines.append(
                 f"Chosen: start {_time(chosen.get('start_time'))} in {_place(chosen)}, "
-                f"expected {_kg(chosen.get('kgco2e'))}."
+                f"expected {_kg(chosen.get('kgco2e'))}"
+                + (" -- on a standby node kept for whole-node jobs: due now, no other node free"
+                   if chosen.get("standby_node") else "") + "."
             )
         else:
             lines.append("Chosen: not placed in this plan.")

@@ -251,6 +251,7 @@ class RollingLP(PlacementPolicy):
 
         deadline = p.deadline_rel
         f_idx = np.flatnonzero(forced)
+        on_standby: set[int] = set()  # due jobs started on a standby node (`standby_yields_to_due`)
         evictable = dict(p.evictable or {}) if self.preemption is not None and agents is not None else {}
         evicted = []
 
@@ -290,8 +291,11 @@ class RollingLP(PlacementPolicy):
                 tried = {(kk, cc) for kk, cc, _, _ in opts}
                 rest = [o for o in fastest_now(j) if (o[0], o[1]) not in tried]
                 timely = [o for o in rest if not o[3]]
-                if (not start(j, timely) and not self._due_on_standby(j, opts + timely, agents, start)
-                        and not evict_and_start(j)):
+                if start(j, timely):
+                    pass
+                elif self._due_on_standby(j, opts + timely, agents, start):
+                    on_standby.add(j)
+                elif not evict_and_start(j):
                     start(j, [o for o in rest if o[3]])
             if not placed[j]:
                 reason[j] = "rejected_by_agents" if rejections[j] else "no_capacity_now"
@@ -332,13 +336,17 @@ class RollingLP(PlacementPolicy):
                     v = ev.view(j, free)
                 rejected = np.zeros(C, dtype=bool)
                 rejected[list(rejected_at.get(j, ()))] = True
-                out.explanations.append(explain_choice(p, self.name, j, v, v.cost, int(k[j]), int(s[j]), int(c[j]),
-                                                       bool(late[j]), rejected, prio, ev, optimum_kg=lp_kg[j]))
+                record = explain_choice(p, self.name, j, v, v.cost, int(k[j]), int(s[j]), int(c[j]), bool(late[j]),
+                                        rejected, prio, ev, optimum_kg=lp_kg[j])
+                if j in on_standby:
+                    record["chosen"]["standby_node"] = True
+                out.explanations.append(record)
         out.stats = {"lp": lp.summary(), "lp_s": round(t_lp, 4), "plan_s": round(time.perf_counter() - t0, 4),
                      "explain_s": round(time.perf_counter() - t_explain, 4),
                      "agent_rejections": int(rejections.sum()), "n_jobs": int(N),
                      "n_started": int((placed & (s == 0)).sum()), "n_forced": int(forced.sum()),
-                     "n_late": int((late & placed).sum()), "horizon_h": int(p.hours), "n_evicted": len(evicted)}
+                     "n_late": int((late & placed).sum()), "horizon_h": int(p.hours), "n_evicted": len(evicted),
+                     "n_due_on_standby": len(on_standby)}
         return out
 
     def _stop_for_carbon(self, p, p_lp, lp, agents, evictable: dict, evicted: list) -> None:

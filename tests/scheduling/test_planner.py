@@ -798,6 +798,7 @@ def test_standby_yields_to_a_job_due_now_only_when_asked():
     due yet still never gets the standby node."""
     from scheduling.packing import Cluster, Pod
     from scheduling.planner.agents import ClusterAgent
+    from scheduling.explain import TemplateExplainer
     from scheduling.planner.rolling_lp import RollingLP
 
     def fleet():
@@ -815,10 +816,15 @@ def test_standby_yields_to_a_job_due_now_only_when_asked():
     pods = [Pod("j0", 1000, 1024, 1, 1000), Pod("j1", 1000, 1024, 1, 1000)]
     for yields in (False, True):
         agents = fleet()
-        out = RollingLP(capacity_factor=1.0, standby_yields_to_due=yields).plan(p, agents, pods, 0, explain=False)
+        out = RollingLP(capacity_factor=1.0, standby_yields_to_due=yields).plan(p, agents, pods, 0, explain=True)
         assert agents[0].standby_nodes() == [2]
         due_now = out.placed[0] and out.s[0] == 0 and not out.late[0]
         assert due_now == yields, (yields, out.placed[0], out.s[0], out.late[0], out.reason[0])
-        if yields:
-            assert out.node[0] == "n2"
+        assert out.stats["n_due_on_standby"] == int(yields)
         assert out.node[1] != "n2" and out.status[1] != "dispatched"  # not due: waits for the busy nodes
+    # the explanation says why a small job sits on a node kept for whole-node jobs
+    assert out.node[0] == "n2"
+    record = next(r for r in out.explanations if r["job_id"] == "j0")
+    assert record["chosen"]["standby_node"] is True
+    assert "standby node" in TemplateExplainer().explain(record)
+    assert all("standby_node" not in r["chosen"] for r in out.explanations if r["job_id"] != "j0")
