@@ -339,14 +339,31 @@ def optimum_problem(sc: Scenario):
     return prob
 
 
+class BoundNotSolved(RuntimeError):
+    """The bound's LP stopped before optimality (time limit, numerical trouble): its value bounds nothing."""
+
+
+def _require_solved(name: str, lp, time_limit_s: float, *, integral: bool = False) -> None:
+    """An LP that stopped early is no bound (HiGHS then returns no solution: it would read as 0 kg, and every
+    policy's share as if measured against zero emissions). A time-limited MILP is accepted with a whole schedule."""
+    if lp.status == "optimal" or (integral and float(np.sum(lp.x) + np.sum(lp.u)) > 0.5):
+        return
+    raise BoundNotSolved(
+        f"{name}: HiGHS stopped with status {lp.status!r} after {lp.solve_s:.0f} s (time limit {time_limit_s:.0f} s; "
+        f"{lp.n_vars} variables, {lp.nnz} non-zeros): no bound. Give it more time (evaluate --lp-time-limit) or a "
+        "quieter machine.")
+
+
 def solve_optimum(sc: Scenario, time_limit_s: float = 600.0, integral: bool = False, per_job: bool = False) -> dict:
     """The bound (LP relaxation); `integral=True`: the same model with whole jobs (MILP, time-limited);
-    `per_job=True`: also each job's carbon in the bound (array under `PER_JOB_KEY`, not JSON)."""
+    `per_job=True`: also each job's carbon in the bound (array under `PER_JOB_KEY`, not JSON). Raises
+    `BoundNotSolved` when the solver stops before it has a bound (LP) or a schedule (MILP)."""
     from scheduling.planner.optimum import solve_lp
 
     t = time.perf_counter()
     prob = optimum_problem(sc)
     lp = solve_lp(prob, time_limit_s=time_limit_s, integral=integral)
+    _require_solved("the optimum's " + ("MILP" if integral else "LP"), lp, time_limit_s, integral=integral)
     n = prob.n_jobs
     x, u = lp.x, lp.u
     late_delay = np.where(lp.late_start >= 0, lp.late_start - prob.release, 0)
@@ -387,6 +404,9 @@ def solve_preemptive_optimum(sc: Scenario, time_limit_s: float = 600.0) -> dict:
     t = time.perf_counter()
     prob = optimum_problem(sc)
     bound = solve_preemptive_lp(prob, prob.jobs["checkpointing"].to_numpy(bool), time_limit_s=time_limit_s)
+    if bound.status != "optimal":
+        raise BoundNotSolved(f"the preemptive bound's LP: HiGHS stopped with status {bound.status!r} (time limit "
+                             f"{time_limit_s:.0f} s): no bound")
     return {"kgco2e": bound.objective_kg, "deadline_satisfaction": 1.0 - bound.late_job_share,
             "preemptible_share": bound.n_preemptible / max(prob.n_jobs, 1), "lp": bound.summary(),
             "runtime_s": round(time.perf_counter() - t, 2)}
@@ -487,7 +507,13 @@ def evaluate(sc: Scenario, policies=ONLINE_POLICIES, *, with_optimum: bool = Tru
             records[name] = res.records
     if bar is not None:
         bar.close()
-    opt = solve_optimum(sc, lp_time_limit_s, per_job=True) if with_optimum else None
+    opt, opt_error = None, None
+    if with_optimum:
+        try:
+            opt = solve_optimum(sc, lp_time_limit_s, per_job=True)
+        except BoundNotSolved as exc:  # the policies' results stand; the shares are then unknown, not made up
+            opt_error = str(exc)
+            print(f"[evaluate] {sc.start.date()} load {sc.load}: {opt_error}", file=sys.stderr)
     base = results[BASELINE]["kgco2e"]
     gaps = None
     if opt is not None:
@@ -535,6 +561,7 @@ def evaluate(sc: Scenario, policies=ONLINE_POLICIES, *, with_optimum: bool = Tru
                  "mean_flexibility": float(sc.jobs["flexibility"].mean())},
         "policies": results,
         "optimum": opt,
+        **({"optimum_error": opt_error} if opt_error else {}),
         "ablations": extra or None,
         "gap_by_job_shape": gaps,
         "targets": _targets(results, opt),
@@ -700,6 +727,8 @@ def report_markdown(reports: list[dict]) -> str:
                 f"{fmt(m.get('unallocated_gpus'), 1)} | {fmt(m['energy_kwh'], 0)} | "
                 f"{fmt(100 * m['renewable_share'], 1)} % | {fmt(100 * m.get('utilization', float('nan')), 1)} % |")
         lines.append("")
+        if rep.get("optimum_error"):
+            lines += [f"No bound for this run, so no shares: {rep['optimum_error']}", ""]
         for name, m in (rep.get("ablations") or {}).items():
             lines.insert(len(lines) - 1, f"| *{name}* | {fmt(m['kgco2e'], 1)} | "
                          f"{fmt(m.get('reduction_vs_performance_first_pct'), 1)} % | "

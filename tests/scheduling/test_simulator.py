@@ -338,3 +338,19 @@ def test_cli_evaluate_over_seeds_reports_each_run_and_the_mean_and_range(capsys,
     assert rc == 0
     again = json.loads(capsys.readouterr().out)
     assert again["over_seeds"] == payload["over_seeds"]
+
+
+def test_a_bound_the_solver_did_not_finish_is_reported_missing_not_zero(scenario):
+    """HiGHS stopped by its time limit returns no solution; read as a bound that would be 0 kg and every policy's
+    share measured against zero emissions (a 9000-job LP on a busy host did exactly that). solve_optimum raises,
+    evaluate keeps the policies' results and reports the bound as missing, with the reason, and no shares."""
+    from scheduling.simulator import BoundNotSolved, solve_optimum
+
+    with pytest.raises(BoundNotSolved, match="time limit"):
+        solve_optimum(scenario, time_limit_s=0.0)
+    rep = evaluate(scenario, ["performance-first"], with_optimum=True, lp_time_limit_s=0.0)
+    assert rep["optimum"] is None and "iteration_or_time_limit" in rep["optimum_error"]
+    assert rep["policies"]["performance-first"]["kgco2e"] > 0
+    assert all(m["share_of_optimum_reduction_pct"] is None for m in rep["policies"].values())
+    assert "No bound for this run" in report_markdown([rep])
+    assert solve_optimum(scenario)["kgco2e"] > 0  # with time, the same LP solves
