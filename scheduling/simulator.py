@@ -626,8 +626,9 @@ How to read this:
   of the previous 72 h of arrivals; `priority-noprices` is the same without the prices.
 * `rolling-lp` = model-predictive control with the optimum's own LP: every hour the LP over the jobs known then,
   the capacity left and the *forecast* (15 % capacity head-room for node packing, 6-hour capacity blocks after
-  24 h, on clusters with three or more 8-GPU nodes one in three kept on standby for 8-GPU jobs and seen by
-  the LP as a cluster of its own, and the last 18 h of arrivals replayed 18 h later as expected jobs); the jobs it
+  24 h, on clusters with three or more 8-GPU nodes one in three, at most one, kept on standby for 8-GPU jobs
+  (and for a job due now that no other node takes) and seen by the LP as a cluster of its own, and the last 18 h
+  of arrivals replayed 18 h later as expected jobs); the jobs it
   starts at hour 0, and every job whose latest timely start is now, start; the rest wait.
 * `optimum` is a bound: the LP relaxation with every job and the actual intensity known in advance, fractional
   jobs and capacity aggregated per cluster (no node packing). Its deadline figure counts the share of jobs its
