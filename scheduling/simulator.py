@@ -343,15 +343,16 @@ class BoundNotSolved(RuntimeError):
     """The bound's LP stopped before optimality (time limit, numerical trouble): its value bounds nothing."""
 
 
-def _require_solved(name: str, lp, time_limit_s: float, *, integral: bool = False) -> None:
+def _require_solved(name: str, result, time_limit_s: float, *, has_schedule: bool = False) -> None:
     """An LP that stopped early is no bound (HiGHS then returns no solution: it would read as 0 kg, and every
-    policy's share as if measured against zero emissions). A time-limited MILP is accepted with a whole schedule."""
-    if lp.status == "optimal" or (integral and float(np.sum(lp.x) + np.sum(lp.u)) > 0.5):
+    policy's share as if measured against zero emissions). A time-limited MILP is accepted with a whole schedule
+    (`has_schedule`). `result`: an LPResult or PreemptiveBound."""
+    if result.status == "optimal" or has_schedule:
         return
     raise BoundNotSolved(
-        f"{name}: HiGHS stopped with status {lp.status!r} after {lp.solve_s:.0f} s (time limit {time_limit_s:.0f} s; "
-        f"{lp.n_vars} variables, {lp.nnz} non-zeros): no bound. Give it more time (evaluate --lp-time-limit) or a "
-        "quieter machine.")
+        f"{name}: HiGHS stopped with status {result.status!r} after {result.solve_s:.0f} s (time limit "
+        f"{time_limit_s:.0f} s; {result.n_vars} variables): no bound. Give it more time (evaluate --lp-time-limit) "
+        "or a quieter machine.")
 
 
 def solve_optimum(sc: Scenario, time_limit_s: float = 600.0, integral: bool = False, per_job: bool = False) -> dict:
@@ -363,7 +364,8 @@ def solve_optimum(sc: Scenario, time_limit_s: float = 600.0, integral: bool = Fa
     t = time.perf_counter()
     prob = optimum_problem(sc)
     lp = solve_lp(prob, time_limit_s=time_limit_s, integral=integral)
-    _require_solved("the optimum's " + ("MILP" if integral else "LP"), lp, time_limit_s, integral=integral)
+    _require_solved("the optimum's " + ("MILP" if integral else "LP"), lp, time_limit_s,
+                    has_schedule=integral and float(lp.x.sum() + lp.u.sum()) > 0.5)
     n = prob.n_jobs
     x, u = lp.x, lp.u
     late_delay = np.where(lp.late_start >= 0, lp.late_start - prob.release, 0)
@@ -404,9 +406,7 @@ def solve_preemptive_optimum(sc: Scenario, time_limit_s: float = 600.0) -> dict:
     t = time.perf_counter()
     prob = optimum_problem(sc)
     bound = solve_preemptive_lp(prob, prob.jobs["checkpointing"].to_numpy(bool), time_limit_s=time_limit_s)
-    if bound.status != "optimal":
-        raise BoundNotSolved(f"the preemptive bound's LP: HiGHS stopped with status {bound.status!r} (time limit "
-                             f"{time_limit_s:.0f} s): no bound")
+    _require_solved("the preemptive bound's LP", bound, time_limit_s)
     return {"kgco2e": bound.objective_kg, "deadline_satisfaction": 1.0 - bound.late_job_share,
             "preemptible_share": bound.n_preemptible / max(prob.n_jobs, 1), "lp": bound.summary(),
             "runtime_s": round(time.perf_counter() - t, 2)}

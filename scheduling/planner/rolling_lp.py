@@ -291,12 +291,11 @@ class RollingLP(PlacementPolicy):
                 tried = {(kk, cc) for kk, cc, _, _ in opts}
                 rest = [o for o in fastest_now(j) if (o[0], o[1]) not in tried]
                 timely = [o for o in rest if not o[3]]
-                if start(j, timely):
-                    pass
-                elif self._due_on_standby(j, opts + timely, agents, start):
-                    on_standby.add(j)
-                elif not evict_and_start(j):
-                    start(j, [o for o in rest if o[3]])
+                if not start(j, timely):
+                    if self._due_on_standby(j, opts + timely, agents, start):
+                        on_standby.add(j)
+                    elif not evict_and_start(j):
+                        start(j, [o for o in rest if o[3]])
             if not placed[j]:
                 reason[j] = "rejected_by_agents" if rejections[j] else "no_capacity_now"
         g_idx = np.flatnonzero(go)
