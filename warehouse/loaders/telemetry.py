@@ -97,9 +97,13 @@ FIELDS = [
 
 
 def _header(text: str, path: Path) -> list[str]:
-    for row in csv.reader(io.StringIO(text)):
-        if any(cell.strip() for cell in row):
-            return [cell.strip() for cell in row]
+    # newline="": the csv module's own line-ending handling (a bare CR, as in old Mac logs, ends a row)
+    try:
+        for row in csv.reader(io.StringIO(text, newline="")):
+            if any(cell.strip() for cell in row):
+                return [cell.strip() for cell in row]
+    except csv.Error as exc:
+        raise LoadError(path, f"unreadable CSV header: {exc}", row=1) from exc
     raise LoadError(path, "no header row")
 
 
