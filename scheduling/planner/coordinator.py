@@ -110,6 +110,9 @@ class CandidateView:
                  "n", "price")
 
 
+BATCH_CELLS = 32_000  # candidate cells (jobs x options x start hours x clusters) per batch: temporaries stay in L2
+
+
 class Evaluator:
     """Per-plan precomputation (cumulative forecast sums, flat index grids) and the per-job vectorized
     evaluation. Arrays over hours are padded to 2H + 2 rows (repeating the last row) so that every window index
@@ -165,58 +168,102 @@ class Evaluator:
         n = int(max(lat, self.p.release[j])) + 1 + extra
         return int(min(max(n, 1), self.H))
 
+    def windows(self, J: np.ndarray, n: int):
+        """The capacity-free part of the candidate tensors of jobs J over start hours [0, n), batched over jobs (a
+        leading axis): occ (B, K, C) hours held; carbon, cost (B, K, n, C) kg with the forecast (cost adds the data
+        transfer of a move); timely, base_ok masks; end (hours from now). `view` is one job of it; callers over
+        every job (`optimum._candidates`) take it in chunks, without a Python step per job."""
+        p = self.p
+        H, C = self.H, self.C
+        occ = self.occ_all[J]
+        s, base = self.s[:, :n], self.base_idx[:, :n]
+        iw = base + (self.whole_all[J] * C)[:, :, None, :]
+        W = self.Sflat[iw] - self.Sflat[base] + self.frac_all[J][:, :, None, :] * self.Fflat[iw]
+        carbon = W * (p.kw[J] / 1000.0)[:, :, None, :]
+        tk = p.transfer_kwh[J]  # (B, C)
+        if tk.any():
+            h = p.home[J]
+            Fh = p.forecast[:n, np.maximum(h, 0)].T  # (B, n) the home region's intensity
+            if (h < 0).any():  # not in this fleet: the fleet's mean
+                Fh[h < 0] = p.forecast[:n].mean(axis=1)
+            cost = carbon + (tk[:, None, :] * 0.5 / 1000.0 * (Fh[:, :, None] + p.forecast[None, :n]))[:, None]
+        else:
+            cost = carbon
+        latest = self.latest_all[J][:, :, None, :]
+        timely = s <= latest
+        if p.postpone_margin_h > 0:  # postponing must leave a fallback hour before the latest start
+            timely &= (s == 0) | (s <= latest - p.postpone_margin_h)
+        base_ok = ((s <= (H - occ)[:, :, None, :]) & (s >= p.release[J][:, None, None, None])
+                   & self.host_all[J][:, :, None, :])
+        if p.release_c is not None:  # per cluster: no node can take the job before then (multi-GPU drains)
+            base_ok &= s >= p.release_c[J][:, None, None, :]
+        end = s + self._dur[J][:, :, None, :]
+        return occ, carbon, cost, timely, base_ok, end
+
     def view(self, j: int, free: np.ndarray | None, n_starts: int | None = None,
              free_other: np.ndarray | None = None) -> CandidateView:
         """The candidate tensor of job j over start hours [0, n_starts) (default: the whole horizon); `free`
         None: capacity is not checked (every window has room)."""
+        return self.views(np.array([j]), free, [self.H if n_starts is None else int(n_starts)], free_other)[0]
+
+    def each_view(self, J: np.ndarray, free: np.ndarray | None, n_starts, free_other: np.ndarray | None = None):
+        """`views` over any number of jobs, in batches of about BATCH_CELLS cells (bounded temporaries), yielding
+        each job's view in the order of J."""
+        K, C = self.p.dur.shape[1], self.C
+        i = 0
+        while i < len(J):
+            cells, e = 0, i
+            while e < len(J) and (e == i or cells + K * int(n_starts[e]) * C <= BATCH_CELLS):
+                cells += K * int(n_starts[e]) * C
+                e += 1
+            yield from self.views(J[i:e], free, n_starts[i:e], free_other)
+            i = e
+
+    def views(self, J: np.ndarray, free: np.ndarray | None, n_starts, free_other: np.ndarray | None = None
+              ) -> list[CandidateView]:
+        """`view` of each job of J (its own start hours [0, n_starts[i])) on the same capacity `free`, computed
+        together over the batch's longest range (every array is elementwise in the start hour, so each job's is a
+        slice of the batch's). For the explanations of a whole plan: one batch instead of a view per job."""
         p = self.p
         H, C = self.H, self.C
-        n = H if n_starts is None else int(n_starts)
-        occ = self.occ_all[j]  # (K, C)
-        s, base = self.s[:, :n], self.base_idx[:, :n]
-        end_idx = base + (occ * C)[:, None, :]
+        J = np.asarray(J, dtype=np.int64)
+        ns = [int(x) for x in n_starts]
+        n = max(ns)
+        occ, carbon, cost, timely, base_ok, end = self.windows(J, n)
+        base = self.base_idx[:, :n]
+        end_idx = base + (occ * C)[:, :, None, :]  # (B, K, n, C)
         if free is None:
             cap_ok = np.ones(end_idx.shape, dtype=bool)
-        else:  # capacity: count of hours with too little free capacity inside the window
-            B = self.B
-            bad = free < p.gpu_total[j]
+        else:  # capacity: count of hours with too little free capacity inside the window, per job
+            bad = free[None] < p.gpu_total[J][:, None, None]  # (B, H, C)
             if free_other is not None:
-                req = p.req_other[j]
-                for r in range(len(req)):
-                    if req[r]:
-                        bad |= free_other[r] < req[r]
-            np.cumsum(bad, axis=0, out=B[1: H + 1])
-            B[H + 1:] = B[H]
-            Bf = B.ravel()
-            cap_ok = Bf[end_idx] == Bf[base]
-        # carbon of the window
-        iw = base + (self.whole_all[j] * C)[:, None, :]
-        W = self.Sflat[iw] - self.Sflat[base] + self.frac_all[j][:, None, :] * self.Fflat[iw]
-        carbon = W * (p.kw[j] / 1000.0)[:, None, :]
-        tk = p.transfer_kwh[j]
-        if tk.any():
-            h = p.home[j]
-            Fh = p.forecast[:, h] if h >= 0 else p.forecast.mean(axis=1)
-            cost = carbon + (tk[None, :] * 0.5 / 1000.0 * (Fh[:n, None] + p.forecast[:n]))[None]
-        else:
-            cost = carbon
-        timely = s <= self.latest_all[j][:, None, :]
-        if p.postpone_margin_h > 0:  # postponing must leave a fallback hour before the latest start
-            timely &= (s == 0) | (s <= self.latest_all[j][:, None, :] - p.postpone_margin_h)
-        base_ok = (s <= (H - occ)[:, None, :]) & (s >= p.release[j]) & self.host_all[j][:, None, :]
-        if p.release_c is not None:  # per cluster: no node can take the job before then (multi-GPU drains)
-            base_ok &= s >= p.release_c[j][None, None, :]
-        v = CandidateView()
-        v.j, v.cost, v.carbon, v.occ, v.dur = j, cost, carbon, occ, p.dur[j]
-        v.trans = None
-        v.s, v.n = s, n
-        v.price = None
+                for i, j in enumerate(J):
+                    req = p.req_other[j]
+                    for r in range(len(req)):
+                        if req[r]:
+                            bad[i] |= free_other[r] < req[r]
+            rows = 2 * H + 3
+            Bc = np.zeros((len(J), rows, C), dtype=np.int32)
+            np.cumsum(bad, axis=1, out=Bc[:, 1: H + 1])
+            Bc[:, H + 1:] = Bc[:, H: H + 1]
+            off = (np.arange(len(J)) * rows * C)[:, None, None, None]
+            Bf = Bc.ravel()
+            cap_ok = Bf[end_idx + off] == Bf[base + off]
+        price = None
         if self.Pflat is not None:
-            v.price = (self.Pflat[end_idx] - self.Pflat[base]) * float(p.gpu_total[j])
-        v.end = s + self._dur[j][:, None, :]
-        v.base_ok, v.cap_ok, v.timely = base_ok, cap_ok, timely
-        v.feasible = base_ok & cap_ok & timely
-        return v
+            price = (self.Pflat[end_idx] - self.Pflat[base]) * p.gpu_total[J].astype(float)[:, None, None, None]
+        out = []
+        for i, j in enumerate(J):
+            m = ns[i]
+            v = CandidateView()
+            v.j, v.occ, v.dur, v.trans, v.n = int(j), occ[i], p.dur[j], None, m
+            v.cost, v.carbon, v.end = cost[i, :, :m], carbon[i, :, :m], end[i, :, :m]
+            v.base_ok, v.cap_ok, v.timely = base_ok[i, :, :m], cap_ok[i, :, :m], timely[i, :, :m]
+            v.s = self.s[:, :m]
+            v.price = None if price is None else price[i, :, :m]
+            v.feasible = v.base_ok & v.cap_ok & v.timely
+            out.append(v)
+        return out
 
 
 # ---------------------------------------------------------------------------------------------- outcome

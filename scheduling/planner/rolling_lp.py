@@ -328,11 +328,12 @@ class RollingLP(PlacementPolicy):
         t_explain = time.perf_counter()
         if explain:
             lp_kg = lp.job_carbon(N)
-            for j in np.flatnonzero(placed):
-                j = int(j)
-                v = ev.view(j, free, ev.starts_needed(j, 24))
-                if s[j] >= v.n:
-                    v = ev.view(j, free)
+            shown = np.flatnonzero(placed)
+            # start hours up to a day past the latest timely start; the whole horizon where the pick lies beyond
+            n_starts = [ev.starts_needed(int(j), 24) for j in shown]
+            n_starts = [p.hours if s[j] >= m else m for j, m in zip(shown, n_starts)]
+            for v in ev.each_view(shown, free, n_starts):
+                j = v.j
                 rejected = np.zeros(C, dtype=bool)
                 rejected[list(rejected_at.get(j, ()))] = True
                 record = explain_choice(p, self.name, j, v, v.cost, int(k[j]), int(s[j]), int(c[j]), bool(late[j]),

@@ -99,6 +99,19 @@ def test_integral_optimum_closes_the_relaxation_gap():
     assert set(np.round(mip.x, 9)) <= {0.0, 1.0} and mip.late_job_share == 0
 
 
+def test_lp_capacity_duals_price_the_clean_hour():
+    """One GPU, hours at 100 and 300 g; two 1-GPU 1-kW jobs of 1 h due by hour 2: one runs in each hour. One more
+    GPU-milli in hour 0 would move 1/1000 of a job from 300 to 100 g: the hour-0 capacity row's dual (the price the
+    learned capacity prices are built from) is 0.2 kg / 1000 milli, and no price is negative."""
+    p = toy_problem([[100], [300]], [[1000], [1000]], gpu=[1000, 1000], dur=[[1], [1]], kw=[[1], [1]],
+                    deadline=[2, 2])
+    lp = solve_lp(p)
+    assert lp.status == "optimal" and lp.objective_kg == pytest.approx(0.4)
+    assert lp.duals.shape == (1, 2, 1)
+    assert lp.duals[0, 0, 0] == pytest.approx(0.2 / 1000)
+    assert (lp.duals >= -1e-12).all()
+
+
 def test_block_capacity_rows_relax_the_lp():
     """`hourly_rows`: after that many hours, one capacity row per block holds the block's mean. One GPU, four
     hours at 100/300/300/50 g; two 1-GPU jobs of 1 h due by hour 4 and one due by hour 1. Hourly rows: the due
