@@ -168,36 +168,44 @@ class Evaluator:
         n = int(max(lat, self.p.release[j])) + 1 + extra
         return int(min(max(n, 1), self.H))
 
-    def windows(self, J: np.ndarray, n: int):
+    def windows(self, J: np.ndarray, n: int, clusters: np.ndarray | None = None, with_end: bool = True):
         """The capacity-free part of the candidate tensors of jobs J over start hours [0, n), batched over jobs (a
         leading axis): occ (B, K, C) hours held; carbon, cost (B, K, n, C) kg with the forecast (cost adds the data
-        transfer of a move); timely, base_ok masks; end (hours from now). `view` is one job of it; callers over
-        every job (`optimum._candidates`) take it in chunks, without a Python step per job."""
+        transfer of a move); timely, base_ok masks; end (hours from now; None without `with_end`). `clusters`
+        (ascending indices): only those columns, as if C were that list (for jobs that cannot run elsewhere).
+        `view` is one job of it; callers over every job (`optimum._candidates`) take it in chunks, without a
+        Python step per job."""
         p = self.p
         H, C = self.H, self.C
-        occ = self.occ_all[J]
-        s, base = self.s[:, :n], self.base_idx[:, :n]
-        iw = base + (self.whole_all[J] * C)[:, :, None, :]
-        W = self.Sflat[iw] - self.Sflat[base] + self.frac_all[J][:, :, None, :] * self.Fflat[iw]
-        carbon = W * (p.kw[J] / 1000.0)[:, :, None, :]
-        tk = p.transfer_kwh[J]  # (B, C)
+        cs = slice(None) if clusters is None else clusters
+        occ = self.occ_all[J][:, :, cs]
+        s, base = self.s[:, :n], self.base_idx[:, :n, cs]
+        iw = base + (self.whole_all[J][:, :, cs] * C)[:, :, None, :]
+        W = self.Sflat[iw] - self.Sflat[base] + self.frac_all[J][:, :, cs][:, :, None, :] * self.Fflat[iw]
+        carbon = W * (p.kw[J][:, :, cs] / 1000.0)[:, :, None, :]
+        tk = p.transfer_kwh[J][:, cs]  # (B, C)
         if tk.any():
             h = p.home[J]
             Fh = p.forecast[:n, np.maximum(h, 0)].T  # (B, n) the home region's intensity
             if (h < 0).any():  # not in this fleet: the fleet's mean
                 Fh[h < 0] = p.forecast[:n].mean(axis=1)
-            cost = carbon + (tk[:, None, :] * 0.5 / 1000.0 * (Fh[:, :, None] + p.forecast[None, :n]))[:, None]
+            cost = carbon + (tk[:, None, :] * 0.5 / 1000.0 * (Fh[:, :, None] + p.forecast[None, :n, cs]))[:, None]
         else:
             cost = carbon
-        latest = self.latest_all[J][:, :, None, :]
-        timely = s <= latest
-        if p.postpone_margin_h > 0:  # postponing must leave a fallback hour before the latest start
-            timely &= (s == 0) | (s <= latest - p.postpone_margin_h)
-        base_ok = ((s <= (H - occ)[:, :, None, :]) & (s >= p.release[J][:, None, None, None])
-                   & self.host_all[J][:, :, None, :])
+        # masks as one comparison each against a per-(job, option, cluster) threshold (these arrays are the bulk of
+        # a plan's candidate work): timely = s <= latest start, and with `postpone_margin_h` a start after now
+        # must leave that many hours before it (a fallback); base_ok = s <= H - occ where the cluster hosts the
+        # job (else never), and s >= release
+        latest = self.latest_all[J][:, :, cs][:, :, None, :]
+        if p.postpone_margin_h > 0:
+            timely = s <= latest - p.postpone_margin_h * (s > 0)
+        else:
+            timely = s <= latest
+        last = np.where(self.host_all[J][:, :, cs], H - occ, -1)[:, :, None, :]
+        base_ok = (s <= last) & (s >= p.release[J][:, None, None, None])
         if p.release_c is not None:  # per cluster: no node can take the job before then (multi-GPU drains)
-            base_ok &= s >= p.release_c[J][:, None, None, :]
-        end = s + self._dur[J][:, :, None, :]
+            base_ok &= s >= p.release_c[J][:, cs][:, None, None, :]
+        end = s + self._dur[J][:, :, cs][:, :, None, :] if with_end else None
         return occ, carbon, cost, timely, base_ok, end
 
     def view(self, j: int, free: np.ndarray | None, n_starts: int | None = None,

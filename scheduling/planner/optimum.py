@@ -143,34 +143,45 @@ class LPResult:
 
 def _candidates(problem: PlanningProblem):
     """Timely candidates of every job (capacity ignored) and each job's cheapest late run. Jobs in batches
-    (`Evaluator.windows`) of about `BATCH_CELLS` cells: a few MB of temporaries, no Python step per job."""
+    (`Evaluator.windows`) of about `BATCH_CELLS` cells, no Python step per job; a batch holds jobs that can run on
+    the same clusters (most jobs: every cluster with a GPU model they accept) and evaluates only those columns."""
     ev = Evaluator(problem)
     N, H, C = problem.n_jobs, problem.hours, problem.n_clusters
     K = problem.dur.shape[1]
     fits = problem.gpu_total[:, None] <= problem.free.max(axis=0)[None, :]  # (N, C)
+    usable = ev.host_all.any(axis=1) & fits  # (N, C): clusters where job j has any candidate
+    pattern = np.packbits(usable, axis=1)
+    groups = np.unique(pattern, axis=0, return_inverse=True)[1].reshape(-1)
     J, K_, S, C_, cost = [], [], [], [], []
     late_cost = np.full(N, np.nan)
     late_pick = np.full((N, 3), -1, dtype=np.int64)
-    step = max(1, BATCH_CELLS // max(K * H * C, 1))
-    for lo in range(0, N, step):
-        jb = np.arange(lo, min(N, lo + step))
-        _, _, cb, timely, base_ok, _ = ev.windows(jb, H)
-        ok = base_ok & fits[jb][:, None, None, :]
-        b, kk, ss, cc = np.nonzero(ok & timely)  # C order: job by job, as the LP's columns are laid out
-        J.append(jb[b]), K_.append(kk), S.append(ss), C_.append(cc)
-        cost.append(cb[b, kk, ss, cc])
-        late = (ok & ~timely).reshape(len(jb), -1)
-        has = np.flatnonzero(late.any(axis=1))
-        if len(has):
-            lc = np.where(late[has], cb.reshape(len(jb), -1)[has], np.inf)
-            flat = lc.argmin(axis=1)
-            late_cost[jb[has]] = lc[np.arange(len(has)), flat]
-            late_pick[jb[has]] = np.column_stack(np.unravel_index(flat, (K, H, C)))
-    cat = np.concatenate
+    for g in np.unique(groups):
+        members = np.flatnonzero(groups == g)
+        cs = np.flatnonzero(usable[members[0]])
+        if not len(cs):
+            continue
+        step = max(1, BATCH_CELLS // (K * H * len(cs)))
+        for lo in range(0, len(members), step):
+            jb = members[lo: lo + step]
+            _, _, cb, timely, ok, _ = ev.windows(jb, H, cs, with_end=False)  # on cs every job fits
+            b, kk, ss, cc = np.nonzero(ok & timely)  # C order: job by job, then (k, s, c) as the LP lays them out
+            J.append(jb[b]), K_.append(kk), S.append(ss), C_.append(cs[cc])
+            cost.append(cb[b, kk, ss, cc])
+            late = (ok > timely).reshape(len(jb), -1)  # ok and not timely
+            has = np.flatnonzero(late.any(axis=1))
+            if len(has):
+                lc = np.where(late, cb.reshape(len(jb), -1), np.inf)
+                flat = lc.argmin(axis=1)[has]  # the first minimum in (k, s, c) order, as over every cluster
+                late_cost[jb[has]] = lc[has, flat]
+                lk, ls, lcc = np.unravel_index(flat, (K, H, len(cs)))
+                late_pick[jb[has]] = np.column_stack([lk, ls, cs[lcc]])
     if not J:
         z = np.zeros(0, dtype=np.int64)
         return z, z, z, z, np.zeros(0), late_cost, late_pick
-    return cat(J), cat(K_), cat(S), cat(C_), cat(cost), late_cost, late_pick
+    job = np.concatenate(J)
+    order = np.argsort(job, kind="stable")  # groups interleave jobs; within a job the (k, s, c) order stays
+    cat = lambda parts: np.concatenate(parts)[order]  # noqa: E731
+    return job[order], cat(K_), cat(S), cat(C_), cat(cost), late_cost, late_pick
 
 
 def _energy(problem: PlanningProblem, job, k, s, c):
