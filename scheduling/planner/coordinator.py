@@ -148,6 +148,7 @@ class Evaluator:
         self.frac_all = frac
         self.latest_all = np.floor(problem.deadline_rel[:, None, None] - self._dur + 1e-9)
         self.host_all = problem.allowed[:, None, :] & self._finite  # (N, K, C)
+        self._now = None  # `start_now`'s per-plan table
         self.Pflat = None
         if problem.capacity_price is not None:
             Pp = np.vstack([problem.capacity_price, np.zeros((pad, C))])
@@ -167,6 +168,19 @@ class Evaluator:
         lat = np.where(self.host_all[j], self.latest_all[j], -1).max()
         n = int(max(lat, self.p.release[j])) + 1 + extra
         return int(min(max(n, 1), self.H))
+
+    def start_now(self, j: int, c: int, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(cost, feasible) over the power options of job j starting now on cluster c: `view(j, free, 1)`'s
+        column c at hour 0 without building the view (the dispatch asks this for every job it starts). The
+        capacity-free part is computed once per plan for every job."""
+        if self._now is None:
+            _, _, cost, timely, base_ok, _ = self.windows(np.arange(self.p.n_jobs), 1, with_end=False)
+            self._now = (cost[:, :, 0, :], (timely & base_ok)[:, :, 0, :])
+        cost, ok = self._now
+        bad = np.zeros(self.H + 2, dtype=np.int64)  # hours short of room in [0, occ), as view's cap_ok
+        np.cumsum(free[:, c] < self.p.gpu_total[j], out=bad[1: self.H + 1])
+        bad[self.H + 1] = bad[self.H]
+        return cost[j, :, c], ok[j, :, c] & (bad[self.occ_all[j, :, c]] == 0)
 
     def windows(self, J: np.ndarray, n: int, clusters: np.ndarray | None = None, with_end: bool = True):
         """The capacity-free part of the candidate tensors of jobs J over start hours [0, n), batched over jobs (a

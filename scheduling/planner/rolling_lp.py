@@ -218,12 +218,11 @@ class RollingLP(PlacementPolicy):
             least forecast carbon on that cluster that still meets the deadline and fits the capacity left."""
             if lp.power_reduction == "none" or is_late or p.dur.shape[1] == 1:
                 return kk, cst
-            view = ev.view(j, free, 1)
-            ok = view.feasible[:, 0, cc]
+            cost_now, ok = ev.start_now(j, cc, free)
             if not ok.any():
                 return kk, cst
-            best = int(np.argmin(np.where(ok, view.cost[:, 0, cc], np.inf)))
-            return best, float(view.cost[best, 0, cc])
+            best = int(np.argmin(np.where(ok, cost_now, np.inf)))
+            return best, float(cost_now[best])
 
         if holds:
             self._reserve(p, lp, agents, pods, now_hour)
