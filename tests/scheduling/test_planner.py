@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scheduling.planner.coordinator import Coordinator, priority_parts, range_extrema
-from scheduling.planner.optimum import OptimumPolicy, solve_lp, solve_preemptive_lp
+from scheduling.planner.coordinator import Coordinator, Evaluator, priority_parts, range_extrema
+from scheduling.planner.optimum import OptimumPolicy, _candidates, solve_lp, solve_preemptive_lp
 from scheduling.planner.policies import (
     POLICY_NAMES, CarbonTime, GreedyCarbon, PerformanceFirst, PlacementPolicy, PriorityCarbon, make_policy,
 )
@@ -318,6 +318,84 @@ def test_vectorized_coordinator_equals_brute_force(seed):
         k, s, c, cost = pick
         assert (out.k[j], out.s[j], out.c[j]) == (k, s, c), f"job {j}"
         assert out.cost[j] == pytest.approx(cost, rel=1e-9, abs=1e-12)
+
+
+def brute_candidates(p: PlanningProblem):
+    """The LP's candidates by plain loops: every (job, k, s, c) that can run (hosted, released, inside the horizon,
+    the job fits the cluster) and is timely, in (job, k, s, c) order with its cost; per job the cheapest run that
+    can run but is not timely (first in (k, s, c) order among equal costs)."""
+    H, C = p.hours, p.n_clusters
+    cands, late = [], {}
+    for j in range(p.n_jobs):
+        for k, s, c in itertools.product(range(p.n_options), range(H), range(C)):
+            d = p.dur[j, k, c]
+            if not math.isfinite(d) or not p.allowed[j, c] or s < p.release[j] or p.gpu_total[j] > p.free[:, c].max():
+                continue
+            if s + math.ceil(d - 1e-9) > H:
+                continue
+            whole = math.floor(d + 1e-9)
+            frac = d - whole if d - whole >= 1e-9 else 0.0
+            ci = sum(p.forecast[h, c] for h in range(s, s + whole)) + frac * p.forecast[min(s + whole, H - 1), c]
+            cost = p.kw[j, k, c] * ci / 1000.0
+            cost += p.transfer_kwh[j, c] * 0.5 * (p.forecast[s, p.home[j]] + p.forecast[s, c]) / 1000.0
+            latest = math.floor(p.deadline_rel[j] - d + 1e-9)
+            timely = s <= latest and (s == 0 or s <= latest - p.postpone_margin_h)
+            if timely:
+                cands.append((j, k, s, c, cost))
+            elif j not in late or cost < late[j][3] - 1e-12:
+                late[j] = (k, s, c, cost)
+    return cands, late
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lp_candidates_equal_brute_force(seed):
+    """`_candidates` batches jobs by the clusters they can use and evaluates only those: the same candidates in
+    the same order, the same costs and the same cheapest late runs as a loop over every cell (with a postpone
+    margin on odd seeds; some jobs too big for some clusters)."""
+    import dataclasses
+
+    rng = np.random.default_rng(100 + seed)
+    p = random_problem(rng, N=10, H=14, C=4, tight=seed % 2 == 1)
+    if seed % 2:
+        p = dataclasses.replace(p, postpone_margin_h=2.0)
+    job, k, s, c, cost, late_cost, late_pick = _candidates(p)
+    ref, late = brute_candidates(p)
+    assert [tuple(map(int, t)) for t in zip(job, k, s, c)] == [t[:4] for t in ref]
+    np.testing.assert_allclose(cost, [t[4] for t in ref], rtol=1e-9, atol=1e-12)
+    for j in range(p.n_jobs):
+        if j in late:
+            assert late_cost[j] == pytest.approx(late[j][3], rel=1e-9, abs=1e-12)
+            kk, ss, cc = late_pick[j]
+            assert (kk, ss, cc) == late[j][:3] or cost_close(p, j, (kk, ss, cc), late[j][3])
+        else:
+            assert np.isnan(late_cost[j]) and (late_pick[j] == -1).all()
+
+
+def cost_close(p, j, pick, cost):
+    """A tie: the pick the batch took costs the same (to rounding) as the loop's."""
+    ev = Evaluator(p)
+    return ev.view(j, None).cost[pick] == pytest.approx(cost, rel=1e-9)
+
+
+def test_batched_views_and_start_now_equal_one_job_views():
+    """`Evaluator.views` over jobs with different start-hour ranges gives each job the arrays of its own view; and
+    `start_now` (the dispatch's hour-0 table) gives view(j, free, 1)'s column at hour 0."""
+    rng = np.random.default_rng(7)
+    p = random_problem(rng, N=9, H=12, C=3)
+    ev = Evaluator(p)
+    free = p.free.astype(np.int64) - rng.integers(0, 2, size=p.free.shape) * 250
+    J = np.arange(p.n_jobs)
+    ns = rng.integers(1, p.hours + 1, size=len(J))
+    batch = list(ev.each_view(J, free, ns))
+    for j, v in zip(J, batch):
+        one = Evaluator(p).view(int(j), free, int(ns[j]))
+        assert v.j == j and v.n == ns[j]
+        for name in ("cost", "carbon", "end", "base_ok", "cap_ok", "timely", "feasible", "occ", "s"):
+            np.testing.assert_array_equal(getattr(v, name), getattr(one, name), err_msg=name)
+        for c in range(p.n_clusters):
+            cost_now, ok_now = ev.start_now(int(j), c, free)
+            np.testing.assert_array_equal(cost_now, one.cost[:, 0, c])
+            np.testing.assert_array_equal(ok_now, one.feasible[:, 0, c])
 
 
 # ------------------------------------------------------------------------------------------------ invariants
