@@ -110,6 +110,21 @@ class CandidateView:
                  "n", "price")
 
 
+class CandidateBatch:
+    """The candidate tensors of jobs J together, (B, K, n, C) over the batch's longest start-hour range n; job i's
+    own range is [0, ns[i]) (`views` slices it). What `explain_batch` reads."""
+
+    __slots__ = ("J", "ns", "cost", "carbon", "end", "base_ok", "cap_ok", "timely", "occ", "s", "price")
+
+    @classmethod
+    def of_view(cls, v: CandidateView) -> "CandidateBatch":
+        b = cls()
+        b.J, b.ns, b.occ, b.s, b.price = np.array([v.j]), [v.n], v.occ[None], v.s, None
+        b.cost, b.carbon, b.end = v.cost[None], v.carbon[None], v.end[None]
+        b.base_ok, b.cap_ok, b.timely = v.base_ok[None], v.cap_ok[None], v.timely[None]
+        return b
+
+
 BATCH_CELLS = 32_000  # candidate cells (jobs x options x start hours x clusters) per batch: temporaries stay in L2
 
 
@@ -228,9 +243,9 @@ class Evaluator:
         None: capacity is not checked (every window has room)."""
         return self.views(np.array([j]), free, [self.H if n_starts is None else int(n_starts)], free_other)[0]
 
-    def each_view(self, J: np.ndarray, free: np.ndarray | None, n_starts, free_other: np.ndarray | None = None):
-        """`views` over any number of jobs, in batches of about BATCH_CELLS cells (bounded temporaries), yielding
-        each job's view in the order of J."""
+    def each_batch(self, J: np.ndarray, free: np.ndarray | None, n_starts, free_other: np.ndarray | None = None):
+        """`batch` over any number of jobs, in pieces of about BATCH_CELLS cells (bounded temporaries), in the
+        order of J."""
         K, C = self.p.dur.shape[1], self.C
         i = 0
         while i < len(J):
@@ -238,14 +253,39 @@ class Evaluator:
             while e < len(J) and (e == i or cells + K * int(n_starts[e]) * C <= BATCH_CELLS):
                 cells += K * int(n_starts[e]) * C
                 e += 1
-            yield from self.views(J[i:e], free, n_starts[i:e], free_other)
+            yield self.batch(J[i:e], free, n_starts[i:e], free_other)
             i = e
+
+    def each_view(self, J: np.ndarray, free: np.ndarray | None, n_starts, free_other: np.ndarray | None = None):
+        """`views` over any number of jobs (`each_batch`), each job's view in the order of J."""
+        for b in self.each_batch(J, free, n_starts, free_other):
+            yield from self.views_of(b)
 
     def views(self, J: np.ndarray, free: np.ndarray | None, n_starts, free_other: np.ndarray | None = None
               ) -> list[CandidateView]:
-        """`view` of each job of J (its own start hours [0, n_starts[i])) on the same capacity `free`, computed
-        together over the batch's longest range (every array is elementwise in the start hour, so each job's is a
-        slice of the batch's). For the explanations of a whole plan: one batch instead of a view per job."""
+        """`view` of each job of J (its own start hours [0, n_starts[i])) on the same capacity `free`."""
+        return self.views_of(self.batch(J, free, n_starts, free_other))
+
+    def views_of(self, b: CandidateBatch) -> list[CandidateView]:
+        p = self.p
+        out = []
+        for i, j in enumerate(b.J):
+            m = b.ns[i]
+            v = CandidateView()
+            v.j, v.occ, v.dur, v.trans, v.n = int(j), b.occ[i], p.dur[j], None, m
+            v.cost, v.carbon, v.end = b.cost[i, :, :m], b.carbon[i, :, :m], b.end[i, :, :m]
+            v.base_ok, v.cap_ok, v.timely = b.base_ok[i, :, :m], b.cap_ok[i, :, :m], b.timely[i, :, :m]
+            v.s = self.s[:, :m]
+            v.price = None if b.price is None else b.price[i, :, :m]
+            v.feasible = v.base_ok & v.cap_ok & v.timely
+            out.append(v)
+        return out
+
+    def batch(self, J: np.ndarray, free: np.ndarray | None, n_starts, free_other: np.ndarray | None = None
+              ) -> CandidateBatch:
+        """The candidate tensors of jobs J on the same capacity `free`, computed together over the batch's longest
+        start-hour range (every array is elementwise in the start hour, so each job's view is a slice of it). For
+        the explanations of a whole plan: one batch instead of a view per job."""
         p = self.p
         H, C = self.H, self.C
         J = np.asarray(J, dtype=np.int64)
@@ -271,21 +311,13 @@ class Evaluator:
             off = (np.arange(len(J)) * rows * C)[:, None, None, None]
             Bf = Bc.ravel()
             cap_ok = Bf[end_idx + off] == Bf[base + off]
-        price = None
+        b = CandidateBatch()
+        b.J, b.ns, b.occ, b.s = J, ns, occ, self.s[:, :n]
+        b.cost, b.carbon, b.end, b.base_ok, b.cap_ok, b.timely = cost, carbon, end, base_ok, cap_ok, timely
+        b.price = None
         if self.Pflat is not None:
-            price = (self.Pflat[end_idx] - self.Pflat[base]) * p.gpu_total[J].astype(float)[:, None, None, None]
-        out = []
-        for i, j in enumerate(J):
-            m = ns[i]
-            v = CandidateView()
-            v.j, v.occ, v.dur, v.trans, v.n = int(j), occ[i], p.dur[j], None, m
-            v.cost, v.carbon, v.end = cost[i, :, :m], carbon[i, :, :m], end[i, :, :m]
-            v.base_ok, v.cap_ok, v.timely = base_ok[i, :, :m], cap_ok[i, :, :m], timely[i, :, :m]
-            v.s = self.s[:, :m]
-            v.price = None if price is None else price[i, :, :m]
-            v.feasible = v.base_ok & v.cap_ok & v.timely
-            out.append(v)
-        return out
+            b.price = (self.Pflat[end_idx] - self.Pflat[base]) * p.gpu_total[J].astype(float)[:, None, None, None]
+        return b
 
 
 # ---------------------------------------------------------------------------------------------- outcome
@@ -481,71 +513,100 @@ class Coordinator:
 def explain_choice(p: PlanningProblem, policy_name: str, j: int, v: CandidateView, score: np.ndarray, kk: int,
                    ss: int, cc: int, is_late: bool, rejected: np.ndarray, prio: PriorityParts, ev: Evaluator,
                    optimum_kg: float | None = None) -> dict:
-    """The explanation of one decision (EXPLANATION_KEYS): priority and its parts, the top five alternatives by
-    forecast carbon, counterfactuals (run now at home, greedy-carbon, and `optimum_kg` where the policy has the
-    LP's value), binding constraints judged on the policy's own `score`, forecast version, power limit."""
-    now = p.now
+    """The explanation of one decision: `explain_batch` of a batch of one."""
+    return explain_batch(p, policy_name, CandidateBatch.of_view(v), score[None], np.array([kk]), np.array([ss]),
+                         np.array([cc]), np.array([is_late]), np.asarray(rejected)[None], prio, ev,
+                         None if optimum_kg is None else np.array([optimum_kg]))[0]
+
+
+def explain_batch(p: PlanningProblem, policy_name: str, b: CandidateBatch, score: np.ndarray, kk: np.ndarray,
+                  ss: np.ndarray, cc: np.ndarray, is_late: np.ndarray, rejected: np.ndarray, prio: PriorityParts,
+                  ev: Evaluator, optimum_kg: np.ndarray | None = None) -> list[dict]:
+    """The explanations (EXPLANATION_KEYS) of the decisions on the jobs of batch `b` (job i at option kk[i], start
+    ss[i], cluster cc[i]; `score` (B, K, n, C) the policy's own score, `rejected` (B, C) the clusters whose agent
+    refused it): priority and its parts, the top five alternatives by forecast carbon (ties by start hour, then
+    cluster), counterfactuals (run now at home, greedy-carbon, and `optimum_kg` where the policy has the LP's
+    value), binding constraints judged on the policy's own score, forecast version, power limit. Each job sees only
+    its own start hours [0, b.ns[i]). The arithmetic runs over the batch at once; only the records are built per
+    job."""
     H, C = p.hours, p.n_clusters
-    chosen_cost = float(v.cost[kk, ss, cc])
-    fc = np.where(v.feasible, v.cost, np.inf)
-    per_sc = fc.min(axis=0) if fc.shape[0] > 1 else fc[0].copy()  # (H, C) best option per (start, cluster)
-    best_default = float(fc[0].min())
-    per_sc[ss, cc] = np.inf
-    flat = per_sc.ravel()
-    top = np.argpartition(flat, 5)[:5] if flat.size > 5 else np.arange(flat.size)
-    top = top[np.isfinite(flat[top])]
-    top = top[np.argsort(flat[top], kind="stable")]
-    alts = []
-    for t in top:
-        hs, hc = divmod(int(t), C)
-        alts.append({"region": p.regions[hc], "cluster": p.clusters[hc],
-                     "start_time": ev.iso(hs), "kgco2e": round(float(flat[t]), 6)})
+    J = b.J
+    B = len(J)
+    rows = np.arange(B)
+    valid = b.s < np.asarray(b.ns)[:, None, None, None]  # (B, 1, n, 1): the job's own start hours
+    feasible = b.base_ok & b.cap_ok & b.timely & valid
+    fc = np.where(feasible, b.cost, np.inf)
+    chosen_cost = b.cost[rows, kk, ss, cc]
+    best_default = fc[:, 0].min(axis=(1, 2))
+    per_sc = fc.min(axis=1)  # (B, n, C) best option per (start, cluster)
+    per_sc[rows, ss, cc] = np.inf
+    flat = per_sc.reshape(B, -1)
+    # the five cheapest per job: every cell up to the fifth-smallest value (ties included), by value then index
+    L = flat.shape[1]
+    fifth = np.partition(flat, 4, axis=1)[:, 4] if L > 5 else np.full(B, np.inf)
+    r_idx, c_idx = np.nonzero((flat <= fifth[:, None]) & np.isfinite(flat))
+    vals = flat[r_idx, c_idx]
+    o = np.lexsort((c_idx, vals, r_idx))
+    r_idx, c_idx, vals = r_idx[o], c_idx[o], vals[o]
+    first = np.searchsorted(r_idx, rows)
+    last = np.minimum(np.searchsorted(r_idx, rows, side="right"), first + 5)
     # counterfactuals at the default power limit, capacity ignored: run at release at home; greedy-carbon
-    r = int(min(max(p.release[j], 0), H - 1))
-    ok0 = v.base_ok[0, r]  # (C,)
-    home = int(p.home[j])
-    if home < 0 or not ok0[home]:
-        home = int(np.argmin(np.where(ok0, p.dur[j, 0], np.inf))) if ok0.any() else -1
-    run_now = float(v.cost[0, r, home]) if home >= 0 else None
-    greedy_c = None
-    if ok0.any():
-        gc = int(np.argmin(np.where(ok0, p.forecast[r], np.inf)))
-        greedy_c = float(v.cost[0, r, gc])
+    r = np.clip(p.release[J], 0, H - 1).astype(np.int64)
+    ok0 = b.base_ok[rows, 0, r]  # (B, C)
+    has_ok = ok0.any(axis=1)
+    home = p.home[J].astype(np.int64)
+    home_ok = (home >= 0) & ok0[rows, np.maximum(home, 0)]
+    fastest = np.argmin(np.where(ok0, p.dur[J, 0], np.inf), axis=1)
+    home = np.where(home_ok, home, np.where(has_ok, fastest, -1))
+    run_now = b.cost[rows, 0, r, np.maximum(home, 0)]
+    greedy_c = b.cost[rows, 0, r, np.argmin(np.where(ok0, p.forecast[r], np.inf), axis=1)]
     # binding constraints, judged on the policy's own score
-    chosen_score = float(score[kk, ss, cc])
-    tol = 1e-9 + 1e-9 * abs(chosen_score)
-    binding = []
-    if rejected.any() or np.where(v.base_ok & v.timely & ~v.cap_ok, score, np.inf).min() < chosen_score - tol:
-        binding.append("capacity")
-    if is_late or np.where(v.base_ok & v.cap_ok & ~v.timely, score, np.inf).min() < chosen_score - tol:
-        binding.append("deadline")
-    host_no = ~p.allowed[j]
+    chosen_score = score[rows, kk, ss, cc]
+    tol = 1e-9 + 1e-9 * np.abs(chosen_score)
+
+    def cheaper(mask):
+        return np.where(mask & valid, score, np.inf).min(axis=(1, 2, 3)) < chosen_score - tol
+
+    capacity = rejected.any(axis=1) | cheaper(b.base_ok & b.timely & ~b.cap_ok)
+    deadline = np.asarray(is_late, dtype=bool) | cheaper(b.base_ok & b.cap_ok & ~b.timely)
+    host_no = ~p.allowed[J]  # (B, C)
+    gpu_model = np.zeros(B, dtype=bool)
     if host_no.any():
-        fin = np.isfinite(p.dur[j]) & host_no[None, :]
-        m = (v.s <= (H - v.occ)[:, None, :]) & (v.s >= p.release[j]) & fin[:, None, :] & v.cap_ok & v.timely
-        if np.where(m, score, np.inf).min() < chosen_score - tol:
-            binding.append("gpu_model")
-    if not binding:
-        binding = ["none"]
-    saving = best_default - chosen_cost if np.isfinite(best_default) else None
-    return {
-        "job_id": ev.job_ids[j],
-        "priority": float(prio.priority[j]),
-        "urgency": float(prio.urgency[j]),
-        "flexibility": float(prio.flexibility[j]),
-        "opportunity": float(prio.opportunity[j]),
-        "weights": prio.weights.as_dict(),
-        "chosen": {"region": p.regions[cc], "cluster": p.clusters[cc], "zone": p.zones[cc],
-                   "start_time": ev.iso(ss), "kgco2e": round(chosen_cost, 6),
-                   "late": bool(is_late)},
-        "alternatives": alts,
-        "counterfactuals": {"run_now_kgco2e": None if run_now is None else round(run_now, 6),
-                            "greedy_carbon_kgco2e": None if greedy_c is None else round(greedy_c, 6),
-                            "optimum_kgco2e": None if optimum_kg is None else round(float(optimum_kg), 6)},
-        "binding_constraints": binding,
-        "forecast_version": p.forecast_version,
-        "power": {"limit_w": float(p.limit_w[kk, cc]),
-                  "saving_kgco2e": None if saving is None else round(max(saving, 0.0), 6)},
-        "policy": policy_name,
-        "agent_rejections": [p.clusters[i] for i in np.flatnonzero(rejected)],
-    }
+        fin = np.isfinite(p.dur[J]) & host_no[:, None, :]  # (B, K, C)
+        m = ((b.s <= (H - b.occ)[:, :, None, :]) & (b.s >= p.release[J][:, None, None, None])
+             & fin[:, :, None, :] & b.cap_ok & b.timely)
+        gpu_model = host_no.any(axis=1) & cheaper(m)
+    weights = prio.weights.as_dict()
+    out = []
+    for i in range(B):
+        j, k_i, s_i, c_i = int(J[i]), int(kk[i]), int(ss[i]), int(cc[i])
+        alts = []
+        for t in range(first[i], last[i]):
+            hs, hc = divmod(int(c_idx[t]), C)
+            alts.append({"region": p.regions[hc], "cluster": p.clusters[hc],
+                         "start_time": ev.iso(hs), "kgco2e": round(float(vals[t]), 6)})
+        binding = [name for name, on in (("capacity", capacity[i]), ("deadline", deadline[i]),
+                                         ("gpu_model", gpu_model[i])) if on] or ["none"]
+        saving = best_default[i] - chosen_cost[i] if np.isfinite(best_default[i]) else None
+        out.append({
+            "job_id": ev.job_ids[j],
+            "priority": float(prio.priority[j]),
+            "urgency": float(prio.urgency[j]),
+            "flexibility": float(prio.flexibility[j]),
+            "opportunity": float(prio.opportunity[j]),
+            "weights": dict(weights),
+            "chosen": {"region": p.regions[c_i], "cluster": p.clusters[c_i], "zone": p.zones[c_i],
+                       "start_time": ev.iso(s_i), "kgco2e": round(float(chosen_cost[i]), 6),
+                       "late": bool(is_late[i])},
+            "alternatives": alts,
+            "counterfactuals": {"run_now_kgco2e": round(float(run_now[i]), 6) if home[i] >= 0 else None,
+                                "greedy_carbon_kgco2e": round(float(greedy_c[i]), 6) if has_ok[i] else None,
+                                "optimum_kgco2e": None if optimum_kg is None else round(float(optimum_kg[i]), 6)},
+            "binding_constraints": binding,
+            "forecast_version": p.forecast_version,
+            "power": {"limit_w": float(p.limit_w[k_i, c_i]),
+                      "saving_kgco2e": None if saving is None else round(max(float(saving), 0.0), 6)},
+            "policy": policy_name,
+            "agent_rejections": [p.clusters[x] for x in np.flatnonzero(rejected[i])],
+        })
+    return out

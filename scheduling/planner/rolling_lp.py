@@ -97,7 +97,7 @@ import time
 import numpy as np
 
 from scheduling.planner.agents import STANDBY
-from scheduling.planner.coordinator import Evaluator, PlanOutcome, empty_decisions, explain_choice, priority_parts
+from scheduling.planner.coordinator import Evaluator, PlanOutcome, empty_decisions, explain_batch, priority_parts
 from scheduling.planner.optimum import solve_lp
 from scheduling.planner.problem import abs_hours
 from scheduling.planner.policies import PlacementPolicy
@@ -332,16 +332,19 @@ class RollingLP(PlacementPolicy):
             n_starts = [ev.starts_needed(int(j), 24) for j in shown]
             n_starts = np.array([p.hours if s[j] >= m else m for j, m in zip(shown, n_starts)], dtype=np.int64)
             by_n = np.argsort(n_starts, kind="stable")  # batches of like ranges: little computed past a job's own
-            records = [None] * len(shown)
-            for i, v in zip(by_n, ev.each_view(shown[by_n], free, n_starts[by_n])):
-                j = v.j
-                rejected = np.zeros(C, dtype=bool)
-                rejected[list(rejected_at.get(j, ()))] = True
-                record = explain_choice(p, self.name, j, v, v.cost, int(k[j]), int(s[j]), int(c[j]), bool(late[j]),
-                                        rejected, prio, ev, optimum_kg=lp_kg[j])
+            order = shown[by_n]
+            rejected = np.zeros((N, C), dtype=bool)
+            for j, where in rejected_at.items():
+                rejected[j, list(where)] = True
+            records = []
+            for b in ev.each_batch(order, free, n_starts[by_n]):
+                J = b.J
+                records += explain_batch(p, self.name, b, b.cost, k[J], s[J], c[J], late[J], rejected[J], prio, ev,
+                                         optimum_kg=lp_kg[J])
+            for j, record in zip(order, records):
                 if j in on_standby:
                     record["chosen"]["standby_node"] = True
-                records[i] = record
+            records = [records[i] for i in np.argsort(by_n)]  # back to plan order
             out.explanations.extend(records)
         out.stats = {"lp": lp.summary(), "lp_s": round(t_lp, 4), "plan_s": round(time.perf_counter() - t0, 4),
                      "explain_s": round(time.perf_counter() - t_explain, 4),

@@ -10,7 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scheduling.planner.coordinator import Coordinator, Evaluator, priority_parts, range_extrema
+from scheduling.planner.coordinator import (
+    Coordinator, Evaluator, explain_batch, explain_choice, priority_parts, range_extrema,
+)
 from scheduling.planner.optimum import OptimumPolicy, _candidates, solve_lp, solve_preemptive_lp
 from scheduling.planner.policies import (
     POLICY_NAMES, CarbonTime, GreedyCarbon, PerformanceFirst, PlacementPolicy, PriorityCarbon, make_policy,
@@ -396,6 +398,23 @@ def test_batched_views_and_start_now_equal_one_job_views():
             cost_now, ok_now = ev.start_now(int(j), c, free)
             np.testing.assert_array_equal(cost_now, one.cost[:, 0, c])
             np.testing.assert_array_equal(ok_now, one.feasible[:, 0, c])
+    # the batched explanations (rolling-lp's) equal one-job explanations (the coordinator's), each on its own range
+    prio = priority_parts(p, PriorityWeights())
+    kk = rng.integers(0, p.n_options, len(J))
+    ss = np.array([rng.integers(0, n) for n in ns])
+    cc = rng.integers(0, p.n_clusters, len(J))
+    late = rng.random(len(J)) < 0.2
+    rejected = rng.random((len(J), p.n_clusters)) < 0.2
+    opt = rng.uniform(0, 1, len(J))
+    records = []
+    for b in ev.each_batch(J, free, ns):
+        i = b.J
+        records += explain_batch(p, "rolling-lp", b, b.cost, kk[i], ss[i], cc[i], late[i], rejected[i], prio, ev, opt[i])
+    for j, v in zip(J, batch):
+        one = explain_choice(p, "rolling-lp", int(j), v, v.cost, int(kk[j]), int(ss[j]), int(cc[j]), bool(late[j]),
+                             rejected[j], prio, ev, optimum_kg=float(opt[j]))
+        assert records[j] == one
+        assert set(EXPLANATION_KEYS) <= set(one)
 
 
 # ------------------------------------------------------------------------------------------------ invariants
