@@ -106,8 +106,15 @@ class CandidateView:
     """The (K, H, C) candidate tensor of one job: `cost` (kg, forecast), `end` (hours from now), masks
     `base_ok` (horizon, release, cluster hosts the job, option exists), `cap_ok`, `timely`, and `feasible`."""
 
-    __slots__ = ("j", "cost", "carbon", "end", "base_ok", "cap_ok", "timely", "feasible", "occ", "dur", "trans", "s",
-                 "n", "price")
+    __slots__ = ("j", "cost", "carbon", "_end", "_run", "base_ok", "cap_ok", "timely", "feasible", "occ", "dur",
+                 "trans", "s", "n", "price")
+
+    @property
+    def end(self) -> np.ndarray:
+        """(K, n, C) end hour of each candidate, computed when asked (most views never are)."""
+        if self._end is None:
+            self._end = self.s + self._run[:, None, :]
+        return self._end
 
 
 class CandidateBatch:
@@ -117,12 +124,22 @@ class CandidateBatch:
     __slots__ = ("J", "ns", "cost", "carbon", "end", "base_ok", "cap_ok", "timely", "occ", "s", "price")
 
     @classmethod
-    def of_view(cls, v: CandidateView) -> "CandidateBatch":
+    def stack(cls, views: list[CandidateView], scores: list[np.ndarray]) -> tuple["CandidateBatch", np.ndarray]:
+        """Views of several jobs (each over its own start hours) as one batch padded to the longest range, and
+        their policy scores the same way (B, K, n, C); the padding lies outside every job's range."""
+        B = len(views)
+        K, _, C = views[0].cost.shape
+        n = max(v.n for v in views)
         b = cls()
-        b.J, b.ns, b.occ, b.s, b.price = np.array([v.j]), [v.n], v.occ[None], v.s, None
-        b.cost, b.carbon, b.end = v.cost[None], v.carbon[None], v.end[None]
-        b.base_ok, b.cap_ok, b.timely = v.base_ok[None], v.cap_ok[None], v.timely[None]
-        return b
+        b.J, b.ns = np.array([v.j for v in views], dtype=np.int64), [v.n for v in views]
+        b.occ, b.s, b.price, b.carbon, b.end = np.stack([v.occ for v in views]), np.arange(n)[None, :, None], None, None, None
+        b.cost, score = np.zeros((B, K, n, C)), np.zeros((B, K, n, C))
+        b.base_ok, b.cap_ok, b.timely = (np.zeros((B, K, n, C), dtype=bool) for _ in range(3))
+        for i, v in enumerate(views):
+            m = v.n
+            b.cost[i, :, :m], score[i, :, :m] = v.cost, scores[i]
+            b.base_ok[i, :, :m], b.cap_ok[i, :, :m], b.timely[i, :, :m] = v.base_ok, v.cap_ok, v.timely
+        return b, score
 
 
 BATCH_CELLS = 32_000  # candidate cells (jobs x options x start hours x clusters) per batch: temporaries stay in L2
@@ -206,12 +223,16 @@ class Evaluator:
         Python step per job."""
         p = self.p
         H, C = self.H, self.C
+        occ, whole, frac, kw = self.occ_all[J], self.whole_all[J], self.frac_all[J], p.kw[J]
+        latest, host, base = self.latest_all[J], self.host_all[J], self.base_idx[:, :n]
+        if clusters is not None:
+            occ, whole, frac, kw, latest, host = (a[:, :, clusters] for a in (occ, whole, frac, kw, latest, host))
+            base = base[:, :, clusters]
+        s = self.s[:, :n]
+        iw = base + (whole * C)[:, :, None, :]
+        W = self.Sflat[iw] - self.Sflat[base] + frac[:, :, None, :] * self.Fflat[iw]
+        carbon = W * (kw / 1000.0)[:, :, None, :]
         cs = slice(None) if clusters is None else clusters
-        occ = self.occ_all[J][:, :, cs]
-        s, base = self.s[:, :n], self.base_idx[:, :n, cs]
-        iw = base + (self.whole_all[J][:, :, cs] * C)[:, :, None, :]
-        W = self.Sflat[iw] - self.Sflat[base] + self.frac_all[J][:, :, cs][:, :, None, :] * self.Fflat[iw]
-        carbon = W * (p.kw[J][:, :, cs] / 1000.0)[:, :, None, :]
         tk = p.transfer_kwh[J][:, cs]  # (B, C)
         if tk.any():
             h = p.home[J]
@@ -225,13 +246,16 @@ class Evaluator:
         # a plan's candidate work): timely = s <= latest start, and with `postpone_margin_h` a start after now
         # must leave that many hours before it (a fallback); base_ok = s <= H - occ where the cluster hosts the
         # job (else never), and s >= release
-        latest = self.latest_all[J][:, :, cs][:, :, None, :]
+        latest = latest[:, :, None, :]
         if p.postpone_margin_h > 0:
-            timely = s <= latest - p.postpone_margin_h * (s > 0)
+            timely = s <= latest - p.postpone_margin_h
+            timely[:, :, 0] = (latest >= 0)[:, :, 0]  # starting now needs no fallback hour
         else:
             timely = s <= latest
-        last = np.where(self.host_all[J][:, :, cs], H - occ, -1)[:, :, None, :]
-        base_ok = (s <= last) & (s >= p.release[J][:, None, None, None])
+        base_ok = s <= np.where(host, H - occ, -1)[:, :, None, :]
+        release = p.release[J]
+        if release.any():
+            base_ok &= s >= release[:, None, None, None]
         if p.release_c is not None:  # per cluster: no node can take the job before then (multi-GPU drains)
             base_ok &= s >= p.release_c[J][:, cs][:, None, None, :]
         end = s + self._dur[J][:, :, cs][:, :, None, :] if with_end else None
@@ -241,7 +265,8 @@ class Evaluator:
              free_other: np.ndarray | None = None) -> CandidateView:
         """The candidate tensor of job j over start hours [0, n_starts) (default: the whole horizon); `free`
         None: capacity is not checked (every window has room)."""
-        return self.views(np.array([j]), free, [self.H if n_starts is None else int(n_starts)], free_other)[0]
+        # a slice, not [j]: the batch arrays are then views of the per-plan arrays, not copies
+        return self.views(slice(j, j + 1), free, [self.H if n_starts is None else int(n_starts)], free_other)[0]
 
     def each_batch(self, J: np.ndarray, free: np.ndarray | None, n_starts, free_other: np.ndarray | None = None):
         """`batch` over any number of jobs, in pieces of about BATCH_CELLS cells (bounded temporaries), in the
@@ -273,7 +298,7 @@ class Evaluator:
             m = b.ns[i]
             v = CandidateView()
             v.j, v.occ, v.dur, v.trans, v.n = int(j), b.occ[i], p.dur[j], None, m
-            v.cost, v.carbon, v.end = b.cost[i, :, :m], b.carbon[i, :, :m], b.end[i, :, :m]
+            v.cost, v.carbon, v._end, v._run = b.cost[i, :, :m], b.carbon[i, :, :m], None, self._dur[j]
             v.base_ok, v.cap_ok, v.timely = b.base_ok[i, :, :m], b.cap_ok[i, :, :m], b.timely[i, :, :m]
             v.s = self.s[:, :m]
             v.price = None if b.price is None else b.price[i, :, :m]
@@ -288,10 +313,10 @@ class Evaluator:
         the explanations of a whole plan: one batch instead of a view per job."""
         p = self.p
         H, C = self.H, self.C
-        J = np.asarray(J, dtype=np.int64)
         ns = [int(x) for x in n_starts]
-        n = max(ns)
-        occ, carbon, cost, timely, base_ok, end = self.windows(J, n)
+        n, B = max(ns), len(ns)
+        Jarr = np.arange(J.start, J.stop) if isinstance(J, slice) else np.asarray(J, dtype=np.int64)
+        occ, carbon, cost, timely, base_ok, _ = self.windows(J, n, with_end=False)
         base = self.base_idx[:, :n]
         end_idx = base + (occ * C)[:, :, None, :]  # (B, K, n, C)
         if free is None:
@@ -299,21 +324,27 @@ class Evaluator:
         else:  # capacity: count of hours with too little free capacity inside the window, per job
             bad = free[None] < p.gpu_total[J][:, None, None]  # (B, H, C)
             if free_other is not None:
-                for i, j in enumerate(J):
+                for i, j in enumerate(Jarr):
                     req = p.req_other[j]
                     for r in range(len(req)):
                         if req[r]:
                             bad[i] |= free_other[r] < req[r]
             rows = 2 * H + 3
-            Bc = np.zeros((len(J), rows, C), dtype=np.int32)
-            np.cumsum(bad, axis=1, out=Bc[:, 1: H + 1])
-            Bc[:, H + 1:] = Bc[:, H: H + 1]
-            off = (np.arange(len(J)) * rows * C)[:, None, None, None]
-            Bf = Bc.ravel()
-            cap_ok = Bf[end_idx + off] == Bf[base + off]
+            if B == 1:  # (the coordinator's view per job: the plan's buffer)
+                np.cumsum(bad[0], axis=0, out=self.B[1: H + 1])
+                self.B[H + 1:] = self.B[H]
+                Bf = self.B.ravel()
+                cap_ok = Bf[end_idx] == Bf[base]
+            else:
+                Bc = np.zeros((B, rows, C), dtype=np.int32)
+                np.cumsum(bad, axis=1, out=Bc[:, 1: H + 1])
+                Bc[:, H + 1:] = Bc[:, H: H + 1]
+                Bf = Bc.ravel()
+                off = (np.arange(B) * rows * C)[:, None, None, None]
+                cap_ok = Bf[end_idx + off] == Bf[base + off]
         b = CandidateBatch()
-        b.J, b.ns, b.occ, b.s = J, ns, occ, self.s[:, :n]
-        b.cost, b.carbon, b.end, b.base_ok, b.cap_ok, b.timely = cost, carbon, end, base_ok, cap_ok, timely
+        b.J, b.ns, b.occ, b.s = Jarr, ns, occ, self.s[:, :n]
+        b.cost, b.carbon, b.end, b.base_ok, b.cap_ok, b.timely = cost, carbon, None, base_ok, cap_ok, timely
         b.price = None
         if self.Pflat is not None:
             b.price = (self.Pflat[end_idx] - self.Pflat[base]) * p.gpu_total[J].astype(float)[:, None, None, None]
@@ -423,6 +454,7 @@ class Coordinator:
         policy.begin(p)
         k, s, c, cost, late, placed, reason, node, gpus, status, rejections = empty_decisions(N)
         explanations = []
+        pending, pending_cells = [], 0  # decisions explained in batches (explain_batch), in decision order
         n_rej = 0
         for j in order:
             j = int(j)
@@ -476,7 +508,13 @@ class Coordinator:
                 free_other[:, ss: ss + int(v.occ[kk, cc]), cc] -= p.req_other[j][:, None]
             policy.assigned(j, cc)
             if explain:
-                explanations.append(self._explain(j, v, score, kk, ss, cc, is_late, rejected, prio, ev))
+                pending.append((v, score, kk, ss, cc, is_late, rejected))
+                pending_cells += v.cost.size
+                if pending_cells >= BATCH_CELLS:
+                    explanations += self._explain(pending, prio, ev)
+                    pending, pending_cells = [], 0
+        if pending:
+            explanations += self._explain(pending, prio, ev)
         t1 = time.perf_counter()
         out = PlanOutcome(p, policy.name, order, k, s, c, cost, late, placed, reason, node, gpus, status, rejections,
                           prio, explanations)
@@ -506,17 +544,34 @@ class Coordinator:
                 if pl is not None:
                     out.node[j], out.gpus[j] = pl.node_name, tuple(pl.gpus)
 
-    def _explain(self, j, v: CandidateView, score, kk, ss, cc, is_late, rejected, prio: PriorityParts, ev) -> dict:
-        return explain_choice(self.p, self.policy.name, j, v, score, kk, ss, cc, is_late, rejected, prio, ev)
+    def _explain(self, items: list, prio: PriorityParts, ev) -> list[dict]:
+        """Explanations of decisions [(view, score, k, s, c, late, rejected clusters)], in their order; computed in
+        batches of views with like start-hour ranges (a batch is padded to its longest)."""
+        by_n = sorted(range(len(items)), key=lambda i: items[i][0].n)
+        out = [None] * len(items)
+        lo = 0
+        while lo < len(by_n):
+            hi = lo + 1
+            while hi < len(by_n) and items[by_n[hi]][0].n <= 1.25 * items[by_n[lo]][0].n:
+                hi += 1
+            group = [items[i] for i in by_n[lo:hi]]
+            b, score = CandidateBatch.stack([it[0] for it in group], [it[1] for it in group])
+            kk, ss, cc, late = (np.array([it[i] for it in group]) for i in (2, 3, 4, 5))
+            records = explain_batch(self.p, self.policy.name, b, score, kk, ss, cc, late,
+                                    np.array([it[6] for it in group]), prio, ev)
+            for i, record in zip(by_n[lo:hi], records):
+                out[i] = record
+            lo = hi
+        return out
 
 
 def explain_choice(p: PlanningProblem, policy_name: str, j: int, v: CandidateView, score: np.ndarray, kk: int,
                    ss: int, cc: int, is_late: bool, rejected: np.ndarray, prio: PriorityParts, ev: Evaluator,
                    optimum_kg: float | None = None) -> dict:
     """The explanation of one decision: `explain_batch` of a batch of one."""
-    return explain_batch(p, policy_name, CandidateBatch.of_view(v), score[None], np.array([kk]), np.array([ss]),
-                         np.array([cc]), np.array([is_late]), np.asarray(rejected)[None], prio, ev,
-                         None if optimum_kg is None else np.array([optimum_kg]))[0]
+    b, sc = CandidateBatch.stack([v], [score])
+    return explain_batch(p, policy_name, b, sc, np.array([kk]), np.array([ss]), np.array([cc]), np.array([is_late]),
+                         np.asarray(rejected)[None], prio, ev, None if optimum_kg is None else np.array([optimum_kg]))[0]
 
 
 def explain_batch(p: PlanningProblem, policy_name: str, b: CandidateBatch, score: np.ndarray, kk: np.ndarray,
