@@ -75,6 +75,8 @@ def _solve_highs(obj: np.ndarray, A_ub, b_ub: np.ndarray, A_eq, b_eq: np.ndarray
     status = {M.kOptimal: "optimal", M.kTimeLimit: "iteration_or_time_limit",
               M.kIterationLimit: "iteration_or_time_limit", M.kInfeasible: "infeasible",
               M.kUnbounded: "unbounded", M.kUnboundedOrInfeasible: "unbounded"}.get(ms, "numerical")
+    if ms == M.kModelEmpty:  # no jobs: nothing to decide
+        return HighsSolution("optimal", np.zeros(n), np.zeros(m))
     if status != "optimal":
         return HighsSolution(status, None, None)
     sol = h.getSolution()

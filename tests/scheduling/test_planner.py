@@ -114,6 +114,19 @@ def test_lp_capacity_duals_price_the_clean_hour():
     assert (lp.duals >= -1e-12).all()
 
 
+def test_lp_of_an_empty_problem_and_of_jobs_that_fit_nowhere():
+    """No jobs: an optimal, empty solution. Jobs too big for every cluster: no candidates, each job late (u = 1) at no
+    carbon in the horizon."""
+    empty = toy_problem([[100], [300]], [[1000], [1000]], gpu=[], dur=np.zeros((0, 1)), kw=np.zeros((0, 1)),
+                        deadline=[])
+    lp = solve_lp(empty)
+    assert lp.status == "optimal" and lp.objective_kg == 0.0 and lp.n_vars == 0
+    big = toy_problem([[100], [300]], [[1000], [1000]], gpu=[2000, 3000], dur=[[1], [1]], kw=[[1], [1]],
+                      deadline=[2, 2])
+    lp = solve_lp(big)
+    assert lp.status == "optimal" and lp.objective_kg == 0.0 and list(lp.u) == [1.0, 1.0] and len(lp.x) == 0
+
+
 def test_block_capacity_rows_relax_the_lp():
     """`hourly_rows`: after that many hours, one capacity row per block holds the block's mean. One GPU, four
     hours at 100/300/300/50 g; two 1-GPU jobs of 1 h due by hour 4 and one due by hour 1. Hourly rows: the due
