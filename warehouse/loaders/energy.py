@@ -139,8 +139,10 @@ WINDOW_POWER_LIMIT = re.compile(r"_(\d+(?:\.\d+)?)$")
 
 
 def _csv_header(path: Path) -> list[str]:
-    first = _sniff_text(path).lstrip().splitlines()[0]
-    return [h.strip().strip('"') for h in first.split(",")]
+    lines = _sniff_text(path).lstrip().splitlines()
+    if not lines:  # empty, or only whitespace / separator characters (str.splitlines splits on \x1c too)
+        raise LoadError(path, "no header row (the file is empty)", row=1)
+    return [h.strip().strip('"') for h in lines[0].split(",")]
 
 
 def load_zeus_profile(path: Path, data_dir: Path) -> Batch:
