@@ -121,7 +121,7 @@ class CandidateBatch:
     """The candidate tensors of jobs J together, (B, K, n, C) over the batch's longest start-hour range n; job i's
     own range is [0, ns[i]) (`views` slices it). What `explain_batch` reads."""
 
-    __slots__ = ("J", "ns", "cost", "carbon", "end", "base_ok", "cap_ok", "timely", "occ", "s", "price")
+    __slots__ = ("J", "ns", "cost", "carbon", "base_ok", "cap_ok", "timely", "occ", "s", "price")
 
     @classmethod
     def stack(cls, views: list[CandidateView], scores: list[np.ndarray]) -> tuple["CandidateBatch", np.ndarray]:
@@ -132,7 +132,7 @@ class CandidateBatch:
         n = max(v.n for v in views)
         b = cls()
         b.J, b.ns = np.array([v.j for v in views], dtype=np.int64), [v.n for v in views]
-        b.occ, b.s, b.price, b.carbon, b.end = np.stack([v.occ for v in views]), np.arange(n)[None, :, None], None, None, None
+        b.occ, b.s, b.price, b.carbon = np.stack([v.occ for v in views]), np.arange(n)[None, :, None], None, None
         b.cost, score = np.zeros((B, K, n, C)), np.zeros((B, K, n, C))
         b.base_ok, b.cap_ok, b.timely = (np.zeros((B, K, n, C), dtype=bool) for _ in range(3))
         for i, v in enumerate(views):
@@ -344,7 +344,7 @@ class Evaluator:
                 cap_ok = Bf[end_idx + off] == Bf[base + off]
         b = CandidateBatch()
         b.J, b.ns, b.occ, b.s = Jarr, ns, occ, self.s[:, :n]
-        b.cost, b.carbon, b.end, b.base_ok, b.cap_ok, b.timely = cost, carbon, None, base_ok, cap_ok, timely
+        b.cost, b.carbon, b.base_ok, b.cap_ok, b.timely = cost, carbon, base_ok, cap_ok, timely
         b.price = None
         if self.Pflat is not None:
             b.price = (self.Pflat[end_idx] - self.Pflat[base]) * p.gpu_total[J].astype(float)[:, None, None, None]
