@@ -220,6 +220,8 @@ def test_cli_bench_plan_reports_the_process_peak_and_checks_the_targets(capsys, 
     peak = small["process_peak_rss_mb"]
     assert peak is not None and peak > small["tracemalloc_peak_mb"] and peak > 20
     assert small["memory_target_met"] == (peak <= 300.0)
+    # rolling-lp's parts: HiGHS inside the LP, the LP and the explanations inside the plan
+    assert 0 < small["lp_solve_s"] <= small["lp_s"] and small["lp_s"] + small["explain_s"] <= small["plan_latency_s"]["max"]
     assert json.loads((tmp_path / "bench_plan_rolling-lp.json").read_text())["policy"] == "rolling-lp"
 
 
