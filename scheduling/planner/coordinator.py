@@ -281,11 +281,6 @@ class Evaluator:
             yield self.batch(J[i:e], free, n_starts[i:e], free_other)
             i = e
 
-    def each_view(self, J: np.ndarray, free: np.ndarray | None, n_starts, free_other: np.ndarray | None = None):
-        """`views` over any number of jobs (`each_batch`), each job's view in the order of J."""
-        for b in self.each_batch(J, free, n_starts, free_other):
-            yield from self.views_of(b)
-
     def views(self, J: np.ndarray, free: np.ndarray | None, n_starts, free_other: np.ndarray | None = None
               ) -> list[CandidateView]:
         """`view` of each job of J (its own start hours [0, n_starts[i])) on the same capacity `free`."""

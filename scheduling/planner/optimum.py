@@ -33,8 +33,6 @@ from scheduling.planner.coordinator import BATCH_CELLS, Evaluator, PlanOutcome, 
 from scheduling.planner.policies import PlacementPolicy
 from scheduling.planner.types import PlanningProblem, PriorityWeights
 
-
-
 _MILP_STATUS = {0: "optimal", 1: "iteration_or_time_limit", 2: "infeasible", 3: "unbounded", 4: "numerical"}
 
 
@@ -72,11 +70,11 @@ def _solve_highs(obj: np.ndarray, A_ub, b_ub: np.ndarray, A_eq, b_eq: np.ndarray
     h.run()
     ms = h.getModelStatus()
     M = highspy.HighsModelStatus
+    if ms == M.kModelEmpty:  # no jobs: nothing to decide
+        return HighsSolution("optimal", np.zeros(n), np.zeros(m))
     status = {M.kOptimal: "optimal", M.kTimeLimit: "iteration_or_time_limit",
               M.kIterationLimit: "iteration_or_time_limit", M.kInfeasible: "infeasible",
               M.kUnbounded: "unbounded", M.kUnboundedOrInfeasible: "unbounded"}.get(ms, "numerical")
-    if ms == M.kModelEmpty:  # no jobs: nothing to decide
-        return HighsSolution("optimal", np.zeros(n), np.zeros(m))
     if status != "optimal":
         return HighsSolution(status, None, None)
     sol = h.getSolution()

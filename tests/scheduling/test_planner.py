@@ -401,7 +401,7 @@ def test_batched_views_and_start_now_equal_one_job_views():
     free = p.free.astype(np.int64) - rng.integers(0, 2, size=p.free.shape) * 250
     J = np.arange(p.n_jobs)
     ns = rng.integers(1, p.hours + 1, size=len(J))
-    batch = list(ev.each_view(J, free, ns))
+    batch = [v for b in ev.each_batch(J, free, ns) for v in ev.views_of(b)]
     for j, v in zip(J, batch):
         one = Evaluator(p).view(int(j), free, int(ns[j]))
         assert v.j == j and v.n == ns[j]
