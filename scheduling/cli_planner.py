@@ -39,6 +39,9 @@ def register(subparsers) -> None:
                         "(mean and range; one run moves by 2-3 points of share with the trace)")
     e.add_argument("--forecasts", default="auto", choices=["auto", "warehouse", "dacf", "naive", "oracle"])
     e.add_argument("--forecast-model", default=None, help="model name in forecast.forecasts (default: best present)")
+    e.add_argument("--forecast-version", default="most-issues",
+                   help="model_version in forecast.forecasts (default most-issues: the one version with the most "
+                        "issues in the period, e.g. the stored backtest; 'all' mixes versions, latest issue wins)")
     e.add_argument("--policies", default="all", help="comma list or all (priority, priority-noprices, "
                                                      "performance-first, greedy-carbon, carbon-time, round-robin, "
                                                      "random)")
@@ -175,6 +178,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                             seed=seed, forecasts=args.forecasts, fleet_path=args.fleet,
                             data_dir=args.data_dir, pod_list=args.pods, max_duration_h=args.max_duration_h,
                             grid_source=args.grid_source, forecast_model=args.forecast_model,
+                            forecast_version=None if args.forecast_version == "all" else args.forecast_version,
                             calibrate=args.calibrate)
         rep = evaluate(sc, _policies(args.policies), with_optimum=not args.no_optimum, seed=seed,
                        progress=not args.no_progress, lp_time_limit_s=args.lp_time_limit,

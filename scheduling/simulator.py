@@ -34,7 +34,7 @@ import pandas as pd
 from scheduling.fleet import Fleet, load_fleet
 from scheduling.jobs import SpeedModel, generate_jobs
 from scheduling.planner.agents import default_workload, job_pods
-from scheduling.planner.forecasts import SIGNAL, ForecastProvider, GridSeries, make_forecasts, utc
+from scheduling.planner.forecasts import MOST_ISSUES, SIGNAL, ForecastProvider, GridSeries, make_forecasts, utc
 from scheduling.planner.policies import ONLINE_POLICIES, PlacementPolicy, make_policy
 from scheduling.planner.power import load_power_table
 from scheduling.planner.problem import JobTable, abs_hours
@@ -93,7 +93,8 @@ def demand_gpu_hours(jobs: pd.DataFrame, table: JobTable, on: str = "fleet") -> 
 def build_scenario(start="2021-07-01", days: float = 14, n_jobs: int = 1000, regions=6, load: float | None = 0.5,
                    seed: int = 0, forecasts: str = "auto", fleet_path=None, data_dir=None, pod_list: str = "default",
                    max_duration_h: float = 48.0, grid_source: str = "auto", db_path=None,
-                   forecast_model: str | None = None, tail_days: int = DEFAULT_TAIL_DAYS,
+                   forecast_model: str | None = None, forecast_version: str | None = MOST_ISSUES,
+                   tail_days: int = DEFAULT_TAIL_DAYS,
                    packing: str = "fgd", calibrate: int = 0) -> Scenario:
     """Fleet, job trace, grid actuals and the forecast provider for one evaluation.
 
@@ -104,7 +105,8 @@ def build_scenario(start="2021-07-01", days: float = 14, n_jobs: int = 1000, reg
     `calibrate` > 0 the fleet is re-sized up to that many times by (GPU-hours performance-first runs the jobs
     with / fleet GPU-hours) / `load` (`placed_load` of its metrics). The measured utilisation (mean GPU allocation inside the
     period) is reported beside it: lower, since the fleet starts empty and jobs arriving late run after the
-    period. `load=None` keeps the configured sizes."""
+    period. `load=None` keeps the configured sizes. `forecast_version`: which model_version of the stored forecasts
+    (`make_forecasts`; default one version throughout, the one with the most issues in the period)."""
     start = utc(start).floor("h")
     hours = int(round(days * 24))
     fleet = load_fleet(fleet_path, regions=regions, data_dir=data_dir)
@@ -128,7 +130,7 @@ def build_scenario(start="2021-07-01", days: float = 14, n_jobs: int = 1000, reg
     if grid.t0 > start - 24 * HOUR:
         raise ValueError(f"grid data starts {grid.t0}: the naive forecast at {start} needs the day before")
     provider = make_forecasts(forecasts, grid, fleet.zones, start=start, end=end, db_path=db_path,
-                              data_dir=data_dir, model=forecast_model)
+                              data_dir=data_dir, model=forecast_model, version=forecast_version)
     workload = default_workload(job_pods(jobs))
     calibration = []
     if load is not None:
@@ -154,7 +156,7 @@ def build_scenario(start="2021-07-01", days: float = 14, n_jobs: int = 1000, reg
     config = {"start": start.isoformat(), "days": days, "n_jobs": int(len(jobs)), "n_jobs_requested": n_jobs,
               "regions": list(dict.fromkeys(fleet.cluster_regions)), "zones": fleet.zones, "load_target": load,
               "seed": seed, "pod_list": pod_list, "max_duration_h": max_duration_h, "packing": packing,
-              "forecasts_requested": forecasts, "grid_source": grid.source,
+              "forecasts_requested": forecasts, "forecast_version_requested": forecast_version, "grid_source": grid.source,
               "fleet_file": fleet.source_path, "power_options": power.source, "speed_source": speed.source,
               "jobs_dropped": int(jobs.attrs.get("dropped", 0)) + int(jobs.attrs.get("dropped_after_scaling", 0)),
               "load_calibration": calibration, "load_definition": (

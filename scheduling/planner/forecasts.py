@@ -259,15 +259,20 @@ class WarehouseForecast(ForecastProvider):
 
 
 def make_forecasts(kind: str, grid: GridSeries, zones, start=None, end=None, db_path=None, data_dir=None,
-                   model: str | None = None) -> ForecastProvider:
-    """A provider by kind (naive | oracle | dacf | warehouse | auto); see the module docstring."""
+                   model: str | None = None, version: str | None = None) -> ForecastProvider:
+    """A provider by kind (naive | oracle | dacf | warehouse | auto); see the module docstring.
+
+    `version` (warehouse rows): None takes every model_version of the model, the latest issue winning (the hourly
+    plan: whatever was issued last); MOST_ISSUES takes the one version with the most issues in the period (an
+    evaluation: one forecaster throughout, not a backtest with the pipeline's own forecast of one hour mixed in,
+    which was trained under a wall-clock budget and so differs by host); any other value that version exactly."""
     zones = list(zones)
     if kind == "naive":
         return NaiveForecast(grid, zones)
     if kind == "oracle":
         return OracleForecast(grid, zones)
     if kind in ("warehouse", "auto"):
-        rows, chosen = _warehouse_rows(zones, start, end, db_path, model)
+        rows, chosen = _warehouse_rows(zones, start, end, db_path, model, version)
         if rows is not None and len(rows):
             return WarehouseForecast(grid, zones, rows, chosen)
         if kind == "warehouse":
@@ -291,9 +296,10 @@ def make_forecasts(kind: str, grid: GridSeries, zones, start=None, end=None, db_
 
 
 PREFERRED_MODELS = ("ensemble", "lgbm", "mix", "tft", "prophet", "naive-24")
+MOST_ISSUES = "most-issues"
 
 
-def _warehouse_rows(zones, start, end, db_path, model):
+def _warehouse_rows(zones, start, end, db_path, model, version=None):
     try:
         from forecasting.registry import read_forecasts
 
@@ -308,4 +314,19 @@ def _warehouse_rows(zones, start, end, db_path, model):
         have = list(dict.fromkeys(rows["model"]))
         model = next((m for m in PREFERRED_MODELS if m in have), have[0])
         rows = rows[rows["model"] == model]
-    return rows, model
+    return one_version(rows, version, model), model
+
+
+def one_version(rows: pd.DataFrame, version: str | None, model: str | None = None) -> pd.DataFrame:
+    """`rows` of the model_version asked for (see `make_forecasts`); a clear error when it is absent."""
+    if version is None or rows.empty:
+        return rows
+    versions = rows["model_version"].astype(str)
+    if version == MOST_ISSUES:
+        issues = rows.assign(model_version=versions).groupby("model_version")["issued_at"].nunique()
+        # Most issues; among equals the latest label, so the choice does not depend on row order.
+        version = max(issues.index, key=lambda v: (issues[v], v))
+    elif version not in set(versions):
+        raise ValueError(f"forecast.forecasts holds no carbon_intensity rows of model {model!r} version {version!r} "
+                         f"for these zones and period; versions present: {sorted(set(versions))}")
+    return rows[versions == version]

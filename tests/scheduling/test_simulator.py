@@ -123,6 +123,39 @@ def test_warehouse_forecasts_are_read(tmp_warehouse, data_dir):
     assert "lgbm" in version and 0 < meta["fallback_share"] < 1
 
 
+def test_evaluation_forecasts_keep_one_version(tmp_warehouse, data_dir):
+    """A backtest (daily issues) beside one forecast of the pipeline (another version, issued at noon): the
+    evaluation's default reads the backtest alone; the hourly plan's (all versions) lets the noon issue win; an
+    absent version is a clear error."""
+    from forecasting.registry import write_forecasts
+
+    from scheduling.planner.forecasts import MOST_ISSUES
+
+    def issue(at, value, version):
+        at = pd.Timestamp(at)
+        return pd.DataFrame({"issued_at": at, "target_time": at + pd.to_timedelta(np.arange(48), unit="h"),
+                             "region": "CISO", "target": "carbon_intensity", "p10": value - 10, "p50": value,
+                             "p90": value + 10, "model": "ensemble", "model_version": version, "is_fallback": False,
+                             "fallback_reason": None})
+
+    write_forecasts(pd.concat([issue("2021-07-03T00:00Z", 100.0, "backtest-2021-07-01"),
+                               issue("2021-07-04T00:00Z", 100.0, "backtest-2021-07-01"),
+                               issue("2021-07-03T12:00Z", 300.0, "20210617T0000Z.1")], ignore_index=True))
+    g = GridSeries.load(["CISO"], "2021-07-01", "2021-07-10", source="files", data_dir=data_dir)
+    now = pd.Timestamp("2021-07-03T18:00Z")
+    pinned = make_forecasts("warehouse", g, ["CISO"], start="2021-07-03", end="2021-07-06", version=MOST_ISSUES)
+    F, label, _ = pinned.at(now, 6)
+    assert pinned.versions == ["backtest-2021-07-01"] and np.allclose(F[:, 0], 100.0)
+    assert "20210617" not in label
+    mixed = make_forecasts("warehouse", g, ["CISO"], start="2021-07-03", end="2021-07-06")
+    F, _, _ = mixed.at(now, 6)
+    assert len(mixed.versions) == 2 and np.allclose(F[:, 0], 300.0)
+    exact = make_forecasts("warehouse", g, ["CISO"], start="2021-07-03", end="2021-07-06", version="20210617T0000Z.1")
+    assert np.allclose(exact.at(now, 6)[0][:, 0], 300.0)
+    with pytest.raises(ValueError, match="version 'v9'.*versions present"):
+        make_forecasts("warehouse", g, ["CISO"], start="2021-07-03", end="2021-07-06", version="v9")
+
+
 def test_plan_hour_api(data_dir):
     from scheduling.fleet import load_fleet
     from scheduling.jobs import generate_jobs
