@@ -30,6 +30,10 @@ from forecasting.data import (
 from forecasting.metrics import DAY_AHEAD, error_pct_of_mean, mape, point_metric_name, summarize
 
 HOUR = pd.Timedelta(hours=1)
+# Days of data before each issue handed to predict (the ensemble's weights are re-fitted on its last 28 days; the
+# mix composite looks back further). One default for every entry point: the CLI and the results job used 70, the
+# functions 35, so the same backtest gave other forecasts from Python than from the command line.
+CONTEXT_DAYS = 70
 # Weather features look up to a day past the target hour (its daily mean, t + 1, t + 2): give predict that much.
 LOOKAHEAD_H = 24
 STANDARD = {
@@ -69,7 +73,7 @@ def rolling_forecasts(
     end,
     horizon: int = 96,
     issue_hour: int = 0,
-    context_days: int = 35,
+    context_days: int = CONTEXT_DAYS,
     regions=None,
 ) -> pd.DataFrame:
     """Forecast frames of every daily issue in [start, end], concatenated."""
@@ -181,7 +185,7 @@ def run_backtest(
     horizon: int = 24,
     train_end=None,
     fit: bool = True,
-    context_days: int = 35,
+    context_days: int = CONTEXT_DAYS,
 ) -> list[BacktestResult]:
     """Fit `model` on data before `train_end` (default: `start`), forecast daily over [start, end], score per region."""
     regions = list(regions)
@@ -289,7 +293,7 @@ def results_job(spec: dict) -> dict:
     fit_cpu, fit_wall = time.process_time() - c0, time.perf_counter() - w0
     c0, w0 = time.process_time(), time.perf_counter()
     results = run_backtest(model, target, regions, data, published, start=spec["start"], end=spec["end"],
-                           horizon=spec["horizon"], fit=False, context_days=spec.get("context_days", 70))
+                           horizon=spec["horizon"], fit=False, context_days=spec.get("context_days", CONTEXT_DAYS))
     pred_cpu, pred_wall = time.process_time() - c0, time.perf_counter() - w0
     out = {"target": target, "model": name, "fit_cpu_s": round(fit_cpu, 1), "fit_wall_s": round(fit_wall, 1),
            "predict_cpu_s": round(pred_cpu, 1), "predict_wall_s": round(pred_wall, 1), "regions": {}}
