@@ -107,3 +107,18 @@ def test_results_table_renders_every_bucket_and_the_baselines(grid_dir, tmp_path
     assert "**5.00**" in text  # 5 % beats DACF's DE 9.08
     assert "DACF ANN" in text  # PJM wind is not an operator forecast
     assert "wind SE: ensemble 12.00 vs ENTSO-E" in text  # a loss is listed
+
+
+def test_ensemble_backtest_is_reproducible(grid_frame):
+    """The planner's evaluation replays stored backtest forecasts, so a backtest must give the same forecasts each
+    time it runs (no wall-clock budget, seeded single-threaded boosting): two runs, equal rows."""
+    from forecasting.models import make_model
+
+    runs = []
+    for _ in range(2):
+        model = make_model("ensemble", "carbon_intensity", tiny=True, horizon=48)
+        res = backtest.run_backtest(model, "carbon_intensity", ["DE"], grid_frame, start="2021-04-01",
+                                    end="2021-04-03", horizon=48)
+        runs.append(res[0].issued.reset_index(drop=True))
+    assert len(runs[0]) == 3 * 48
+    pd.testing.assert_frame_equal(runs[0], runs[1])
