@@ -64,6 +64,9 @@ def register(subparsers) -> None:
     e.add_argument("--out", default=None, help="also write the JSON report there (default "
                                               "var/reports/planner/evaluate_<start>_<load>.json per run)")
     e.add_argument("--report-md", default=None, help="write the results table (markdown) there")
+    e.add_argument("--report-plot", default=None,
+                   help="write a PNG there: share of the optimum's reduction and deadlines per policy, period and "
+                        "load (mean over seeds, min-max whiskers, the targets as lines)")
     e.add_argument("--no-progress", action="store_true")
     e.add_argument("--from-json", nargs="+", default=None,
                    help="do not simulate: rebuild --report-md (and --json output) from saved evaluate JSON file(s)")
@@ -196,6 +199,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(report_markdown(runs))
         tmp.replace(path)
+    if args.report_plot:
+        from scheduling.report import chart_over_runs
+
+        chart_over_runs(runs, Path(args.report_plot))
     summary = over_seeds(runs)
     payload = runs[0] if len(runs) == 1 else {"runs": runs, **({"over_seeds": summary} if summary else {})}
     if args.json:

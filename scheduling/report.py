@@ -118,6 +118,77 @@ def chart_carbon(policies: pd.DataFrame, optimum: float | None, path: Path) -> N
     _save(fig, path)
 
 
+SUMMARY_ORDER = ("rolling-lp", "priority", "carbon-time", "greedy-carbon", "performance-first", "round-robin",
+                 "random")
+
+
+def over_runs(reports: list[dict]) -> pd.DataFrame:
+    """Per period, load and policy over the evaluate reports given (trace seeds): share of the optimum's reduction
+    and deadline satisfaction, mean / min / max, and the number of runs. The numbers behind `chart_over_runs`."""
+    rows = []
+    for rep in reports:
+        cfg = rep["config"]
+        for name, m in rep["policies"].items():
+            rows.append({"period": str(cfg["start"])[:7], "load": float(cfg["load_target"]), "policy": name,
+                         "seed": int(cfg.get("seed", 0)), "share_pct": m.get("share_of_optimum_reduction_pct"),
+                         "deadlines_pct": 100.0 * float(m["deadline_satisfaction"])})
+    if not rows:
+        return pd.DataFrame()
+    frame = pd.DataFrame(rows).astype({"share_pct": float})
+    out = frame.groupby(["period", "load", "policy"], sort=True).agg(
+        runs=("seed", "nunique"), share_mean=("share_pct", "mean"), share_min=("share_pct", "min"),
+        share_max=("share_pct", "max"), deadlines_mean=("deadlines_pct", "mean"),
+        deadlines_min=("deadlines_pct", "min"), deadlines_max=("deadlines_pct", "max")).reset_index()
+    rank = {name: i for i, name in enumerate(SUMMARY_ORDER)}
+    out["order"] = out["policy"].map(lambda n: rank.get(n, len(rank)))
+    return out.sort_values(["period", "load", "order", "policy"]).drop(columns="order").reset_index(drop=True)
+
+
+def chart_over_runs(reports: list[dict], path: Path, share_target_pct: float = 90.0,
+                    deadline_target_pct: float = 98.0) -> pd.DataFrame:
+    """Two panels over every period x load: each policy's share of the optimum's reduction and its deadline
+    satisfaction, bars at the mean over the runs (trace seeds), whiskers min-max, the issue's targets as lines.
+    Returns the numbers drawn (`over_runs`)."""
+    table = over_runs(reports)
+    if table.empty:
+        raise ValueError("no evaluate reports to draw")
+    plt = _plt()
+    groups = list(dict.fromkeys(zip(table["period"], table["load"])))
+    policies = list(dict.fromkeys(table["policy"]))
+    width = 0.8 / len(policies)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
+    panels = (("share", "share of the optimum's reduction (%)", share_target_pct),
+              ("deadlines", "jobs meeting their deadline (%)", deadline_target_pct))
+    for ax, (key, label, target) in zip(axes, panels):
+        for i, name in enumerate(policies):
+            part = table[table["policy"] == name].set_index(["period", "load"])
+            xs, mean, lo, hi = [], [], [], []
+            for g, group in enumerate(groups):
+                if group in part.index and np.isfinite(part.loc[group, f"{key}_mean"]):
+                    row = part.loc[group]
+                    xs.append(g - 0.4 + (i + 0.5) * width)
+                    mean.append(row[f"{key}_mean"])
+                    lo.append(row[f"{key}_mean"] - row[f"{key}_min"])
+                    hi.append(row[f"{key}_max"] - row[f"{key}_mean"])
+            if xs:
+                runs = int(part["runs"].max())
+                ax.bar(xs, mean, width, color=_color(i), yerr=[lo, hi], capsize=2, error_kw={"linewidth": 0.8},
+                       label=f"{name} ({runs} runs)" if runs > 1 else name)
+        ax.axhline(target, color="black", linestyle="--", linewidth=1)
+        ax.text(len(groups) - 0.5, target, f"target {target:g} %", ha="right", va="bottom", fontsize=8)
+        ax.axhline(0, color="grey", linewidth=0.6)
+        ax.set_xticks(range(len(groups)), [f"{p}\nload {load:g}" for p, load in groups])
+        ax.set_ylabel(label)
+    axes[0].set_title("Carbon: share of the LP bound's reduction vs performance-first")
+    axes[1].set_title("Deadlines")
+    axes[1].set_ylim(0, 105)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(policies), fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, -0.06))
+    _save(fig, path)
+    return table
+
+
 def chart_deadlines(policies: pd.DataFrame, path: Path) -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 3.2))

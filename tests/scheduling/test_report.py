@@ -104,3 +104,28 @@ def test_run_evaluation_on_a_small_scenario(tmp_path, data_dir, tmp_warehouse):
     assert len([i for i in images if i.startswith("cards/")]) == out["cards"] == 2
     data = json.loads((tmp_path / "ev" / "data.json").read_text())
     assert data["explanations"] and all("chosen" in e for e in data["explanations"])
+
+
+def test_chart_over_runs_draws_the_mean_and_range_over_seeds(tmp_path):
+    from scheduling.report import chart_over_runs
+
+    def report(seed, start, load, rolling_share, rolling_deadlines):
+        first = {"share_of_optimum_reduction_pct": 0.0, "deadline_satisfaction": 0.9}
+        return {"config": {"start": start, "load_target": load, "seed": seed},
+                "policies": {"performance-first": first,
+                             "rolling-lp": {"share_of_optimum_reduction_pct": rolling_share,
+                                            "deadline_satisfaction": rolling_deadlines}}}
+
+    july, december = "2021-07-01T00:00:00+00:00", "2021-12-01T00:00:00+00:00"
+    reports = [report(0, july, 0.5, 60.0, 0.99), report(1, july, 0.5, 70.0, 0.97), report(0, december, 0.8, 80.0, 1.0)]
+    reports[2]["policies"]["random"] = {"share_of_optimum_reduction_pct": -20.0, "deadline_satisfaction": 0.4}
+    path = tmp_path / "summary.png"
+    table = chart_over_runs(reports, path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+    row = table[(table["period"] == "2021-07") & (table["policy"] == "rolling-lp")].iloc[0]
+    assert (row["runs"], row["share_mean"], row["share_min"], row["share_max"]) == (2, 65.0, 60.0, 70.0)
+    assert row["deadlines_min"] == pytest.approx(97.0) and row["deadlines_mean"] == pytest.approx(98.0)
+    # our policy first, then the baselines in the README's order
+    assert table[table["period"] == "2021-12"]["policy"].tolist() == ["rolling-lp", "performance-first", "random"]
+    with pytest.raises(ValueError, match="no evaluate reports"):
+        chart_over_runs([], tmp_path / "none.png")
