@@ -225,7 +225,7 @@ class WarehouseForecast(ForecastProvider):
         now = utc(now)
         out = self.naive(now, hours)
         used = np.zeros_like(out, dtype=bool)
-        issued_used = []
+        issued_used, versions_used = [], set()
         axis = now + np.arange(hours) * HOUR
         for zi, zone in enumerate(self.zones):
             lst = self.issues.get(zone, [])
@@ -249,8 +249,12 @@ class WarehouseForecast(ForecastProvider):
             out[pos[ok], zi] = val[ok]
             used[pos[ok], zi] = True
             issued_used.append(issued)
+            if "model_version" in part.columns:
+                versions_used.update(str(v) for v in part["model_version"].dropna().unique())
         last = max(issued_used).isoformat() if issued_used else "none"
-        version = f"forecast.forecasts:{self.model}:{'|'.join(self.versions) or 'unversioned'}@{last}+naive-24"
+        # The versions of the issues this plan used (not every version read), so an explanation names its forecast.
+        label = "|".join(sorted(versions_used)) or ("unversioned" if issued_used else "none")
+        version = f"forecast.forecasts:{self.model}:{label}@{last}+naive-24"
         return out, version, {"fallback_share": float(1 - used.mean())}
 
     def describe(self):

@@ -124,9 +124,10 @@ def test_warehouse_forecasts_are_read(tmp_warehouse, data_dir):
 
 
 def test_evaluation_forecasts_keep_one_version(tmp_warehouse, data_dir):
-    """A backtest (daily issues) beside one forecast of the pipeline (another version, issued at noon): the
-    evaluation's default reads the backtest alone; the hourly plan's (all versions) lets the noon issue win; an
-    absent version is a clear error."""
+    """A backtest (daily issues) beside forecasts of the pipeline (another version, one issued at noon): the
+    evaluation's default reads the backtest alone; the hourly plan's (all versions) lets the noon issue win and names
+    the version it used (forecast.forecasts keeps one version per model and issue hour); an absent version is a clear
+    error."""
     from forecasting.registry import write_forecasts
 
     from scheduling.planner.forecasts import MOST_ISSUES
@@ -148,8 +149,11 @@ def test_evaluation_forecasts_keep_one_version(tmp_warehouse, data_dir):
     assert pinned.versions == ["backtest-2021-07-01"] and np.allclose(F[:, 0], 100.0)
     assert "20210617" not in label
     mixed = make_forecasts("warehouse", g, ["CISO"], start="2021-07-03", end="2021-07-06")
-    F, _, _ = mixed.at(now, 6)
+    F, label, _ = mixed.at(now, 6)
     assert len(mixed.versions) == 2 and np.allclose(F[:, 0], 300.0)
+    assert label == "forecast.forecasts:ensemble:20210617T0000Z.1@2021-07-03T12:00:00+00:00+naive-24"  # the one used
+    F, label, _ = mixed.at(pd.Timestamp("2021-07-04T06:00Z"), 6)  # the next day's backtest issue is later
+    assert np.allclose(F[:, 0], 100.0) and label.startswith("forecast.forecasts:ensemble:backtest-2021-07-01@")
     exact = make_forecasts("warehouse", g, ["CISO"], start="2021-07-03", end="2021-07-06", version="20210617T0000Z.1")
     assert np.allclose(exact.at(now, 6)[0][:, 0], 300.0)
     with pytest.raises(ValueError, match="version 'v9'.*versions present"):
