@@ -69,7 +69,7 @@ def _quiet():
 # ------------------------------------------------------------------------------------------------------ backtest
 
 def backtest_command(args) -> int:
-    from forecasting.backtest import load_inputs, run_backtest, utc
+    from forecasting.backtest import STORED_PREFIX, load_inputs, run_backtest, utc
     from forecasting.data import STANDARD_REGIONS
     from forecasting.metrics import point_metric_name
 
@@ -87,7 +87,7 @@ def backtest_command(args) -> int:
         if args.store:
             from forecasting.backtest import store_forecasts
 
-            label = args.store_version or f"backtest-{utc(args.train_end or args.start).date().isoformat()}"
+            label = args.store_version or f"{STORED_PREFIX}{utc(args.train_end or args.start).date().isoformat()}"
             stored = {"model": args.model, "model_version": label,
                       "rows": store_forecasts(results, args.model, label)}
         docs = []

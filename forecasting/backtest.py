@@ -34,6 +34,8 @@ HOUR = pd.Timedelta(hours=1)
 # mix composite looks back further). One default for every entry point: the CLI and the results job used 70, the
 # functions 35, so the same backtest gave other forecasts from Python than from the command line.
 CONTEXT_DAYS = 70
+# model_version of stored backtests (`store_forecasts` via `backtest --store`): the planner's evaluation prefers them.
+STORED_PREFIX = "backtest-"
 # Weather features look up to a day past the target hour (its daily mean, t + 1, t + 2): give predict that much.
 LOOKAHEAD_H = 24
 STANDARD = {

@@ -39,9 +39,10 @@ def register(subparsers) -> None:
                         "(mean and range; one run moves by 2-3 points of share with the trace)")
     e.add_argument("--forecasts", default="auto", choices=["auto", "warehouse", "dacf", "naive", "oracle"])
     e.add_argument("--forecast-model", default=None, help="model name in forecast.forecasts (default: best present)")
-    e.add_argument("--forecast-version", default="most-issues",
-                   help="model_version in forecast.forecasts (default most-issues: the one version with the most "
-                        "issues in the period, e.g. the stored backtest; 'all' mixes versions, latest issue wins)")
+    e.add_argument("--forecast-version", default="backtest",
+                   help="model_version in forecast.forecasts (default backtest: the stored backtest -- versions "
+                        "backtest-*, from `python -m forecasting backtest --store` -- with the most issues in the "
+                        "period, else every version; 'all': every version, the latest issue wins; or a label)")
     e.add_argument("--policies", default="all", help="comma list or all (priority, priority-noprices, "
                                                      "performance-first, greedy-carbon, carbon-time, round-robin, "
                                                      "random)")

@@ -34,7 +34,7 @@ import pandas as pd
 from scheduling.fleet import Fleet, load_fleet
 from scheduling.jobs import SpeedModel, generate_jobs
 from scheduling.planner.agents import default_workload, job_pods
-from scheduling.planner.forecasts import MOST_ISSUES, SIGNAL, ForecastProvider, GridSeries, make_forecasts, utc
+from scheduling.planner.forecasts import BACKTEST, SIGNAL, ForecastProvider, GridSeries, make_forecasts, utc
 from scheduling.planner.policies import ONLINE_POLICIES, PlacementPolicy, make_policy
 from scheduling.planner.power import load_power_table
 from scheduling.planner.problem import JobTable, abs_hours
@@ -93,7 +93,7 @@ def demand_gpu_hours(jobs: pd.DataFrame, table: JobTable, on: str = "fleet") -> 
 def build_scenario(start="2021-07-01", days: float = 14, n_jobs: int = 1000, regions=6, load: float | None = 0.5,
                    seed: int = 0, forecasts: str = "auto", fleet_path=None, data_dir=None, pod_list: str = "default",
                    max_duration_h: float = 48.0, grid_source: str = "auto", db_path=None,
-                   forecast_model: str | None = None, forecast_version: str | None = MOST_ISSUES,
+                   forecast_model: str | None = None, forecast_version: str | None = BACKTEST,
                    tail_days: int = DEFAULT_TAIL_DAYS,
                    packing: str = "fgd", calibrate: int = 0) -> Scenario:
     """Fleet, job trace, grid actuals and the forecast provider for one evaluation.
@@ -106,7 +106,7 @@ def build_scenario(start="2021-07-01", days: float = 14, n_jobs: int = 1000, reg
     with / fleet GPU-hours) / `load` (`placed_load` of its metrics). The measured utilisation (mean GPU allocation inside the
     period) is reported beside it: lower, since the fleet starts empty and jobs arriving late run after the
     period. `load=None` keeps the configured sizes. `forecast_version`: which model_version of the stored forecasts
-    (`make_forecasts`; default one version throughout, the one with the most issues in the period)."""
+    (`make_forecasts`; default: the stored backtest where there is one, else every version)."""
     start = utc(start).floor("h")
     hours = int(round(days * 24))
     fleet = load_fleet(fleet_path, regions=regions, data_dir=data_dir)

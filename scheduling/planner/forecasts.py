@@ -267,9 +267,11 @@ def make_forecasts(kind: str, grid: GridSeries, zones, start=None, end=None, db_
     """A provider by kind (naive | oracle | dacf | warehouse | auto); see the module docstring.
 
     `version` (warehouse rows): None takes every model_version of the model, the latest issue winning (the hourly
-    plan: whatever was issued last); MOST_ISSUES takes the one version with the most issues in the period (an
-    evaluation: one forecaster throughout, not a backtest with the pipeline's own forecast of one hour mixed in,
-    which was trained under a wall-clock budget and so differs by host); any other value that version exactly."""
+    plan: whatever was issued last); BACKTEST takes the stored backtest (`python -m forecasting backtest --store`,
+    versions labelled backtest-*) with the most issues in the period when there is one, else every version (an
+    evaluation: one forecaster throughout, not a backtest with a forecast of the pipeline mixed in -- trained under a
+    wall-clock budget, that one differs by host); any other value that version exactly.
+    """
     zones = list(zones)
     if kind == "naive":
         return NaiveForecast(grid, zones)
@@ -300,7 +302,7 @@ def make_forecasts(kind: str, grid: GridSeries, zones, start=None, end=None, db_
 
 
 PREFERRED_MODELS = ("ensemble", "lgbm", "mix", "tft", "prophet", "naive-24")
-MOST_ISSUES = "most-issues"
+BACKTEST = "backtest"
 
 
 def _warehouse_rows(zones, start, end, db_path, model, version=None):
@@ -325,9 +327,14 @@ def one_version(rows: pd.DataFrame, version: str | None, model: str | None = Non
     """`rows` of the model_version asked for (see `make_forecasts`); a clear error when it is absent."""
     if version is None or rows.empty:
         return rows
+    from forecasting.backtest import STORED_PREFIX
+
     versions = rows["model_version"].astype(str)
-    if version == MOST_ISSUES:
-        issues = rows.assign(model_version=versions).groupby("model_version")["issued_at"].nunique()
+    if version == BACKTEST:
+        backtests = rows[versions.str.startswith(STORED_PREFIX)]
+        if backtests.empty:
+            return rows
+        issues = backtests.groupby(backtests["model_version"].astype(str))["issued_at"].nunique()
         # Most issues; among equals the latest label, so the choice does not depend on row order.
         version = max(issues.index, key=lambda v: (issues[v], v))
     elif version not in set(versions):

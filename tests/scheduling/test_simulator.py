@@ -123,14 +123,14 @@ def test_warehouse_forecasts_are_read(tmp_warehouse, data_dir):
     assert "lgbm" in version and 0 < meta["fallback_share"] < 1
 
 
-def test_evaluation_forecasts_keep_one_version(tmp_warehouse, data_dir):
+def test_evaluation_forecasts_keep_the_backtest(tmp_warehouse, data_dir):
     """A backtest (daily issues) beside forecasts of the pipeline (another version, one issued at noon): the
     evaluation's default reads the backtest alone; the hourly plan's (all versions) lets the noon issue win and names
     the version it used (forecast.forecasts keeps one version per model and issue hour); an absent version is a clear
-    error."""
+    error; without a stored backtest (the hourly forecast DAG's stream, a version per training) every version."""
     from forecasting.registry import write_forecasts
 
-    from scheduling.planner.forecasts import MOST_ISSUES
+    from scheduling.planner.forecasts import BACKTEST
 
     def issue(at, value, version):
         at = pd.Timestamp(at)
@@ -144,7 +144,7 @@ def test_evaluation_forecasts_keep_one_version(tmp_warehouse, data_dir):
                                issue("2021-07-03T12:00Z", 300.0, "20210617T0000Z.1")], ignore_index=True))
     g = GridSeries.load(["CISO"], "2021-07-01", "2021-07-10", source="files", data_dir=data_dir)
     now = pd.Timestamp("2021-07-03T18:00Z")
-    pinned = make_forecasts("warehouse", g, ["CISO"], start="2021-07-03", end="2021-07-06", version=MOST_ISSUES)
+    pinned = make_forecasts("warehouse", g, ["CISO"], start="2021-07-03", end="2021-07-06", version=BACKTEST)
     F, label, _ = pinned.at(now, 6)
     assert pinned.versions == ["backtest-2021-07-01"] and np.allclose(F[:, 0], 100.0)
     assert "20210617" not in label
@@ -158,6 +158,13 @@ def test_evaluation_forecasts_keep_one_version(tmp_warehouse, data_dir):
     assert np.allclose(exact.at(now, 6)[0][:, 0], 300.0)
     with pytest.raises(ValueError, match="version 'v9'.*versions present"):
         make_forecasts("warehouse", g, ["CISO"], start="2021-07-03", end="2021-07-06", version="v9")
+    # No backtest stored (a warehouse fed by the hourly forecast DAG, a version per training): every version.
+    write_forecasts(pd.concat([issue("2021-07-03T06:00Z", 200.0, "20210618T0000Z.1"),
+                               issue("2021-07-03T12:00Z", 250.0, "20210619T0000Z.1")]).assign(model="lgbm"))
+    stream = make_forecasts("warehouse", g, ["CISO"], start="2021-07-03", end="2021-07-06", model="lgbm",
+                            version=BACKTEST)
+    assert stream.versions == ["20210618T0000Z.1", "20210619T0000Z.1"]
+    assert np.allclose(stream.at(now, 6)[0][:, 0], 250.0)
 
 
 def test_plan_hour_api(data_dir):
