@@ -199,7 +199,8 @@ def main(argv=None) -> int:
     p.add_argument("--end", default="2021-12-31", help="last date scored (inclusive)")
     p.add_argument("--horizon", type=int, default=24, help="hours ahead per issue (1–96)")
     p.add_argument("--train-end", default=None, help="training cut-off (exclusive); default --start")
-    p.add_argument("--context-days", type=int, default=CONTEXT_DAYS, help="days of data before each issue given to predict (default %(default)s)")
+    p.add_argument("--context-days", type=int, default=CONTEXT_DAYS,
+                   help="days of data before each issue given to predict (default %(default)s)")
     p.add_argument("--source", choices=("auto", "warehouse", "files"), default="auto",
                    help="marts.grid_hourly (warehouse), the CSVs (files) or whichever exists (auto)")
     p.add_argument("--plot-dir", default=str(REPORT_DIR), help="where the PNG goes")

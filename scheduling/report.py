@@ -123,22 +123,19 @@ SUMMARY_ORDER = ("rolling-lp", "priority", "carbon-time", "greedy-carbon", "perf
 
 
 def over_runs(reports: list[dict]) -> pd.DataFrame:
-    """Per period, load and policy over the evaluate reports given (trace seeds): share of the optimum's reduction
-    and deadline satisfaction, mean / min / max, and the number of runs. The numbers behind `chart_over_runs`."""
-    rows = []
-    for rep in reports:
-        cfg = rep["config"]
-        for name, m in rep["policies"].items():
-            rows.append({"period": str(cfg["start"])[:7], "load": float(cfg["load_target"]), "policy": name,
-                         "seed": int(cfg.get("seed", 0)), "share_pct": m.get("share_of_optimum_reduction_pct"),
-                         "deadlines_pct": 100.0 * float(m["deadline_satisfaction"])})
+    """The numbers behind `chart_over_runs`: `simulator.over_seeds(partial=True)` without the bound, in percent,
+    by period (month) and load, our policy first and the baselines in the README's order."""
+    from scheduling.simulator import over_seeds
+
+    rows = [r for r in over_seeds(reports, partial=True) if r["policy"] != "optimum"]
     if not rows:
         return pd.DataFrame()
-    frame = pd.DataFrame(rows).astype({"share_pct": float})
-    out = frame.groupby(["period", "load", "policy"], sort=True).agg(
-        runs=("seed", "nunique"), share_mean=("share_pct", "mean"), share_min=("share_pct", "min"),
-        share_max=("share_pct", "max"), deadlines_mean=("deadlines_pct", "mean"),
-        deadlines_min=("deadlines_pct", "min"), deadlines_max=("deadlines_pct", "max")).reset_index()
+    frame = pd.DataFrame(rows)
+    out = pd.DataFrame({"period": frame["start"].astype(str).str[:7], "load": frame["load_target"].astype(float),
+                        "policy": frame["policy"], "runs": frame["runs"]})
+    for stat in ("mean", "min", "max"):
+        out[f"share_{stat}"] = frame[f"share_{stat}_pct"].astype(float)
+        out[f"deadlines_{stat}"] = 100.0 * frame[f"deadlines_{stat}"].astype(float)
     rank = {name: i for i, name in enumerate(SUMMARY_ORDER)}
     out["order"] = out["policy"].map(lambda n: rank.get(n, len(rank)))
     return out.sort_values(["period", "load", "order", "policy"]).drop(columns="order").reset_index(drop=True)

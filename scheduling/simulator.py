@@ -156,7 +156,8 @@ def build_scenario(start="2021-07-01", days: float = 14, n_jobs: int = 1000, reg
     config = {"start": start.isoformat(), "days": days, "n_jobs": int(len(jobs)), "n_jobs_requested": n_jobs,
               "regions": list(dict.fromkeys(fleet.cluster_regions)), "zones": fleet.zones, "load_target": load,
               "seed": seed, "pod_list": pod_list, "max_duration_h": max_duration_h, "packing": packing,
-              "forecasts_requested": forecasts, "forecast_version_requested": forecast_version, "grid_source": grid.source,
+              "forecasts_requested": forecasts, "forecast_version_requested": forecast_version,
+              "grid_source": grid.source,
               "fleet_file": fleet.source_path, "power_options": power.source, "speed_source": speed.source,
               "jobs_dropped": int(jobs.attrs.get("dropped", 0)) + int(jobs.attrs.get("dropped_after_scaling", 0)),
               "load_calibration": calibration, "load_definition": (
@@ -638,9 +639,11 @@ How to read this:
 """
 
 
-def over_seeds(reports: list[dict]) -> list[dict]:
+def over_seeds(reports: list[dict], partial: bool = False) -> list[dict]:
     """Per period and load evaluated on more than one trace seed: each policy's (and the bound's) share of the
-    optimum's reduction and deadline satisfaction over the seeds (mean, min, max; policies run on every seed)."""
+    optimum's reduction and deadline satisfaction over the seeds (mean, min, max; policies run on every seed).
+    `partial`: every period and load, and each policy over the seeds it ran on (`runs` says how many), e.g. the
+    baselines run on one seed beside ours on three."""
     groups: dict[tuple, list[dict]] = {}
     for rep in reports:
         cfg = rep["config"]
@@ -648,21 +651,24 @@ def over_seeds(reports: list[dict]) -> list[dict]:
     rows = []
     for (start, load, _, _), reps in groups.items():
         seeds = sorted({int(r["config"]["seed"]) for r in reps})
-        if len(seeds) < 2 or len(seeds) != len(reps):
+        if not partial and (len(seeds) < 2 or len(seeds) != len(reps)):
             continue
-        names = [p for p in reps[0]["policies"] if all(p in r["policies"] for r in reps)]
+        names = list(dict.fromkeys(p for r in reps for p in r["policies"] if partial or all(p in x["policies"]
+                                                                                             for x in reps)))
         for name in names + (["optimum"] if all(r.get("optimum") for r in reps) else []):
-            ms = [r["optimum"] if name == "optimum" else r["policies"][name] for r in reps]
+            ran = [r for r in reps if name == "optimum" or name in r["policies"]]
+            ms = [r["optimum"] if name == "optimum" else r["policies"][name] for r in ran]
             share = [m.get("share_of_optimum_reduction_pct") for m in ms]
             dl = [m["deadline_satisfaction"] for m in ms]
             kg = [m["kgco2e"] for m in ms]
             ok = all(v is not None for v in share)
-            rows.append({"start": start, "load_target": load, "seeds": seeds, "policy": name,
+            rows.append({"start": start, "load_target": load, "seeds": sorted(int(r["config"]["seed"]) for r in ran),
+                         "policy": name, "runs": len(ran),
                          "share_mean_pct": float(np.mean(share)) if ok else None,
                          "share_min_pct": float(np.min(share)) if ok else None,
                          "share_max_pct": float(np.max(share)) if ok else None,
                          "deadlines_mean": float(np.mean(dl)), "deadlines_min": float(np.min(dl)),
-                         "kgco2e_mean": float(np.mean(kg))})
+                         "deadlines_max": float(np.max(dl)), "kgco2e_mean": float(np.mean(kg))})
     return rows
 
 

@@ -110,15 +110,16 @@ def test_chart_over_runs_draws_the_mean_and_range_over_seeds(tmp_path):
     from scheduling.report import chart_over_runs
 
     def report(seed, start, load, rolling_share, rolling_deadlines):
-        first = {"share_of_optimum_reduction_pct": 0.0, "deadline_satisfaction": 0.9}
-        return {"config": {"start": start, "load_target": load, "seed": seed},
+        first = {"share_of_optimum_reduction_pct": 0.0, "deadline_satisfaction": 0.9, "kgco2e": 100.0}
+        return {"config": {"start": start, "load_target": load, "seed": seed, "n_jobs_requested": 3000, "days": 14},
                 "policies": {"performance-first": first,
                              "rolling-lp": {"share_of_optimum_reduction_pct": rolling_share,
-                                            "deadline_satisfaction": rolling_deadlines}}}
+                                            "deadline_satisfaction": rolling_deadlines, "kgco2e": 80.0}}}
 
     july, december = "2021-07-01T00:00:00+00:00", "2021-12-01T00:00:00+00:00"
     reports = [report(0, july, 0.5, 60.0, 0.99), report(1, july, 0.5, 70.0, 0.97), report(0, december, 0.8, 80.0, 1.0)]
-    reports[2]["policies"]["random"] = {"share_of_optimum_reduction_pct": -20.0, "deadline_satisfaction": 0.4}
+    reports[2]["policies"]["random"] = {"share_of_optimum_reduction_pct": -20.0, "deadline_satisfaction": 0.4,
+                                        "kgco2e": 120.0}
     path = tmp_path / "summary.png"
     table = chart_over_runs(reports, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
