@@ -58,8 +58,9 @@ class WarmStart:
     (July 0.5: 42.1 -> 29.9 s), the whole simulation -12 ... -16 % (61.1 -> 51.4 s); on the first 120 plans of July
     0.5 the same optimum in every plan and the same vertex too. Over a whole run the vertex differs now and then, and
     the run's outcome with it: kgCO2e July 0.5 941.77 (identical), July 0.8 1081.75 -> 1089.83, December 0.5
-    903.90 -> 902.79, December 0.8 997.32 -> 997.29 -- the size of any small change to an hourly policy. Hence not
-    the default: the reported evaluations are cold."""
+    903.90 -> 902.79, December 0.8 997.32 -> 997.29 -- the size of any small change to an hourly policy. Where the
+    LP changes a lot from one hour to the next it does not pay (the bench's second hour, after 570 of 1000 jobs
+    started: HiGHS 0.53 s warm, 0.47 s cold). Hence not the default: the reported evaluations are cold."""
 
     HOUR_BITS, CLUSTER_BITS, LATE_K = 20, 8, 15
 
