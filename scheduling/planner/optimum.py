@@ -463,7 +463,8 @@ def solve_lp(problem: PlanningProblem, late_penalty_kg: float = 1000.0, time_lim
                     x=x, job=job, k=k, s=s, c=c, cost=cost, energy_kwh=energy, renewable_kwh=ren, u=u,
                     late_cost=lb_late, late_energy_kwh=le, late_renewable_kwh=lr, late_start=np.where(has, ls, -1),
                     iterations=res.iterations, power_reduction=power_reduction if reduce else "none", n_vars=n + N,
-                    n_rows=int(A_ub.shape[0] + N), nnz=int(A_ub.nnz + A_eq.nnz), solve_s=solve_s, build_s=build_s, duals=duals.reshape(R, H, C))
+                    n_rows=int(A_ub.shape[0] + N), nnz=int(A_ub.nnz + A_eq.nnz), solve_s=solve_s, build_s=build_s,
+                    duals=duals.reshape(R, H, C))
 
 
 @dataclass
