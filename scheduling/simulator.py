@@ -177,6 +177,7 @@ class SimResult:
     records: pd.DataFrame  # one row per job
     metrics: dict
     hourly_alloc: np.ndarray  # (hours of the period, C) GPU-milli allocated
+    hourly_free_parts: np.ndarray | None = None  # (hours, C, 3) free GPU-milli: whole devices, fragments, standby
 
 
 def _window_sums(values: np.ndarray, t0: int, start_h: np.ndarray, dur: np.ndarray, col: np.ndarray) -> np.ndarray:
@@ -256,6 +257,7 @@ def simulate(sc: Scenario, policy: str | PlacementPolicy = "priority", *, seed: 
                        seed=seed, postpone_margin_h=postpone_margin_h, reserve_nodes=reserve_nodes)
     C = len(sc.fleet)
     alloc = np.zeros((sc.hours, C), dtype=np.int64)
+    free_parts = np.zeros((sc.hours, C, 3), dtype=np.int64)
     plan_s = []
     late_planned = 0
     for t in range(T0, T_max):
@@ -269,6 +271,7 @@ def simulate(sc: Scenario, policy: str | PlacementPolicy = "priority", *, seed: 
             late_planned += int(out.late[out.placed & (out.s == 0)].sum())
         if t < T_arr:
             alloc[t - T0] = [a.gpu_milli_allocated for a in hp.agents]
+            free_parts[t - T0] = [a.free_breakdown() for a in hp.agents]
         if progress is not None:
             progress.update(1)
         if t >= T_arr and hp.started.all():
@@ -319,8 +322,29 @@ def simulate(sc: Scenario, policy: str | PlacementPolicy = "priority", *, seed: 
         "by_region_kgco2e": {r: float(v) for r, v in pd.Series(ex["kg"]).groupby(
             np.where(hp.c >= 0, np.array(sc.fleet.cluster_regions, dtype=object)[np.maximum(hp.c, 0)], "none")
         ).sum().items()},
+        "by_cluster": by_cluster(sc, alloc, free_parts),
     }
-    return SimResult(label, records, metrics, alloc)
+    return SimResult(label, records, metrics, alloc, free_parts)
+
+
+def by_cluster(sc: Scenario, alloc: np.ndarray, free_parts: np.ndarray | None = None) -> dict:
+    """Per cluster, means over the period's hours: the share of its GPUs allocated and, where the agents' state
+    is known (`free_parts`), the free GPUs by kind: on whole free devices (`idle_gpus`), on partly used devices
+    (`fragmented_gpus`: device shares only small jobs can use) and on standby nodes (`standby_idle_gpus`). With
+    the mean actual intensity of the cluster's zone over the period, this shows where the clean capacity went."""
+    cap = sc.fleet.capacity_milli.astype(float)
+    t0, ci = sc.actual("ci")
+    a = abs_hours(sc.start) - t0
+    mean_ci = ci[a: a + sc.hours].mean(axis=0)
+    out = {}
+    for c, name in enumerate(sc.fleet.names):
+        row = {"mean_intensity_g_per_kwh": float(mean_ci[c]), "gpus": float(cap[c] / 1000.0),
+               "utilization": float(alloc[:, c].mean() / max(cap[c], 1.0))}
+        if free_parts is not None:
+            for i, key in enumerate(("idle_gpus", "fragmented_gpus", "standby_idle_gpus")):
+                row[key] = float(free_parts[:, c, i].mean() / 1000.0)
+        out[name] = row
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------- optimum
@@ -392,6 +416,7 @@ def solve_optimum(sc: Scenario, time_limit_s: float = 600.0, integral: bool = Fa
         "mean_delay_h": delay,
         "unallocated_gpus": float(((cap[None, :] - alloc).sum(axis=1) / 1000.0).mean()),
         "utilization": float(alloc.sum() / (cap.sum() * sc.hours)),
+        "by_cluster": by_cluster(sc, alloc),
         "lp": lp.summary(),
         "runtime_s": round(time.perf_counter() - t, 2),
     }
@@ -769,6 +794,7 @@ def report_markdown(reports: list[dict]) -> str:
                              f"{fmt(g['gap_kg'], 1)} | {fmt(g['gap_share_pct'], 1)} % | "
                              f"{fmt(100 * g['late_share'], 1)} % | {fmt(g['share_if_at_optimum_pct'], 1)} % |")
             lines.append("")
+        lines += _by_cluster_table(rep)
     lines.append("## Fleet capacity per region")
     lines.append("")
     for rep in reports:
@@ -788,3 +814,32 @@ def fmt(v, nd: int = 1) -> str:
     if v is None or (isinstance(v, float) and (math.isnan(v) or math.isinf(v))):
         return "n/a"
     return f"{v:.{nd}f}"
+
+
+def _by_cluster_table(rep: dict) -> list[str]:
+    """Per cluster (cleanest zone first): the bound's utilisation beside each of our policies', and where our
+    policies' free GPUs were (whole devices, device fragments, standby nodes)."""
+    opt = (rep.get("optimum") or {}).get("by_cluster")
+    ours = [(name, rep["policies"][name]["by_cluster"]) for name in OUR_POLICIES
+            if (rep["policies"].get(name) or {}).get("by_cluster")]
+    if not ours:
+        return []
+    names = sorted(ours[0][1], key=lambda c: ours[0][1][c]["mean_intensity_g_per_kwh"])
+    head = "| cluster | mean gCO2e/kWh | GPUs | bound util. |"
+    rule = "|---|---:|---:|---:|"
+    for name, _ in ours:
+        head += f" {name} util. | free: whole / fragments / standby GPUs |"
+        rule += "---:|---:|"
+    lines = ["Where the GPUs went, per cluster (means over the period; the bound's utilisation from its fractional "
+             "plan; \"fragments\": free shares of partly used devices, which only small jobs can use -- the bound "
+             "and the planner's LP count them as usable by any job):", "", head, rule]
+    for c in names:
+        row = ours[0][1][c]
+        line = (f"| {c} | {fmt(row['mean_intensity_g_per_kwh'], 0)} | {fmt(row['gpus'], 0)} | "
+                f"{fmt(100 * opt[c]['utilization'], 1) + ' %' if opt and c in opt else 'n/a'} |")
+        for _, by in ours:
+            m = by[c]
+            line += (f" {fmt(100 * m['utilization'], 1)} % | {fmt(m.get('idle_gpus'), 1)} / "
+                     f"{fmt(m.get('fragmented_gpus'), 1)} / {fmt(m.get('standby_idle_gpus'), 1)} |")
+        lines.append(line)
+    return lines + [""]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduling.packing import Cluster, Placement, Pod, TargetWorkload, make_policy
+from scheduling.packing import MILLI, Cluster, Placement, Pod, TargetWorkload, make_policy
 
 
 STANDBY = "__standby__"  # holder of a node kept for multi-GPU jobs (`ClusterAgent.keep_standby`)
@@ -248,6 +248,19 @@ class ClusterAgent:
     @property
     def gpu_milli_allocated(self) -> int:
         return int(self.cluster.gpu_milli_allocated)
+
+    def free_breakdown(self) -> tuple[int, int, int]:
+        """Where the cluster's free GPU-milli is now: (on whole free devices, on partly used devices, on standby
+        nodes). The middle part is device fragmentation: shares that only jobs small enough can use, which the
+        planner's and the bound's GPU-milli capacity count as usable by any job. The three add up to the free
+        GPU-milli."""
+        cl = self.cluster
+        standby = np.zeros(cl.n_nodes, dtype=bool)
+        standby[self.standby_nodes()] = True
+        free = np.where(cl.gpu_exists, cl.gpu_free, 0)
+        rest = free[~standby]
+        whole = int(rest[rest >= MILLI].sum())
+        return whole, int(rest.sum()) - whole, int(free[standby].sum())
 
 
 def default_workload(pods: list[Pod] | None = None) -> TargetWorkload | None:

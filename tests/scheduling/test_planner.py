@@ -751,6 +751,26 @@ def test_standby_node_is_kept_for_multi_gpu_jobs():
     assert big is not None and big.node_name == "n2"
 
 
+def test_free_breakdown_tells_whole_devices_fragments_and_standby_apart():
+    """Free GPU-milli split three ways: whole free devices, shares left on partly used devices (fragments only a
+    small job can use), and the standby node's devices; the parts add up to the free GPU-milli."""
+    from scheduling.packing import Cluster, Pod
+    from scheduling.planner.agents import ClusterAgent
+
+    cl = Cluster(["n0", "n1", "n2"], [96000, 96000, 96000], [262144] * 3, [4, 2, 8], ["V100"] * 3)
+    agent = ClusterAgent("c0", cl, policy="bestfit")
+    assert agent.free_breakdown() == (14000, 0, 0)
+    cl.allocate(Pod("a", 1000, 1024, 1, 650), 0, (0,))
+    cl.allocate(Pod("b", 1000, 1024, 1, 300), 0, (1,))
+    cl.allocate(Pod("c", 1000, 1024, 2, 1000), 1, (0, 1))
+    agent.keep_standby(1, until_h=0)  # n2, the only 8-GPU node
+    whole, fragments, standby = agent.free_breakdown()
+    assert (whole, fragments, standby) == (2000, 350 + 700, 8000)
+    assert whole + fragments + standby == cl.gpu_milli_capacity - cl.gpu_milli_allocated
+    cl.allocate(Pod("d", 1000, 1024, 1, 200), 2, (5,))  # a share used on the standby node stays standby's
+    assert agent.free_breakdown() == (2000, 1050, 7800)
+
+
 def test_standby_is_the_node_that_hosts_whole_node_jobs_and_is_kept_for_them():
     """Of three 8-GPU nodes only n2 has the 82 cores an 8-GPU job asks for: it is the standby, whatever drains first.
     It is kept for whole-node jobs (8 GPUs): a 2-GPU job goes elsewhere unless the threshold is 2; and the LP's

@@ -287,6 +287,31 @@ def test_gap_by_job_shape_adds_up_to_the_gap_to_the_bound(report, scenario):
     assert "by job GPU shape" in report_markdown([report])
 
 
+def test_by_cluster_accounts_for_every_gpu(report, scenario):
+    """Per cluster, the allocated share and the free GPUs by kind (whole devices, fragments, standby) make up the
+    cluster; the clusters' utilisations weighted by their GPUs give the fleet's, for the policies and the bound."""
+    names = scenario.fleet.names
+    gpus = scenario.fleet.capacity_milli / 1000.0
+    for who, m in [*report["policies"].items(), ("optimum", report["optimum"])]:
+        by = m["by_cluster"]
+        assert list(by) == list(names), who
+        fleet_util = sum(by[c]["utilization"] * g for c, g in zip(names, gpus)) / gpus.sum()
+        assert fleet_util == pytest.approx(m["utilization"], abs=1e-4), who
+        for c, g in zip(names, gpus):
+            row = by[c]
+            assert row["gpus"] == pytest.approx(g) and row["mean_intensity_g_per_kwh"] > 0
+            if who == "optimum":
+                continue
+            free = row["idle_gpus"] + row["fragmented_gpus"] + row["standby_idle_gpus"]
+            assert row["utilization"] * g + free == pytest.approx(g, abs=1e-3), (who, c)
+            assert min(row["idle_gpus"], row["fragmented_gpus"], row["standby_idle_gpus"]) >= 0
+    md = report_markdown([report])
+    assert "Where the GPUs went, per cluster" in md
+    cleanest = min(names, key=lambda c: report["policies"]["rolling-lp"]["by_cluster"][c]["mean_intensity_g_per_kwh"])
+    rows = [line for line in md.splitlines() if line.startswith(f"| {cleanest} |")]
+    assert rows and md.index(rows[0]) == min(md.index(f"| {c} |", md.index("Where the GPUs went")) for c in names)
+
+
 def test_cli_preemption_bound_is_below_the_bound_and_reports_shares_against_both(capsys, data_dir):
     """Checkpointing jobs that may stop and resume can only lower the bound; every policy's share is reported
     against both bounds (performance-first: 0 by definition)."""
