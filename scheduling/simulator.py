@@ -177,7 +177,6 @@ class SimResult:
     records: pd.DataFrame  # one row per job
     metrics: dict
     hourly_alloc: np.ndarray  # (hours of the period, C) GPU-milli allocated
-    hourly_free_parts: np.ndarray | None = None  # (hours, C, 3) free GPU-milli: whole devices, fragments, standby
 
 
 def _window_sums(values: np.ndarray, t0: int, start_h: np.ndarray, dur: np.ndarray, col: np.ndarray) -> np.ndarray:
@@ -324,7 +323,7 @@ def simulate(sc: Scenario, policy: str | PlacementPolicy = "priority", *, seed: 
         ).sum().items()},
         "by_cluster": by_cluster(sc, alloc, free_parts),
     }
-    return SimResult(label, records, metrics, alloc, free_parts)
+    return SimResult(label, records, metrics, alloc)
 
 
 def by_cluster(sc: Scenario, alloc: np.ndarray, free_parts: np.ndarray | None = None) -> dict:
