@@ -48,7 +48,8 @@ def register(subparsers) -> None:
                                                      "random)")
     e.add_argument("--no-optimum", action="store_true", help="skip the LP bound")
     e.add_argument("--ablations", action="store_true",
-                   help="also run priority without capacity prices and with oracle / naive forecasts")
+                   help="also run priority without capacity prices, priority and rolling-lp with oracle / naive "
+                        "forecasts, and rolling-lp with perfect information (oracle forecasts, true next arrivals)")
     e.add_argument("--lp-time-limit", type=float, default=900.0)
     e.add_argument("--pods", default="default", help="openb pod list variant (default, gpuspec10, ...)")
     e.add_argument("--max-duration-h", type=float, default=48.0)

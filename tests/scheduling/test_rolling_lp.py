@@ -163,6 +163,17 @@ def test_expected_jobs_replay_the_last_hours_of_arrivals_shifted_forward(data_di
     assert np.allclose(ex.deadline_rel, table.deadline_h[recent] + 18 - now_h)
     assert RollingLP(expected_arrivals_h=0).expected_jobs(ctx, now, free, np.full((H, C), 100.0)) is None
 
+    # the perfect-information reference: the true arrivals of the next hours, at their own times and deadlines
+    clair = RollingLP(clairvoyant_arrivals_h=12).expected_jobs(ctx, now, free, np.full((H, C), 100.0))
+    coming = np.flatnonzero((table.submit_h > now_h) & (table.submit_h < now_h + 12))
+    assert len(coming) and clair.n_jobs == len(coming)
+    assert not set(coming) & set(recent)
+    assert np.array_equal(clair.release, np.maximum(table.submit_h[coming] - now_h, 1))
+    assert np.allclose(clair.deadline_rel, table.deadline_h[coming] - now_h)
+    # no job submitted after now (as in a live plan's table, which holds only the jobs known): nothing to see
+    after = sc.start + pd.Timedelta(hours=int(table.submit_h.max() - abs_hours(sc.start)))
+    assert RollingLP(clairvoyant_arrivals_h=12).expected_jobs(ctx, after, free, np.full((H, C), 100.0)) is None
+
 
 def _hour_later(p, keep):
     """`p` an hour later: the jobs `keep` still pending (the others started), every window one hour shorter."""

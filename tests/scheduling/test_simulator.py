@@ -425,3 +425,17 @@ def test_a_bound_the_solver_did_not_finish_is_reported_missing_not_zero(scenario
     assert all(m["share_of_optimum_reduction_pct"] is None for m in rep["policies"].values())
     assert "No bound for this run" in report_markdown([rep])
     assert solve_optimum(scenario)["kgco2e"] > 0  # with time, the same LP solves
+
+
+def test_ablations_include_the_perfect_information_reference(scenario):
+    rep = evaluate(scenario, ["performance-first", "rolling-lp"], ablations=True)
+    abl = rep["ablations"]
+    assert set(abl) == {"priority-noprices", "priority-oracle-forecast", "priority-naive-forecast",
+                        "rolling-lp-oracle-forecast", "rolling-lp-naive-forecast", "rolling-lp-perfect-information"}
+    for m in abl.values():
+        assert m["jobs_started"] + m["jobs_never_started"] == len(scenario.jobs)
+        assert m["share_of_optimum_reduction_pct"] is not None
+    # the reference differs from oracle forecasts alone by the arrivals it sees; both charge the actual intensity
+    perfect, oracle = abl["rolling-lp-perfect-information"], abl["rolling-lp-oracle-forecast"]
+    assert perfect["forecast_fallback_share"] == oracle["forecast_fallback_share"] == 0
+    assert "rolling-lp-perfect-information" in report_markdown([rep])
