@@ -123,11 +123,13 @@ SUMMARY_ORDER = ("rolling-lp", "priority", "carbon-time", "greedy-carbon", "perf
 
 
 def over_runs(reports: list[dict]) -> pd.DataFrame:
-    """The numbers behind `chart_over_runs`: `simulator.over_seeds(partial=True)` without the bound, in percent,
-    by period (month) and load, our policy first and the baselines in the README's order."""
-    from scheduling.simulator import over_seeds
+    """The numbers behind `chart_over_runs`: `simulator.over_seeds(partial=True)` without the bound and the
+    reference runs (policies only), in percent, by period (month) and load, our policy first and the baselines in
+    the README's order."""
+    from scheduling.simulator import REFERENCE_RUNS, over_seeds
 
-    rows = [r for r in over_seeds(reports, partial=True) if r["policy"] != "optimum"]
+    rows = [r for r in over_seeds(reports, partial=True) if r["policy"] != "optimum" and r["policy"] not in
+            REFERENCE_RUNS]
     if not rows:
         return pd.DataFrame()
     frame = pd.DataFrame(rows)

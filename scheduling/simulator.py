@@ -571,7 +571,7 @@ def evaluate(sc: Scenario, policies=ONLINE_POLICIES, *, with_optimum: bool = Tru
             runs["rolling-lp-oracle-forecast"] = ("rolling-lp", runs["priority-oracle-forecast"][1])
             runs["rolling-lp-naive-forecast"] = ("rolling-lp", runs["priority-naive-forecast"][1])
             # the perfect-information reference: oracle forecasts and the true arrivals of the next 48 h
-            runs["rolling-lp-perfect-information"] = (RollingLP(clairvoyant_arrivals_h=PERFECT_ARRIVALS_H),
+            runs[PERFECT_INFORMATION] = (RollingLP(clairvoyant_arrivals_h=PERFECT_ARRIVALS_H),
                                                       runs["priority-oracle-forecast"][1])
         for label, (name, provider) in runs.items():
             m = simulate(sc, name, seed=seed, weights=weights, forecasts=provider,
@@ -639,6 +639,8 @@ def _clean(value):
 
 # ---------------------------------------------------------------------------------------------------- report
 OUR_POLICIES = ("priority", "rolling-lp")
+PERFECT_INFORMATION = "rolling-lp-perfect-information"
+REFERENCE_RUNS = (PERFECT_INFORMATION,)  # ablations reported over seeds beside the policies and the bound
 REPORT_POLICIES = ("priority", "rolling-lp", "priority-noprices", "carbon-time", "greedy-carbon", "performance-first",
                    "round-robin", "random")
 METHOD_NOTES = """
@@ -672,7 +674,8 @@ How to read this:
 
 def over_seeds(reports: list[dict], partial: bool = False) -> list[dict]:
     """Per period and load evaluated on more than one trace seed: each policy's (and the bound's) share of the
-    optimum's reduction and deadline satisfaction over the seeds (mean, min, max; policies run on every seed).
+    optimum's reduction and deadline satisfaction over the seeds (mean, min, max; policies run on every seed), and
+    the reference ablations (`REFERENCE_RUNS`: rolling-lp with perfect information) where they ran.
     `partial`: every period and load, and each policy over the seeds it ran on (`runs` says how many), e.g. the
     baselines run on one seed beside ours on three."""
     groups: dict[tuple, list[dict]] = {}
@@ -684,11 +687,13 @@ def over_seeds(reports: list[dict], partial: bool = False) -> list[dict]:
         seeds = sorted({int(r["config"]["seed"]) for r in reps})
         if not partial and (len(seeds) < 2 or len(seeds) != len(reps)):
             continue
-        names = list(dict.fromkeys(p for r in reps for p in r["policies"] if partial or all(p in x["policies"]
-                                                                                             for x in reps)))
+        runs = [{**r["policies"], **{k: m for k, m in (r.get("ablations") or {}).items() if k in REFERENCE_RUNS}}
+                for r in reps]
+        names = list(dict.fromkeys(p for x in runs for p in x if partial or all(p in y for y in runs)))
         for name in names + (["optimum"] if all(r.get("optimum") for r in reps) else []):
-            ran = [r for r in reps if name == "optimum" or name in r["policies"]]
-            ms = [r["optimum"] if name == "optimum" else r["policies"][name] for r in ran]
+            ran = [i for i, r in enumerate(reps) if name == "optimum" or name in runs[i]]
+            ms = [reps[i]["optimum"] if name == "optimum" else runs[i][name] for i in ran]
+            ran = [reps[i] for i in ran]
             share = [m.get("share_of_optimum_reduction_pct") for m in ms]
             dl = [m["deadline_satisfaction"] for m in ms]
             kg = [m["kgco2e"] for m in ms]
@@ -701,6 +706,10 @@ def over_seeds(reports: list[dict], partial: bool = False) -> list[dict]:
                          "deadlines_mean": float(np.mean(dl)), "deadlines_min": float(np.min(dl)),
                          "deadlines_max": float(np.max(dl)), "kgco2e_mean": float(np.mean(kg))})
     return rows
+
+
+def _row_label(name: str) -> str:
+    return {"optimum": "optimum (bound)", PERFECT_INFORMATION: f"*{PERFECT_INFORMATION}* (reference)"}.get(name, name)
 
 
 def report_markdown(reports: list[dict]) -> str:
@@ -734,7 +743,7 @@ def report_markdown(reports: list[dict]) -> str:
             share = (f"{fmt(r['share_mean_pct'])} % ({fmt(r['share_min_pct'])}-{fmt(r['share_max_pct'])})"
                      if r["share_mean_pct"] is not None else "n/a")
             lines.append(f"| {r['start'][:10]} | {r['load_target']} | {', '.join(map(str, r['seeds']))} | "
-                         f"{'optimum (bound)' if r['policy'] == 'optimum' else r['policy']} | {share} | "
+                         f"{_row_label(r['policy'])} | {share} | "
                          f"{fmt(100 * r['deadlines_mean'])} % ({fmt(100 * r['deadlines_min'])} %) | "
                          f"{fmt(r['kgco2e_mean'], 1)} |")
         lines.append("")

@@ -120,6 +120,8 @@ def test_chart_over_runs_draws_the_mean_and_range_over_seeds(tmp_path):
     reports = [report(0, july, 0.5, 60.0, 0.99), report(1, july, 0.5, 70.0, 0.97), report(0, december, 0.8, 80.0, 1.0)]
     reports[2]["policies"]["random"] = {"share_of_optimum_reduction_pct": -20.0, "deadline_satisfaction": 0.4,
                                         "kgco2e": 120.0}
+    reports[0]["ablations"] = {"rolling-lp-perfect-information": {"share_of_optimum_reduction_pct": 75.0,
+                                                                  "deadline_satisfaction": 1.0, "kgco2e": 70.0}}
     path = tmp_path / "summary.png"
     table = chart_over_runs(reports, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
@@ -128,5 +130,6 @@ def test_chart_over_runs_draws_the_mean_and_range_over_seeds(tmp_path):
     assert row["deadlines_min"] == pytest.approx(97.0) and row["deadlines_mean"] == pytest.approx(98.0)
     # our policy first, then the baselines in the README's order
     assert table[table["period"] == "2021-12"]["policy"].tolist() == ["rolling-lp", "performance-first", "random"]
+    assert "rolling-lp-perfect-information" not in set(table["policy"])  # a reference, not a policy: no bar
     with pytest.raises(ValueError, match="no evaluate reports"):
         chart_over_runs([], tmp_path / "none.png")

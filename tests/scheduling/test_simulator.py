@@ -439,3 +439,26 @@ def test_ablations_include_the_perfect_information_reference(scenario):
     perfect, oracle = abl["rolling-lp-perfect-information"], abl["rolling-lp-oracle-forecast"]
     assert perfect["forecast_fallback_share"] == oracle["forecast_fallback_share"] == 0
     assert "rolling-lp-perfect-information" in report_markdown([rep])
+
+
+def test_over_seeds_reports_the_perfect_information_reference_beside_the_policies():
+    from scheduling.simulator import PERFECT_INFORMATION, over_seeds
+
+    def report(seed, rolling, perfect):
+        def m(share):
+            return {"share_of_optimum_reduction_pct": share, "deadline_satisfaction": 0.99, "kgco2e": 100 - share}
+        return {"config": {"start": "2021-07-01", "load_target": 0.5, "seed": seed, "n_jobs_requested": 3000,
+                           "days": 14},
+                "policies": {"performance-first": m(0.0), "rolling-lp": m(rolling)},
+                "ablations": {"rolling-lp-oracle-forecast": m(rolling + 1),
+                              **({PERFECT_INFORMATION: m(perfect)} if perfect is not None else {})}}
+
+    rows = {r["policy"]: r for r in over_seeds([report(0, 70.0, 74.0), report(1, 72.0, 80.0)])}
+    assert set(rows) == {"performance-first", "rolling-lp", PERFECT_INFORMATION}  # other ablations stay out
+    ref = rows[PERFECT_INFORMATION]
+    assert (ref["runs"], ref["share_mean_pct"], ref["share_min_pct"], ref["share_max_pct"]) == (2, 77.0, 74.0, 80.0)
+    # a reference that ran on one seed only: over every seed it is left out, over the seeds it ran on it is shown
+    reps = [report(0, 70.0, 74.0), report(1, 72.0, None)]
+    assert PERFECT_INFORMATION not in {r["policy"] for r in over_seeds(reps)}
+    partial = {r["policy"]: r for r in over_seeds(reps, partial=True)}
+    assert partial[PERFECT_INFORMATION]["runs"] == 1 and partial["rolling-lp"]["runs"] == 2
