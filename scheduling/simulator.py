@@ -45,7 +45,7 @@ from scheduling.planner.types import PriorityWeights
 HOUR = pd.Timedelta(hours=1)
 BASELINE = "performance-first"
 DEFAULT_TAIL_DAYS = 10  # simulated hours after the last arrival, for the last jobs to start and finish
-PERFECT_ARRIVALS_H = 48  # the perfect-information ablation's look-ahead on arrivals (24 h gave 2.7 points less, 120 h no more)
+PERFECT_ARRIVALS_H = 48  # the perfect-information run's look-ahead on arrivals (24 h: 2.7 points less; 120 h: no more)
 
 
 @dataclass
@@ -572,7 +572,7 @@ def evaluate(sc: Scenario, policies=ONLINE_POLICIES, *, with_optimum: bool = Tru
             runs["rolling-lp-naive-forecast"] = ("rolling-lp", runs["priority-naive-forecast"][1])
             # the perfect-information reference: oracle forecasts and the true arrivals of the next 48 h
             runs[PERFECT_INFORMATION] = (RollingLP(clairvoyant_arrivals_h=PERFECT_ARRIVALS_H),
-                                                      runs["priority-oracle-forecast"][1])
+                                         runs["priority-oracle-forecast"][1])
         for label, (name, provider) in runs.items():
             m = simulate(sc, name, seed=seed, weights=weights, forecasts=provider,
                          postpone_margin_h=postpone_margin_h).metrics
@@ -691,9 +691,9 @@ def over_seeds(reports: list[dict], partial: bool = False) -> list[dict]:
                 for r in reps]
         names = list(dict.fromkeys(p for x in runs for p in x if partial or all(p in y for y in runs)))
         for name in names + (["optimum"] if all(r.get("optimum") for r in reps) else []):
-            ran = [i for i, r in enumerate(reps) if name == "optimum" or name in runs[i]]
-            ms = [reps[i]["optimum"] if name == "optimum" else runs[i][name] for i in ran]
-            ran = [reps[i] for i in ran]
+            pairs = [(r, r["optimum"] if name == "optimum" else x[name]) for r, x in zip(reps, runs)
+                     if name == "optimum" or name in x]
+            ran, ms = [r for r, _ in pairs], [m for _, m in pairs]
             share = [m.get("share_of_optimum_reduction_pct") for m in ms]
             dl = [m["deadline_satisfaction"] for m in ms]
             kg = [m["kgco2e"] for m in ms]
