@@ -254,6 +254,14 @@ def _peak_rss_mb() -> float:
     raise RuntimeError("VmHWM missing from /proc/self/status")
 
 
+def _assignments_digest(assignments) -> str:
+    """SHA-256 of the plan's assignments in job order: equal digests mean the same plan (a refactor check)."""
+    import hashlib
+
+    frame = assignments.sort_values("job_id", kind="stable").reset_index(drop=True)
+    return hashlib.sha256(frame.to_csv(index=False).encode()).hexdigest()
+
+
 def _bench_one(n_jobs: int, hours: int, regions: int, plan_time, seed: int, repeats: int, data_dir,
                policy: str = "priority", recent: int = 0) -> dict:
     import numpy as np
@@ -308,6 +316,7 @@ def _bench_one(n_jobs: int, hours: int, regions: int, plan_time, seed: int, repe
         cpu.append(c2 - c1)
         stats = plan.stats
         summary = plan.summary()
+        assignments_sha256 = _assignments_digest(plan.assignments)
     return {
         "jobs": n_pending, "recent_arrivals": int(len(jobs) - n_pending), "hours": hours, "regions": regions,
         "clusters": len(fleet),
@@ -329,6 +338,7 @@ def _bench_one(n_jobs: int, hours: int, regions: int, plan_time, seed: int, repe
         "assigned": summary["n_assigned"], "dispatched": summary["n_dispatched"],
         "unplaced": summary["n_unplaced"], "agent_rejections": stats.get("agent_rejections"),
         "n_explanations": len(plan.explanations),
+        "assignments_sha256": assignments_sha256,
         # issue 7: 1000 jobs in under 1 s and 300 MB peak; 5000 jobs in under 5 s (no memory target)
         "targets": {"latency_s": 1.0, "peak_mb": 300.0} if n_jobs <= 1000 else {"latency_s": 5.0, "peak_mb": None},
     }
