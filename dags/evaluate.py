@@ -13,9 +13,9 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG, Param, get_current_context, task
 
-from common.assets import FORECASTS, MARTS
-from common.params import FLEET_REGIONS as REGIONS
-from common.params import POLICIES
+from dagutils.assets import FORECASTS, MARTS
+from dagutils.params import FLEET_REGIONS as REGIONS
+from dagutils.params import POLICIES
 
 
 with DAG(

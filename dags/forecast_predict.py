@@ -10,8 +10,8 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG, Param, get_current_context, task
 
-from common.assets import FORECASTS, MARTS
-from common.params import GRID_REGIONS, regions_param, targets_param, time_param
+from dagutils.assets import FORECASTS, MARTS
+from dagutils.params import GRID_REGIONS, regions_param, targets_param, time_param
 
 with DAG(
     dag_id="forecast_predict",

@@ -2,7 +2,7 @@
 
 Trigger by hand; Params choose sources and the data folder. Updates the Asset `warehouse://raw/cluster`.
 """
-from common.assets import RAW_CLUSTER
-from common.ingest_dag import file_ingest_dag
+from dagutils.assets import RAW_CLUSTER
+from dagutils.ingest_dag import file_ingest_dag
 
 dag = file_ingest_dag("ingest_cluster", {"cluster": RAW_CLUSTER}, __doc__)

@@ -12,8 +12,8 @@ import pendulum
 from airflow.sdk import Param, TriggerRule, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowSkipException
 
-from common.assets import RAW_GRID
-from common.publish import publish_loaded
+from dagutils.assets import RAW_GRID
+from dagutils.publish import publish_loaded
 from warehouse.orchestration import (
     ingest_group,
     ingest_live,

@@ -13,8 +13,8 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG, Param, get_current_context, task
 
-from common.assets import FORECASTS, MARTS, MODELS, PLAN
-from common.params import DEFAULT_POLICY, FLEET_REGIONS, POLICIES, regions_param, time_param
+from dagutils.assets import FORECASTS, MARTS, MODELS, PLAN
+from dagutils.params import DEFAULT_POLICY, FLEET_REGIONS, POLICIES, regions_param, time_param
 
 
 with DAG(

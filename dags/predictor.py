@@ -10,8 +10,8 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG, get_current_context, task
 
-from common.assets import MARTS, MODELS
-from common.params import time_param
+from dagutils.assets import MARTS, MODELS
+from dagutils.params import time_param
 
 with DAG(
     dag_id="predictor",

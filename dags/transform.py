@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, TaskGroup, task
 
-from common.assets import MARTS, RAW_CLUSTER, RAW_ENERGY, RAW_GRID, RAW_INTERFERENCE
+from dagutils.assets import MARTS, RAW_CLUSTER, RAW_ENERGY, RAW_GRID, RAW_INTERFERENCE
 from cosmos import DbtTaskGroup
 from cosmos.operators.local import DbtBuildLocalOperator, DbtTestLocalOperator
 from transforms import cosmos_config as cc

@@ -1,12 +1,12 @@
 """Builds the file-ingest DAGs: one validate task, one load task per source group (pool `warehouse`), then one
-task emitting the Asset events of the groups that loaded (`common.publish`: one transform run per ingest run)."""
+task emitting the Asset events of the groups that loaded (`dagutils.publish`: one transform run per ingest run)."""
 from __future__ import annotations
 
 import pendulum
 from airflow.sdk import DAG, Asset, Param, task
 from airflow.sdk.exceptions import AirflowSkipException
 
-from common.publish import publish_loaded
+from dagutils.publish import publish_loaded
 from warehouse.orchestration import ingest_group, sources_in_group, validate_data_dir, validate_source_names
 
 START = pendulum.datetime(2021, 1, 1, tz="UTC")

@@ -1,0 +1,27 @@
+"""UTC timestamps: planning and forecasting never read the wall clock, they take a time and normalise it here."""
+from __future__ import annotations
+
+import pandas as pd
+
+HOUR = pd.Timedelta(hours=1)
+
+
+def utc(value) -> pd.Timestamp:
+    """A UTC timestamp from anything pandas understands; a naive value is taken as UTC.
+
+    Raises ValueError on a missing value (None, NaN, NaT), naming it.
+    """
+    ts = pd.Timestamp(value)
+    if ts is pd.NaT:
+        raise ValueError(f"not a timestamp: {value!r}")
+    return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
+
+
+def utc_hour(value) -> pd.Timestamp:
+    """`utc(value)` floored to the start of its hour (hourly data is keyed by the hour's start)."""
+    return utc(value).floor("h")
+
+
+def iso_z(value) -> str:
+    """ISO 8601 in UTC with a `Z`, seconds precision: 2021-07-15T12:00:00Z."""
+    return utc(value).floor("s").strftime("%Y-%m-%dT%H:%M:%SZ")
