@@ -2,8 +2,8 @@
 
 Manual trigger. Params choose the policies (add `optimum` for the LP bound), the period (start date, days), the
 number of jobs, the regions (a count of fleet regions or their names) and the target load. The simulator
-(scheduling/simulator.py) plans every hour from the forecast known then and charges the actual intensity; the report
-(scheduling/report.py) is HTML with PNG charts -- carbon per policy against the optimum, deadline satisfaction,
+(scheduling/evaluation/simulator.py) plans every hour from the forecast known then and charges the actual intensity; the report
+(scheduling/evaluation/report.py) is HTML with PNG charts -- carbon per policy against the optimum, deadline satisfaction,
 unallocated GPUs, the plan's timeline against the forecast band, savings per region -- and an explanation card per
 job (at most `max_cards`). It is written to var/reports/evaluate/<run id>/index.html; the path is in the task log
 and the task's return value. Reads the warehouse only (no pool needed).
@@ -46,13 +46,13 @@ with DAG(
     @task
     def validate_params(params=None) -> dict:
         """Fail fast, before any work, on a bad policy, date, size, region or load."""
-        from scheduling.report import validate_evaluation_params
+        from scheduling.evaluation.report import validate_evaluation_params
 
         return validate_evaluation_params(dict(params))
 
     @task(inlets=[FORECASTS, MARTS])
     def simulate_and_report(choice: dict) -> dict:
-        from scheduling.report import run_evaluation, safe_run_id
+        from scheduling.evaluation.report import run_evaluation, safe_run_id
 
         run_id = safe_run_id(get_current_context()["dag_run"].run_id)
         out = run_evaluation(start=choice["start"], days=choice["days"], n_jobs=choice["n_jobs"],

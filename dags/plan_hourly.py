@@ -5,7 +5,7 @@ Planning time = the run's data interval end (scheduled runs), or the `as_of` Par
 plans the pending jobs with the chosen placement policy from the latest forecasts issued at or before that time
 (naive from actuals when none) and writes plan.* plus `var/schedules/<plan time>/` (per-cluster JSON, Kubernetes
 manifests, Slurm headers, index.json), in the one-slot `warehouse` pool. `dry_run` writes plan.explanations only.
-Logic: scheduling/plan_service.py. Consumes `warehouse://forecast` and `warehouse://marts`; emits
+Logic: scheduling/service.py. Consumes `warehouse://forecast` and `warehouse://marts`; emits
 `warehouse://plan`.
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ with DAG(
     @task
     def validate_params(params=None) -> dict:
         """Fail fast, before any work, on a bad policy, planning time, region or horizon."""
-        from scheduling.plan_service import resolve_run
+        from scheduling.service import resolve_run
 
         ctx = get_current_context()
         dag_run = ctx.get("dag_run")
@@ -48,7 +48,7 @@ with DAG(
 
     @task(pool="warehouse", inlets=[FORECASTS, MARTS, MODELS], outlets=[PLAN])
     def plan(choice: dict) -> dict:
-        from scheduling.plan_service import plan_hourly
+        from scheduling.service import plan_hourly
 
         summary = plan_hourly(choice["as_of"], policy=choice["policy"], dry_run=choice["dry_run"],
                               regions=choice["regions"] or None, horizon_hours=choice["horizon_hours"],

@@ -1,9 +1,9 @@
 """Airflow DAG predictor: weekly (and on demand) training of the dual-network performance/interference predictor
 and the GPU power model (CA-RM); each run registers a model version with its metrics in model.registry (a failed
-training as status 'failed'). The hourly plan (scheduling/plan_service.py) loads the latest good version whose
-cut-off (`as_of`) is at or before its planning time, through scheduling.predictor_service.resolve_registered, and
+training as status 'failed'). The hourly plan (scheduling/service.py) loads the latest good version whose
+cut-off (`as_of`) is at or before its planning time, through scheduling.models.registered.resolve_registered, and
 records the versions in every explanation record; without one it falls back, flagged. Logic:
-scheduling/predictor_service.py.
+scheduling/models/registered.py.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ with DAG(
 
     @task(pool="warehouse", inlets=[MARTS], outlets=[MODELS])
     def train_and_register(as_of: str) -> dict:
-        from scheduling.predictor_service import train_and_register as train
+        from scheduling.models.registered import train_and_register as train
 
         return train(as_of=as_of)
 

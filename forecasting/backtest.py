@@ -215,7 +215,7 @@ def run_backtest(
 def store_forecasts(results: list[BacktestResult], model: str, version: str, db_path=None) -> int:
     """Write the backtest's issued forecasts (every issue, every horizon) into forecast.forecasts as `model` with
     model_version `version`, so that the planner's simulator can replay them as the forecasts known at each hour
-    (`scheduling.planner.forecasts.WarehouseForecast`). Returns the number of rows written."""
+    (`scheduling.planning.forecasts.WarehouseForecast`). Returns the number of rows written."""
     from forecasting.registry import write_forecasts
 
     parts = [r.issued.assign(target=r.target) for r in results if r.issued is not None and len(r.issued)]

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     from forecasting.service import cutoff_from
-    from scheduling.predictor_service import train_and_register
+    from scheduling.models.registered import train_and_register
 
     cutoff = cutoff_from(args.train_end)
     t = _stage(f"performance: train and register the predictor and the power model (version as of {cutoff.isoformat()})")
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
                     for name, r in registered.items()], headers="keys"))
     _done(t)
 
-    from scheduling.plan_service import plan_hourly
+    from scheduling.service import plan_hourly
 
     t = _stage(f"plan: hourly plan for {args.as_of} (policy {args.policy})")
     plan = plan_hourly(args.as_of, policy=args.policy)

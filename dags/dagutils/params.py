@@ -14,11 +14,11 @@ ISO_TIME_PATTERN = r"^$|^\d{4}-\d{2}-\d{2}([T ]\d{2}(:\d{2}(:\d{2}(\.\d+)?)?)?)?
 # Grid zones in the warehouse (the forecasters' regions).
 GRID_REGIONS = ["CISO", "ERCO", "PJM", "ISNE", "MISO", "DE", "ES", "NL", "PL", "SE", "GB"]
 # Regions with clusters in the fleet configuration.
-FLEET_REGIONS = list(yaml.safe_load((Path(__file__).resolve().parents[2] / "scheduling" / "fleet.yaml").read_text())
+FLEET_REGIONS = list(yaml.safe_load((Path(__file__).resolve().parents[2] / "scheduling" / "domain" / "fleet.yaml").read_text())
                      ["regions"])
-# The planner's policies (scheduling.planner.policies.POLICY_NAMES; literal so that parsing a DAG does not import
+# The planner's policies (scheduling.planning.policies.base.POLICY_NAMES; literal so that parsing a DAG does not import
 # numpy/pandas -- tests/dags/test_plan_dags.py checks that the two agree).
-DEFAULT_POLICY = "rolling-lp"  # scheduling.planner.policies.DEFAULT_POLICY (checked by tests/dags/test_plan_dags.py)
+DEFAULT_POLICY = "rolling-lp"  # scheduling.planning.policies.base.DEFAULT_POLICY (checked by tests/dags/test_plan_dags.py)
 POLICIES = ("priority", "rolling-lp", "performance-first", "greedy-carbon", "carbon-time", "round-robin", "random",
             "optimum")
 

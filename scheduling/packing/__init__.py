@@ -55,7 +55,7 @@ Policies keep per-cluster caches keyed on ``cluster.version``; they are valid ac
 same Cluster object. Not thread-safe: use one policy object per thread.
 
 The openb replay of the paper's experiments (trace loading, arrival order, metrics, plots) is
-``scheduling/fgd_replay.py``; its command is ``python -m scheduling fgd-replay``.
+``scheduling/evaluation/fgd_replay.py``; its command is ``python -m scheduling fgd-replay``.
 """
 from scheduling.packing.cluster import Binding, Cluster, Placement
 from scheduling.packing.frag import FragTables, frag_tables, node_frag_batch, node_frag_memo, node_frag_scalar

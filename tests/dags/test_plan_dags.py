@@ -73,9 +73,9 @@ def test_dags_parse_quickly_and_are_wired(bag):
 def test_policy_and_region_enums_match_the_planner_and_fleet(bag):
     import yaml
 
-    from scheduling.planner.policies import DEFAULT_POLICY, POLICY_NAMES
+    from scheduling.planning.policies.base import DEFAULT_POLICY, POLICY_NAMES
 
-    regions = list(yaml.safe_load((REPO_ROOT / "scheduling" / "fleet.yaml").read_text())["regions"])
+    regions = list(yaml.safe_load((REPO_ROOT / "scheduling" / "domain" / "fleet.yaml").read_text())["regions"])
     plan = bag["dags"]["plan_hourly"]["params"]
     assert plan["policy"]["enum"] == list(POLICY_NAMES)
     assert bag["dags"]["plan_hourly"]["defaults"]["policy"] == DEFAULT_POLICY

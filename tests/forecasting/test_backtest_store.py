@@ -22,7 +22,7 @@ def test_backtest_store_writes_every_issue_and_the_planner_reads_them(grid_dir, 
     assert set(rows["model_version"]) == {"backtest-2021-07-01"} and not rows["is_fallback"].any()
     assert rows["target_time"].max() == pd.Timestamp("2021-07-04 23:00", tz="UTC")
 
-    from scheduling.planner.forecasts import GridSeries, make_forecasts
+    from scheduling.planning.forecasts import GridSeries, make_forecasts
 
     grid = GridSeries.load(["SE"], "2021-07-01", "2021-07-06", source="files", data_dir=grid_dir.parent)
     prov = make_forecasts("auto", grid, ["SE"], start="2021-07-01", end="2021-07-06")

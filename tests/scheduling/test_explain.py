@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from scheduling.explain import ChatExplainer, TemplateExplainer, load_chat_config, make_explainer
+from scheduling.explain.explainers import ChatExplainer, TemplateExplainer, load_chat_config, make_explainer
 from tests.scheduling.test_plan_store import sample_plan
 
 RECORD = sample_plan().explanations[0]

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from scheduling import fgd_replay as fr
+from scheduling.evaluation import fgd_replay as fr
 from scheduling.packing import Pod
 
 
@@ -104,7 +104,7 @@ def tiny_data_dir(data_dir, tmp_path):
 
 
 def test_cli_replay_prints_only_json_and_writes_plot(tiny_data_dir, tmp_path, capsys):
-    from scheduling.__main__ import main
+    from scheduling.cli import main
 
     code = main(["fgd-replay", "--trace", "tiny", "--policy", "all", "--seeds", "1,2", "--json", "--jobs", "1",
                  "--no-progress", "--out", str(tmp_path / "out"), "--data-dir", str(tiny_data_dir)])
@@ -121,7 +121,7 @@ def test_cli_replay_prints_only_json_and_writes_plot(tiny_data_dir, tmp_path, ca
 
 
 def test_cli_rejects_fixture_order_for_other_traces(capsys):
-    from scheduling.__main__ import main
+    from scheduling.cli import main
 
     assert main(["fgd-replay", "--trace", "gpushare40", "--fixture-order", "--json"]) == 2
 

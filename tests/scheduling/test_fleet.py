@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scheduling.fleet import DEFAULT_FLEET_PATH, load_fleet, node_pool, sample_nodes
-from scheduling.jobs import (
+from scheduling.domain.fleet import DEFAULT_FLEET_PATH, load_fleet, node_pool, sample_nodes
+from scheduling.domain.jobs import (
     GAVEL_JOB_TYPES, JOB_COLUMNS, WORKLOAD_CLASSES, SpeedModel, durations, generate_jobs, hostable, job_class,
     philly_bucket, validate_jobs,
 )
@@ -150,7 +150,7 @@ def test_hostable_respects_gpu_spec_and_node_shape(fleet):
 
 
 def test_read_pods_bad_value(tmp_path, data_dir):
-    from scheduling.jobs import read_pods
+    from scheduling.domain.jobs import read_pods
 
     src = (data_dir / "openb" / "openb_pod_list_default.csv").read_text().splitlines()
     head, row = src[0], src[1].split(",")

@@ -72,7 +72,7 @@ def test_typical_pods_counting_ties_and_cut():
 
 
 def test_typical_pods_default_trace(data_dir):
-    from scheduling.fgd_replay import load_pods
+    from scheduling.evaluation.fgd_replay import load_pods
 
     wl = TargetWorkload.from_pods(load_pods("default", data_dir))
     assert (len(wl), wl.n_keys_total, round(100 * wl.coverage, 2)) == (35, 91, 95.26)

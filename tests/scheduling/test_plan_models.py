@@ -17,7 +17,7 @@ PLAN_TIME = "2021-07-15T12:00Z"
 
 @pytest.fixture(scope="module")
 def profiles(data_dir):
-    from scheduling.perfdata import energy_profiles_from_files
+    from scheduling.models.measured import energy_profiles_from_files
 
     if not (data_dir / "energy" / "zeus" / "zeus_power_limit_sweep.csv").exists():
         pytest.skip("DATA_DIR lacks energy/zeus")
@@ -28,10 +28,10 @@ def profiles(data_dir):
 def predictor(data_dir):
     import torch
 
-    from scheduling.perfdata import throughput_from_files
-    from scheduling.predictor.model import PerformancePredictor
-    from scheduling.predictor.prior import PriorConfig
-    from scheduling.predictor.refiner import RefinerConfig
+    from scheduling.models.measured import throughput_from_files
+    from scheduling.models.performance.predictor import PerformancePredictor
+    from scheduling.models.performance.prior import PriorConfig
+    from scheduling.models.performance.refiner import RefinerConfig
 
     torch.set_num_threads(1)
     tiny = PriorConfig(n_models=1, epochs=150, hidden=32, dim=8, lr=1e-2)
@@ -43,8 +43,8 @@ def registry_db(tmp_warehouse, tmp_path, monkeypatch, profiles, predictor):
     """Versions of both models around PLAN_TIME: good (07-01), corrupted good (07-08), failed (07-10, the newest
     before the plan), good but after the planning time (07-20)."""
     from forecasting import registry
-    from scheduling.power import PowerModel
-    from scheduling.predictor_service import POWER_NAME, POWER_TARGET, PREDICTOR_NAME, PREDICTOR_TARGET
+    from scheduling.models.power import PowerModel
+    from scheduling.models.registered import POWER_NAME, POWER_TARGET, PREDICTOR_NAME, PREDICTOR_TARGET
 
     monkeypatch.setenv("MODELS_DIR", str(tmp_path / "models"))
     # the good power version lacks the RTX 6000 sweep, so options built from it are recognisably its own
@@ -66,7 +66,7 @@ def registry_db(tmp_warehouse, tmp_path, monkeypatch, profiles, predictor):
 
 
 def test_resolve_registered_skips_failed_corrupt_and_future(registry_db):
-    from scheduling.predictor_service import POWER_NAME, resolve_registered
+    from scheduling.models.registered import POWER_NAME, resolve_registered
 
     db, versions = registry_db
     model, info = resolve_registered(POWER_NAME, as_of=PLAN_TIME, db_path=db)
@@ -80,9 +80,9 @@ def test_resolve_registered_skips_failed_corrupt_and_future(registry_db):
 
 
 def test_plan_uses_and_records_the_latest_good_versions(registry_db, data_dir, tmp_path):
-    from scheduling import plan_service
-    from scheduling.planner.power import load_power_table
-    from scheduling.predictor_service import POWER_NAME, PREDICTOR_NAME, resolve_registered
+    from scheduling import service as plan_service
+    from scheduling.planning.power_options import load_power_table
+    from scheduling.models.registered import POWER_NAME, PREDICTOR_NAME, resolve_registered
     from warehouse.db import reader
 
     db, versions = registry_db
@@ -118,7 +118,7 @@ def test_plan_uses_and_records_the_latest_good_versions(registry_db, data_dir, t
 
 
 def test_plan_without_registered_models_falls_back_flagged(tmp_warehouse, data_dir, tmp_path):
-    from scheduling import plan_service
+    from scheduling import service as plan_service
 
     summary = plan_service.plan_hourly(PLAN_TIME, db_path=tmp_warehouse, dry_run=True, data_dir=data_dir)
     for kind in ("power", "predictor"):
@@ -129,8 +129,8 @@ def test_plan_without_registered_models_falls_back_flagged(tmp_warehouse, data_d
 
 def test_simulation_uses_the_power_model_registered_by_its_start(registry_db, data_dir):
     """A replayed period must not use a model trained after it started (07-20 is newer than the 07-15 start)."""
-    from scheduling.predictor_service import POWER_NAME
-    from scheduling.simulator import build_scenario
+    from scheduling.models.registered import POWER_NAME
+    from scheduling.evaluation.simulator import build_scenario
 
     db, versions = registry_db
     sc = build_scenario(start=PLAN_TIME, days=1, n_jobs=20, regions=2, load=0.5, forecasts="naive",

@@ -13,10 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scheduling import plan_service
-from scheduling.plan_service import plan_hourly, resolve_run, validate_inputs
-from scheduling.plan_store import read_plan, table_digest
-from scheduling.schedules import tree_digest, verify_schedule_dir
+from scheduling import service as plan_service
+from scheduling.service import plan_hourly, resolve_run, validate_inputs
+from scheduling.output.plan_store import read_plan, table_digest
+from scheduling.output.schedules import tree_digest, verify_schedule_dir
 
 T = "2021-07-15T12:00:00Z"
 
@@ -97,7 +97,7 @@ def test_only_forecasts_issued_by_the_planning_time_are_used(tmp_warehouse, tmp_
 
 
 def test_pending_set_is_deterministic_per_as_of(data_dir):
-    from scheduling.fleet import load_fleet
+    from scheduling.domain.fleet import load_fleet
 
     fleet = load_fleet()
     a = plan_service.job_stream("2021-07-14T20:00Z", T, fleet)
@@ -137,14 +137,14 @@ def test_resolve_run_takes_the_planning_time_from_the_run():
 
 
 def test_cli_rejects_a_bad_policy_with_exit_code_2():
-    out = subprocess.run([sys.executable, "-m", "scheduling.plan_service", "--as-of", T, "--policy", "nope"],
+    out = subprocess.run([sys.executable, "-m", "scheduling.service", "--as-of", T, "--policy", "nope"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "'nope'" in out.stderr and out.stdout == ""
 
 
 @pytest.mark.slow
 def test_cli_json_run(tmp_warehouse, tmp_path, data_dir):
-    out = subprocess.run([sys.executable, "-m", "scheduling.plan_service", "--as-of", T, "--json",
+    out = subprocess.run([sys.executable, "-m", "scheduling.service", "--as-of", T, "--json",
                           "--schedule-root", str(tmp_path / "s")], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     doc = json.loads(out.stdout)

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scheduling import plan_store
-from scheduling.plan_store import make_plan, plan_id_for, read_plan, table_digest, write_plan
+from scheduling.output import plan_store
+from scheduling.output.plan_store import make_plan, plan_id_for, read_plan, table_digest, write_plan
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -140,7 +140,7 @@ _KILLED_WRITER = textwrap.dedent("""
     from pathlib import Path
     sys.path.insert(0, {root!r})
     from tests.scheduling.test_plan_store import sample_plan
-    from scheduling.plan_store import write_plan
+    from scheduling.output.plan_store import write_plan
     marker = Path({marker!r})
     def hang(stage):
         if stage == "assignments":          # deleted + half inserted, not committed

@@ -10,14 +10,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scheduling.planner.coordinator import (
+from scheduling.planning.coordinator import (
     Coordinator, Evaluator, explain_batch, explain_choice, priority_parts, range_extrema,
 )
-from scheduling.planner.optimum import OptimumPolicy, _candidates, solve_lp, solve_preemptive_lp
-from scheduling.planner.policies import (
+from scheduling.planning.lp import OptimumPolicy, _candidates, solve_lp, solve_preemptive_lp
+from scheduling.planning.policies.base import (
     POLICY_NAMES, CarbonTime, GreedyCarbon, PerformanceFirst, PlacementPolicy, PriorityCarbon, make_policy,
 )
-from scheduling.planner.types import (
+from scheduling.domain.plan import (
     ASSIGNMENT_COLUMNS, BINDING_CONSTRAINTS, EXPLANATION_KEYS, Plan, PlanningProblem, PriorityWeights,
 )
 
@@ -509,7 +509,7 @@ def test_policy_registry():
 # ------------------------------------------------------------------------------------------------ agents
 def test_agent_rejects_fragmented_cluster_and_job_goes_to_next_best():
     from scheduling.packing import Cluster, Pod
-    from scheduling.planner.agents import ClusterAgent
+    from scheduling.planning.agents import ClusterAgent
 
     # cluster 0 (clean): two nodes with one GPU each, both half used: 1000 milli free in total, no device fits
     c0 = Cluster(["n0", "n1"], [64000, 64000], [262144, 262144], [1, 1], ["V100", "V100"])
@@ -532,7 +532,7 @@ def test_agent_rejects_fragmented_cluster_and_job_goes_to_next_best():
 
 def test_tentative_nodes_for_future_starts():
     from scheduling.packing import Cluster, Pod
-    from scheduling.planner.agents import ClusterAgent
+    from scheduling.planning.agents import ClusterAgent
 
     c0 = Cluster(["n0"], [64000], [262144], [2], ["V100"])
     agent = ClusterAgent("c0", c0, policy="bestfit")
@@ -550,7 +550,7 @@ def test_reservation_drains_the_node_that_frees_first_and_allows_backfill():
     end first (n1, at hour 5): a job that would run past hour 5 may not go there, one that ends by then may
     (backfill); once n1 drains, the 8-GPU job gets it and the reservation is gone."""
     from scheduling.packing import Cluster, Pod
-    from scheduling.planner.agents import ClusterAgent
+    from scheduling.planning.agents import ClusterAgent
 
     cl = Cluster(["n0", "n1"], [96000, 96000], [262144, 262144], [8, 8], ["V100", "V100"])
     agent = ClusterAgent("c0", cl, policy="bestfit")
@@ -575,11 +575,11 @@ def test_reservation_drains_the_node_that_frees_first_and_allows_backfill():
 
 
 def test_hourly_planner_reserves_only_for_blocked_due_multi_gpu_jobs():
-    from scheduling.fleet import load_fleet
-    from scheduling.jobs import generate_jobs
+    from scheduling.domain.fleet import load_fleet
+    from scheduling.domain.jobs import generate_jobs
     from scheduling.packing import Pod
-    from scheduling.planner.problem import abs_hours
-    from scheduling.planner.session import HourlyPlanner
+    from scheduling.planning.problem import abs_hours
+    from scheduling.planning.session import HourlyPlanner
 
     t = pd.Timestamp("2021-07-05T00:00Z")
     now_h = abs_hours(t)
@@ -646,7 +646,7 @@ def test_plan_contract_fields():
 
 
 def test_plan_store_accepts_plan(tmp_warehouse):
-    store = pytest.importorskip("scheduling.plan_store")
+    store = pytest.importorskip("scheduling.output.plan_store")
     rng = np.random.default_rng(12)
     p = random_problem(rng, N=5, K=2, H=10, C=3)
     plan = PriorityCarbon(learn_prices=False).plan(p).to_plan()
@@ -672,7 +672,7 @@ def test_hold_until_the_planned_start_serves_jobs_that_end_before_it():
     """A hold made for a job planned at hour 12 on a node that drains at hour 5: jobs ending by hour 12 may use
     the node in between, one ending later may not; asking again returns the same node with its real drain hour."""
     from scheduling.packing import Cluster, Pod
-    from scheduling.planner.agents import ClusterAgent
+    from scheduling.planning.agents import ClusterAgent
 
     cl = Cluster(["n0", "n1"], [96000, 96000], [262144, 262144], [8, 8], ["V100", "V100"])
     agent = ClusterAgent("c0", cl, policy="bestfit")
@@ -695,8 +695,8 @@ def test_rolling_lp_holds_a_node_for_a_blocked_multi_gpu_job_and_plans_it_after_
     learns that it cannot start on cluster 0 before hour 4 (when n0 drains), plans it there then, and n0 is held:
     a 1-GPU job that would run past hour 4 is kept off it."""
     from scheduling.packing import Cluster, Pod
-    from scheduling.planner.agents import ClusterAgent
-    from scheduling.planner.rolling_lp import RollingLP
+    from scheduling.planning.agents import ClusterAgent
+    from scheduling.planning.policies.rolling_lp import RollingLP
 
     def fresh_agents():
         agents = [ClusterAgent("c0", Cluster(["n0", "n1"], [96000] * 2, [262144] * 2, [8, 8], ["V100"] * 2),
@@ -734,7 +734,7 @@ def test_standby_node_is_kept_for_multi_gpu_jobs():
     """keep_standby picks the largest node that drains first and keeps it: a 1-GPU job may not use it (unless it
     ends by the backfill hour), an 8-GPU job may; node_usage counts what runs on it until its end hour."""
     from scheduling.packing import Cluster, Pod
-    from scheduling.planner.agents import STANDBY, ClusterAgent
+    from scheduling.planning.agents import STANDBY, ClusterAgent
 
     cl = Cluster(["n0", "n1", "n2", "s"], [96000] * 3 + [8000], [262144] * 3 + [8192], [8, 8, 8, 1], ["V100"] * 4)
     agent = ClusterAgent("c0", cl, policy="bestfit")
@@ -755,7 +755,7 @@ def test_free_breakdown_tells_whole_devices_fragments_and_standby_apart():
     """Free GPU-milli split three ways: whole free devices, shares left on partly used devices (fragments only a
     small job can use), and the standby node's devices; the parts add up to the free GPU-milli."""
     from scheduling.packing import Cluster, Pod
-    from scheduling.planner.agents import ClusterAgent
+    from scheduling.planning.agents import ClusterAgent
 
     cl = Cluster(["n0", "n1", "n2"], [96000, 96000, 96000], [262144] * 3, [4, 2, 8], ["V100"] * 3)
     agent = ClusterAgent("c0", cl, policy="bestfit")
@@ -776,8 +776,8 @@ def test_standby_is_the_node_that_hosts_whole_node_jobs_and_is_kept_for_them():
     It is kept for whole-node jobs (8 GPUs): a 2-GPU job goes elsewhere unless the threshold is 2; and the LP's
     standby part is open only to the jobs one of its nodes can hold (the 88-core job: none)."""
     from scheduling.packing import Cluster, Pod
-    from scheduling.planner.agents import ClusterAgent
-    from scheduling.planner.rolling_lp import RollingLP
+    from scheduling.planning.agents import ClusterAgent
+    from scheduling.planning.policies.rolling_lp import RollingLP
 
     def cluster():
         return Cluster(["n0", "n1", "n2"], [64000, 64000, 82000], [262144, 262144, 344064], [8, 8, 8], ["V100"] * 3)
@@ -812,8 +812,8 @@ def test_standby_pool_keeps_one_node_per_cluster_by_default():
     """Six 8-GPU nodes: one in three would be two standby nodes, a third of the cluster idle for the rare whole-node
     jobs (a 270-GPU fleet at load 0.8 then met 84 % of deadlines); `standby_max_nodes` (default 1) keeps one."""
     from scheduling.packing import Cluster, Pod
-    from scheduling.planner.agents import ClusterAgent
-    from scheduling.planner.rolling_lp import RollingLP
+    from scheduling.planning.agents import ClusterAgent
+    from scheduling.planning.policies.rolling_lp import RollingLP
 
     def agents():
         names = [f"n{i}" for i in range(6)]
@@ -846,8 +846,8 @@ def test_rolling_lp_standby_pool_plans_multi_gpu_jobs_on_the_standby_node_only()
     standby pool the LP sees the clean cluster's empty node as open to the 8-GPU job only: the job starts there now,
     and the 1-GPU jobs are planned on the other two nodes' capacity (14 GPUs), never on the standby node."""
     from scheduling.packing import Cluster, Pod
-    from scheduling.planner.agents import ClusterAgent
-    from scheduling.planner.rolling_lp import RollingLP
+    from scheduling.planning.agents import ClusterAgent
+    from scheduling.planning.policies.rolling_lp import RollingLP
 
     agents = [ClusterAgent("c0", Cluster(["n0", "n1", "n2"], [96000] * 3, [262144] * 3, [8] * 3, ["V100"] * 3),
                            policy="bestfit"),
@@ -881,7 +881,7 @@ def test_evict_for_frees_a_node_with_the_cheapest_victims_and_changes_nothing_wh
     """n0 holds three evictable 1-GPU jobs (costs 5, 1, 3); n1 a job that may not be evicted. A 6-GPU job needs one
     of n0's jobs gone: the cheapest (b); the others stay bound. A 9-GPU job fits no node: nothing changes."""
     from scheduling.packing import Cluster, Pod
-    from scheduling.planner.agents import ClusterAgent
+    from scheduling.planning.agents import ClusterAgent
 
     agent = ClusterAgent("c0", Cluster(["n0", "n1"], [96000] * 2, [262144] * 2, [8, 8], ["V100"] * 2),
                          policy="bestfit")
@@ -903,9 +903,9 @@ def test_rolling_lp_preempts_checkpointing_jobs_for_a_due_job_only_when_allowed(
     preemption it cannot start (and runs late later); with it, the evictable jobs are evicted and it starts now
     on that node. A running job that is not evictable blocks it."""
     from scheduling.packing import Cluster, Pod
-    from scheduling.planner.agents import ClusterAgent
-    from scheduling.planner.rolling_lp import RollingLP
-    from scheduling.planner.types import Preemption
+    from scheduling.planning.agents import ClusterAgent
+    from scheduling.planning.policies.rolling_lp import RollingLP
+    from scheduling.domain.plan import Preemption
 
     def agents():
         ag = ClusterAgent("c0", Cluster(["n0"], [96000], [262144], [8], ["V100"]), policy="bestfit")
@@ -940,9 +940,9 @@ def test_standby_yields_to_a_job_due_now_only_when_asked():
     `standby_yields_to_due` it starts now on the standby node (a deadline outranks an idle node). A job that is not
     due yet still never gets the standby node."""
     from scheduling.packing import Cluster, Pod
-    from scheduling.planner.agents import ClusterAgent
-    from scheduling.explain import TemplateExplainer
-    from scheduling.planner.rolling_lp import RollingLP
+    from scheduling.planning.agents import ClusterAgent
+    from scheduling.explain.explainers import TemplateExplainer
+    from scheduling.planning.policies.rolling_lp import RollingLP
 
     def fleet():
         agent = ClusterAgent("c0", Cluster(["n0", "n1", "n2"], [96000] * 3, [262144] * 3, [8] * 3, ["V100"] * 3),

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scheduling.perfdata import ENERGY_COLUMNS, energy_profiles_from_files, load_energy_profiles
-from scheduling.power import (
+from scheduling.models.measured import ENERGY_COLUMNS, energy_profiles_from_files, load_energy_profiles
+from scheduling.models.power import (
     PowerModel,
     carbon_kg,
     choose_power_setting,
@@ -115,9 +115,9 @@ def test_options_known_unknown_and_mapped(model):
 
 def test_one_gpu_mapping_for_power_model_fleet_and_planner(profiles, data_dir):
     """GPU_MAP is the only GPU -> power-curve mapping: the fleet's models and the planner's options follow it."""
-    from scheduling.fleet import load_fleet
-    from scheduling.planner.power import PowerTable
-    from scheduling.power import DEFAULT_CURVE, GPU_MAP, ZEUS_GPU_TYPES
+    from scheduling.domain.fleet import load_fleet
+    from scheduling.planning.power_options import PowerTable
+    from scheduling.models.power import DEFAULT_CURVE, GPU_MAP, ZEUS_GPU_TYPES
 
     fleet = load_fleet(data_dir=data_dir)
     for name, m in fleet.gpu_models.items():
@@ -138,7 +138,7 @@ def test_one_gpu_mapping_for_power_model_fleet_and_planner(profiles, data_dir):
 
 
 def test_fleet_file_cannot_name_a_curve(tmp_path, data_dir):
-    from scheduling.fleet import DEFAULT_FLEET_PATH, load_fleet
+    from scheduling.domain.fleet import DEFAULT_FLEET_PATH, load_fleet
 
     text = DEFAULT_FLEET_PATH.read_text().replace("T4:      {idle_w: 10, peak_w: 70,",
                                                   "T4:      {idle_w: 10, peak_w: 70, power_profile: null,")

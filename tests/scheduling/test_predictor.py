@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 import torch
 
-from scheduling.perfdata import THROUGHPUT_COLUMNS, load_throughput, throughput_from_files
-from scheduling.predictor import baselines as B
-from scheduling.predictor.features import PerfTables, build_tables, mape
-from scheduling.predictor.feedback import feedback_cells, flag_unit_mismatch
-from scheduling.predictor.prior import PriorConfig, PriorModel
-from scheduling.predictor.refiner import Refiner, RefinerConfig
+from scheduling.models.measured import THROUGHPUT_COLUMNS, load_throughput, throughput_from_files
+from scheduling.evaluation import predictor_baselines as B
+from scheduling.models.performance.features import PerfTables, build_tables, mape
+from scheduling.models.performance.feedback import feedback_cells, flag_unit_mismatch
+from scheduling.models.performance.prior import PriorConfig, PriorModel
+from scheduling.models.performance.refiner import Refiner, RefinerConfig
 
 torch.set_num_threads(1)
 TINY = PriorConfig(n_models=1, epochs=150, hidden=32, dim=8, lr=1e-2)
@@ -162,7 +162,7 @@ def test_refiner_reduces_error_after_feedback(throughput, prior):
 
 
 def test_performance_predictor_online_feedback_and_persistence(throughput, tmp_path):
-    from scheduling.predictor.model import PerformancePredictor
+    from scheduling.models.performance.predictor import PerformancePredictor
 
     predictor = PerformancePredictor.train(throughput, TINY, RefinerConfig(epochs=30))
     job = {"job_type": "ResNet-50 (batch size 64)"}
@@ -187,8 +187,8 @@ def test_performance_predictor_online_feedback_and_persistence(throughput, tmp_p
 
 def test_train_and_register_and_load_latest_good(throughput, tmp_warehouse, tmp_path, monkeypatch):
     pytest.importorskip("forecasting.registry")
-    from scheduling.predictor.evaluation import EvalConfig
-    from scheduling.predictor_service import load_latest_good, train_and_register
+    from scheduling.evaluation.predictor_eval import EvalConfig
+    from scheduling.models.registered import load_latest_good, train_and_register
 
     monkeypatch.setenv("MODELS_DIR", str(tmp_path / "models"))
     cfg = EvalConfig(prior=TINY, refiner=RefinerConfig(epochs=20))
@@ -212,7 +212,7 @@ def test_train_and_register_and_load_latest_good(throughput, tmp_warehouse, tmp_
 def test_predictor_eval_quick_cli(gavel_dir, tmp_path, capsys):
     import json
 
-    from scheduling.__main__ import main
+    from scheduling.cli import main
 
     report = tmp_path / "results.md"
     assert main(["predictor-eval", "--json", "--quick", "--from-files", "--report", str(report)]) == 0

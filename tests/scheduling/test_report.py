@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scheduling.report import run_evaluation, validate_evaluation_params, write_report
+from scheduling.evaluation.report import run_evaluation, validate_evaluation_params, write_report
 from tests.scheduling.test_plan_store import sample_plan
 
 
@@ -107,7 +107,7 @@ def test_run_evaluation_on_a_small_scenario(tmp_path, data_dir, tmp_warehouse):
 
 
 def test_chart_over_runs_draws_the_mean_and_range_over_seeds(tmp_path):
-    from scheduling.report import chart_over_runs
+    from scheduling.evaluation.report import chart_over_runs
 
     def report(seed, start, load, rolling_share, rolling_deadlines):
         first = {"share_of_optimum_reduction_pct": 0.0, "deadline_satisfaction": 0.9, "kgco2e": 100.0}

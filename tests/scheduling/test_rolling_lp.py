@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scheduling.planner.policies import PlacementPolicy, make_policy
-from scheduling.planner.optimum import solve_lp
-from scheduling.planner.rolling_lp import RollingLP
+from scheduling.planning.policies.base import PlacementPolicy, make_policy
+from scheduling.planning.lp import solve_lp
+from scheduling.planning.policies.rolling_lp import RollingLP
 from tests.scheduling.test_planner import toy_problem
 
 
@@ -47,7 +47,7 @@ def test_rolling_lp_starts_job_whose_lp_mass_is_now():
 def test_rolling_lp_capacity_price_folded_into_intensity():
     # a price of 2e-4 kg per GPU-milli-hour on region 1 at hour 0 charges a 1000-milli, 1 kW job 0.2 kg there
     # (= +200 g/kWh): region 1 (0.01 + 0.2 kg) is then worse than region 0 (0.1 kg) for a job due now
-    from scheduling.planner.rolling_lp import _priced
+    from scheduling.planning.policies.rolling_lp import _priced
 
     p = toy_problem([[100, 10], [100, 300], [100, 300]], [[1000, 1000]] * 3, gpu=[1000], dur=[[1, 1]],
                     kw=[[1, 1]], deadline=[1])
@@ -64,7 +64,7 @@ def test_rolling_lp_power_option_and_explains_every_decision(max_power_candidate
     at 0.6 kW = 0.6 x (80 + 50) / 1000 = 0.078 kg. The LP picks it where it keeps the power options; a plan
     above `max_power_candidates` keeps one option per start and cluster (the least carbon) -- the same answer.
     Every placed job has an explanation, with the LP's value as the optimum counterfactual."""
-    from scheduling.planner.types import EXPLANATION_KEYS
+    from scheduling.domain.plan import EXPLANATION_KEYS
 
     p = toy_problem([[80], [100], [100], [300]], [[2000]] * 4, gpu=[1000, 1000],
                     dur=[[[1.0], [1.5]], [[1.0], [1.5]]], kw=[[[1.0], [0.6]], [[1.0], [0.6]]], deadline=[3, 4],
@@ -139,8 +139,8 @@ def test_expected_arrivals_keep_the_green_slot_for_the_job_that_needs_it():
 def test_expected_jobs_replay_the_last_hours_of_arrivals_shifted_forward(data_dir):
     import pandas as pd
 
-    from scheduling.planner.problem import JobTable, abs_hours
-    from scheduling.simulator import build_scenario
+    from scheduling.planning.problem import JobTable, abs_hours
+    from scheduling.evaluation.simulator import build_scenario
 
     sc = build_scenario(start="2021-07-05", days=2, n_jobs=60, regions=3, load=0.5, seed=3, forecasts="naive",
                         data_dir=data_dir, grid_source="files", tail_days=1)
@@ -193,7 +193,7 @@ def test_warm_start_from_the_last_hour_reaches_the_same_optimum_in_fewer_iterati
     """80 jobs, 3 clusters that cannot run them all at once: the LP of the next hour (five jobs started, the rest
     one hour nearer their deadlines) started from this hour's basis has the cold solve's optimum, in fewer simplex
     iterations."""
-    from scheduling.planner.optimum import WarmStart
+    from scheduling.planning.lp import WarmStart
 
     rng = np.random.default_rng(7)
     H, C, N = 49, 3, 80

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scheduling import schedules
-from scheduling.schedules import recover, schedule_dirname, tree_digest, verify_schedule_dir, write_schedules
+from scheduling.output import schedules
+from scheduling.output.schedules import recover, schedule_dirname, tree_digest, verify_schedule_dir, write_schedules
 from tests.scheduling.test_plan_store import sample_plan
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -129,7 +129,7 @@ _KILLED = textwrap.dedent("""
     from pathlib import Path
     sys.path.insert(0, {root!r})
     from tests.scheduling.test_plan_store import sample_plan
-    from scheduling.schedules import write_schedules
+    from scheduling.output.schedules import write_schedules
     marker = Path({marker!r})
     seen = []
     def hang(stage, path):

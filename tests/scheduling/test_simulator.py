@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scheduling.planner.forecasts import GridSeries, NaiveForecast, PublishedForecast, make_forecasts
-from scheduling.simulator import build_scenario, evaluate, report_markdown, simulate
+from scheduling.planning.forecasts import GridSeries, NaiveForecast, PublishedForecast, make_forecasts
+from scheduling.evaluation.simulator import build_scenario, evaluate, report_markdown, simulate
 
 START = "2021-07-05"
 
@@ -130,7 +130,7 @@ def test_evaluation_forecasts_keep_the_backtest(tmp_warehouse, data_dir):
     error; without a stored backtest (the hourly forecast DAG's stream, a version per training) every version."""
     from forecasting.registry import write_forecasts
 
-    from scheduling.planner.forecasts import BACKTEST
+    from scheduling.planning.forecasts import BACKTEST
 
     def issue(at, value, version):
         at = pd.Timestamp(at)
@@ -168,9 +168,9 @@ def test_evaluation_forecasts_keep_the_backtest(tmp_warehouse, data_dir):
 
 
 def test_plan_hour_api(data_dir):
-    from scheduling.fleet import load_fleet
-    from scheduling.jobs import generate_jobs
-    from scheduling.planner import plan_hour
+    from scheduling.domain.fleet import load_fleet
+    from scheduling.domain.jobs import generate_jobs
+    from scheduling.planning.session import plan_hour
 
     fleet = load_fleet(regions=3, data_dir=data_dir)
     t = pd.Timestamp("2021-07-05T12:00Z")
@@ -187,7 +187,7 @@ def test_plan_hour_api(data_dir):
 
 
 def test_cli_evaluate_json_only(capsys, data_dir, tmp_path):
-    from scheduling.__main__ import main
+    from scheduling.cli import main
 
     rc = main(["evaluate", "--jobs", "30", "--regions", "3", "--start", START, "--days", "1", "--load", "0.6",
                "--forecasts", "naive", "--policies", "priority,greedy-carbon", "--json", "--no-progress",
@@ -206,7 +206,7 @@ def test_scaled_fleet_deadlines_are_feasible_and_sizing_counts_slow_gpus(scenari
     """After re-sizing, home cluster and deadline refer to the fleet the jobs run on: every job meets its deadline
     when started at submission on some cluster that can host it; the load counts the run time on the GPUs a busy
     fleet uses (slow ones too), so it is at least the fastest-GPU figure."""
-    from scheduling.simulator import demand_gpu_hours
+    from scheduling.evaluation.simulator import demand_gpu_hours
 
     tbl = scenario.table
     names = scenario.fleet.names
@@ -236,7 +236,7 @@ def test_calibrated_fleet_reaches_the_placed_load(data_dir):
 def test_replay_optimum_runs_the_bound_schedule_through_the_agents(scenario):
     """The optimum's (rounded) schedule executed hour by hour on nodes: never below the bound, most jobs start
     where and when the bound put them, and the excess carbon splits into on-plan and displaced jobs."""
-    from scheduling.simulator import replay_optimum
+    from scheduling.evaluation.simulator import replay_optimum
 
     out = replay_optimum(scenario, time_limit_s=120)
     assert out["optimum"]["status"] == "optimal"
@@ -248,7 +248,7 @@ def test_replay_optimum_runs_the_bound_schedule_through_the_agents(scenario):
 
 
 def test_cli_bench_plan_reports_the_process_peak_and_checks_the_targets(capsys, data_dir, tmp_path):
-    from scheduling.__main__ import main
+    from scheduling.cli import main
 
     rc = main(["bench-plan", "--policy", "rolling-lp", "--jobs", "40", "--also", "1200", "--hours", "48",
                "--regions", "3", "--repeats", "1", "--recent", "30", "--out", str(tmp_path),
@@ -315,7 +315,7 @@ def test_by_cluster_accounts_for_every_gpu(report, scenario):
 def test_cli_preemption_bound_is_below_the_bound_and_reports_shares_against_both(capsys, data_dir):
     """Checkpointing jobs that may stop and resume can only lower the bound; every policy's share is reported
     against both bounds (performance-first: 0 by definition)."""
-    from scheduling.__main__ import main
+    from scheduling.cli import main
 
     rc = main(["preemption-bound", "--jobs", "40", "--regions", "3", "--start", START, "--days", "1", "--load", "0.6",
                "--policies", "priority", "--time-limit", "120", "--data-dir", str(data_dir)])
@@ -335,10 +335,10 @@ def test_a_preempted_job_resumes_with_the_work_left_and_both_runs_are_charged(sc
     """HourlyPlanner.preempt keeps the work done less the overhead, makes the job pending again with its run times
     scaled to the work left; execute charges the run before the preemption and the one after (and the data moved
     between two clusters) from the actual intensity."""
-    from scheduling.planner.rolling_lp import RollingLP
-    from scheduling.planner.session import HourlyPlanner
-    from scheduling.planner.types import Preemption
-    from scheduling.simulator import execute
+    from scheduling.planning.policies.rolling_lp import RollingLP
+    from scheduling.planning.session import HourlyPlanner
+    from scheduling.domain.plan import Preemption
+    from scheduling.evaluation.simulator import execute
 
     sc = scenario
     tbl = sc.table
@@ -383,7 +383,7 @@ def test_a_preempted_job_resumes_with_the_work_left_and_both_runs_are_charged(sc
 def test_cli_evaluate_over_seeds_reports_each_run_and_the_mean_and_range(capsys, data_dir, tmp_path):
     """Two trace seeds: one JSON per seed, the over-seeds rows (mean within min..max, the bound's share 100 %) in the
     JSON and the markdown; rebuilding from the two saved files gives the same rows."""
-    from scheduling.__main__ import main
+    from scheduling.cli import main
 
     common = ["--json", "--no-progress", "--data-dir", str(data_dir)]
     rc = main(["evaluate", "--jobs", "30", "--regions", "3", "--start", START, "--days", "1", "--load", "0.6",
@@ -415,7 +415,7 @@ def test_a_bound_the_solver_did_not_finish_is_reported_missing_not_zero(scenario
     """HiGHS stopped by its time limit returns no solution; read as a bound that would be 0 kg and every policy's
     share measured against zero emissions (a 9000-job LP on a busy host did exactly that). solve_optimum raises,
     evaluate keeps the policies' results and reports the bound as missing, with the reason, and no shares."""
-    from scheduling.simulator import BoundNotSolved, solve_optimum
+    from scheduling.evaluation.simulator import BoundNotSolved, solve_optimum
 
     with pytest.raises(BoundNotSolved, match="time limit"):
         solve_optimum(scenario, time_limit_s=0.0)
@@ -442,7 +442,7 @@ def test_ablations_include_the_perfect_information_reference(scenario):
 
 
 def test_over_seeds_reports_the_perfect_information_reference_beside_the_policies():
-    from scheduling.simulator import PERFECT_INFORMATION, over_seeds
+    from scheduling.evaluation.simulator import PERFECT_INFORMATION, over_seeds
 
     def report(seed, rolling, perfect):
         def m(share):

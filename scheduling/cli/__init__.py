@@ -1,0 +1,18 @@
+"""Command line: `python -m scheduling <command>`. Each command module exposes `register(subparsers)`, which adds
+its sub-parser and sets `func` (returning an exit code)."""
+from __future__ import annotations
+
+import argparse
+
+from scheduling.cli import fgd, models, planning
+
+COMMAND_MODULES = (fgd, models, planning)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scheduling", description="Packing, prediction and planning.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for module in COMMAND_MODULES:
+        module.register(sub)
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)

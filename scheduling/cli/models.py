@@ -1,0 +1,105 @@
+"""Commands: `predictor-eval`, `power-eval`, `train-predictor` (see scheduling/evaluation/predictor_eval.py,
+scheduling/models/power.py and scheduling/models/registered.py). With `--json` exactly one JSON document goes to stdout;
+progress goes to stderr."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+DEFAULT_REPORT = Path("var/reports/predictor/results.md")
+DEFAULT_POWER_REPORT = Path("var/reports/predictor/power.md")
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _emit(result: dict, as_json: bool, summary: str) -> None:
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        print(summary)
+
+
+def _resolve(path: str | Path) -> Path:
+    from warehouse.config import REPO_ROOT
+
+    path = Path(path)
+    return path if path.is_absolute() else REPO_ROOT / path
+
+
+def cmd_predictor_eval(args) -> int:
+    import torch
+
+    from scheduling.models.measured import load_throughput, throughput_from_files
+    from scheduling.evaluation.predictor_eval import EvalConfig, results_markdown, run_all
+
+    torch.set_num_threads(1)
+    throughput = throughput_from_files(args.data_dir) if args.from_files else load_throughput(args.db)
+    cfg = EvalConfig.quick() if args.quick else EvalConfig()
+    cfg.protocols = tuple(int(p) for p in args.protocols.split(","))
+    result = run_all(throughput, cfg, log=_log)
+    report = _resolve(args.report)
+    report.parent.mkdir(parents=True, exist_ok=True)
+    markdown = results_markdown(result)
+    tmp = report.with_suffix(".tmp")
+    tmp.write_text(markdown)
+    tmp.replace(report)
+    report.with_suffix(".json").write_text(json.dumps(result, indent=2, default=str))
+    result["report"] = str(report)
+    _emit(result, args.json, markdown)
+    return 0
+
+
+def cmd_power_eval(args) -> int:
+    from scheduling.models.measured import energy_profiles_from_files, load_energy_profiles
+    from scheduling.models.power import power_eval, power_eval_markdown
+
+    profiles = energy_profiles_from_files(args.data_dir) if args.from_files else load_energy_profiles(args.db)
+    result = power_eval(profiles)
+    report = _resolve(args.report)
+    report.parent.mkdir(parents=True, exist_ok=True)
+    markdown = power_eval_markdown(result)
+    report.write_text(markdown)
+    result["report"] = str(report)
+    _emit(result, args.json, markdown)
+    return 0
+
+
+def cmd_train_predictor(args) -> int:
+    from scheduling.models.registered import train_and_register
+
+    result = train_and_register(db_path=args.db, as_of=args.as_of, evaluate=not args.no_eval, log=_log)
+    _emit(result, args.json, json.dumps(result, indent=2, default=str))
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("predictor-eval", help="evaluate the throughput/interference predictor (3 protocols)")
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p.add_argument("--quick", action="store_true", help="tiny settings for smoke tests (numbers not meaningful)")
+    p.add_argument("--protocols", default="1,2,3", help="comma-separated subset of 1,2,3")
+    p.add_argument("--report", default=str(DEFAULT_REPORT), help="markdown table (a .json beside it)")
+    p.add_argument("--db", default=None, help="warehouse file (default WAREHOUSE_PATH)")
+    p.add_argument("--from-files", action="store_true", help="read the Gavel files, not marts.gpu_throughput")
+    p.add_argument("--data-dir", default=None)
+    p.set_defaults(func=cmd_predictor_eval)
+
+    p = subparsers.add_parser("power-eval", help="evaluate the GPU power model (leave-one-batch-size-out)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--report", default=str(DEFAULT_POWER_REPORT))
+    p.add_argument("--db", default=None)
+    p.add_argument("--from-files", action="store_true", help="read the Zeus file, not marts.gpu_energy_profiles")
+    p.add_argument("--data-dir", default=None)
+    p.set_defaults(func=cmd_power_eval)
+
+    p = subparsers.add_parser("train-predictor", help="train predictor + power model, evaluate, register a version")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--db", default=None)
+    p.add_argument("--as-of", default=None, help="version timestamp (default: now, UTC)")
+    p.add_argument("--no-eval", action="store_true", help="skip the evaluation protocols (metrics: training only)")
+    p.set_defaults(func=cmd_train_predictor)

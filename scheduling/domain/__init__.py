@@ -1,0 +1,1 @@
+"""Fleet, jobs and plan types: what the rest of the package talks about."""

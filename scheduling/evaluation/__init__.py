@@ -1,0 +1,1 @@
+"""Evaluation: trace-driven simulator, bounds, ablations, FGD replay, predictor and power-model evaluation, reports."""

@@ -1,0 +1,1 @@
+"""Outputs of a plan: the plan store (DuckDB `plan.*`) and the schedule files handed to executors."""

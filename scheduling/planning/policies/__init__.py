@@ -1,0 +1,1 @@
+"""Placement policies: one interface (`base.PlacementPolicy`), one registry, one module per policy."""

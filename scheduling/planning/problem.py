@@ -1,0 +1,124 @@
+"""Static per-job arrays (`JobTable`) and the per-plan `PlanningProblem` built from them.
+
+A `JobTable` is computed once for a job set and a fleet: run time per power option and cluster (predictor speeds
+x power-limit time factors), draw in kW incl. PUE, which clusters can host the job, transfer energy when it runs
+outside its home region. `JobTable.problem(now, idx, free, forecast, ...)` slices it for the jobs pending at one
+planning hour.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from scheduling.domain.jobs import SpeedModel, durations, hostable
+from scheduling.planning.power_options import PowerTable, load_power_table, option_arrays
+from scheduling.domain.plan import PlanningProblem
+
+HOUR_NS = 3_600_000_000_000
+
+
+def abs_hours(ts) -> np.ndarray | int:
+    """Hours since the Unix epoch (int64) of UTC timestamps (scalar or array-like)."""
+    if isinstance(ts, (pd.Series, pd.Index, np.ndarray, list)):
+        vals = pd.to_datetime(pd.Series(ts), utc=True).dt.as_unit("ns").astype("int64").to_numpy()
+        return vals // HOUR_NS
+    return int(pd.Timestamp(ts).as_unit("ns").value // HOUR_NS)
+
+
+def abs_hours_float(ts) -> np.ndarray:
+    vals = pd.to_datetime(pd.Series(ts), utc=True).dt.as_unit("ns").astype("int64").to_numpy()
+    return vals / HOUR_NS
+
+
+def hour_ts(h: int) -> pd.Timestamp:
+    return pd.Timestamp(int(h) * HOUR_NS, tz="UTC")
+
+
+class JobTable:
+    """Per-job static arrays over the fleet. Shapes: N jobs, K power options (1 when not power-aware),
+    C clusters."""
+
+    def __init__(self, jobs: pd.DataFrame, fleet, speed_model: SpeedModel | None = None,
+                 power_table: PowerTable | None = None, data_dir=None):
+        self.jobs = jobs.reset_index(drop=True)
+        self.fleet = fleet
+        self.speed_model = speed_model or SpeedModel(data_dir)
+        self.power_table = power_table or load_power_table(fleet, data_dir=data_dir)
+        n, C = len(self.jobs), len(fleet)
+        base = durations(self.jobs, fleet, self.speed_model)  # (N, C) at the default limit
+        tf, pw, lw = option_arrays(fleet, self.power_table, power_aware=True)
+        self.K = tf.shape[0]
+        self.base_dur = base
+        self.dur = base[:, None, :] * tf[None, :, :]  # (N, K, C), inf where a cluster has fewer options
+        share = self.jobs["num_gpu"].to_numpy(float) * self.jobs["gpu_milli"].to_numpy(float) / 1000.0
+        self.kw = share[:, None, None] * pw[None, :, :] / 1000.0 * fleet.pue[None, None, :]
+        self.limit_w = lw
+        self.allowed = hostable(self.jobs, fleet)
+        self.gpu_total = (self.jobs["num_gpu"].to_numpy(np.int64) * self.jobs["gpu_milli"].to_numpy(np.int64))
+        self.req_other = np.stack([self.jobs["cpu_milli"].to_numpy(np.int64),
+                                   self.jobs["memory_mib"].to_numpy(np.int64)], axis=1)  # (N, 2)
+        self.requests = np.concatenate([self.gpu_total[:, None], self.req_other], axis=1)  # (N, 3)
+        names = {nm: i for i, nm in enumerate(fleet.names)}
+        regions = np.array(fleet.cluster_regions, dtype=object)
+        home = np.array([names.get(h, -1) for h in self.jobs["home_cluster"]], dtype=np.int64)
+        home_region = self.jobs["home_region"].to_numpy(object)
+        for i in np.flatnonzero(home < 0):  # home cluster not in this fleet: any cluster of the home region
+            hits = np.flatnonzero(regions == home_region[i])
+            if len(hits):
+                home[i] = hits[0]
+        self.home = home
+        moves = regions[None, :] != home_region[:, None]
+        self.transfer_kwh = np.where(moves, self.jobs["data_gb"].to_numpy(float)[:, None]
+                                     * fleet.transfer_kwh_per_gb, 0.0)
+        self.submit_h = abs_hours(self.jobs["submit_time"])
+        self.deadline_h = abs_hours_float(self.jobs["deadline"])
+        self.n = n
+        self.C = C
+
+    def problem(self, now, idx, free: np.ndarray, forecast: np.ndarray, *, power_aware: bool = True,
+                forecast_version: str = "unknown", renewable: np.ndarray | None = None,
+                release: np.ndarray | None = None, work_left: np.ndarray | None = None) -> PlanningProblem:
+        """The problem for jobs `idx` at hour `now`: `forecast` is (H, C) over the plan horizon; `free` is (H, C)
+        free GPU-milli, or (3, H, C) free GPU-milli, CPU milli-cores and memory MiB. `work_left` (per job of
+        `idx`, default 1): the share of each job's work still to do (a preempted job resumes from its checkpoint),
+        which scales its run times."""
+        now = pd.Timestamp(now)
+        now_h = abs_hours(now)
+        idx = np.asarray(idx, dtype=np.int64)
+        K = self.K if power_aware else 1
+        H = int(forecast.shape[0])
+        if release is None:
+            release = np.maximum(self.submit_h[idx] - now_h, 0)
+        jobs = self.jobs.iloc[idx].reset_index(drop=True)
+        dur = self.dur[idx, :K]
+        if work_left is not None:
+            dur = dur * np.asarray(work_left, dtype=float)[:, None, None]
+        free = np.asarray(free, dtype=np.int64)
+        free_other = None
+        if free.ndim == 3:
+            free, free_other = free[0], free[1:]
+        return PlanningProblem(
+            now=now, hours=H, clusters=list(self.fleet.names), regions=list(self.fleet.cluster_regions),
+            zones=list(self.fleet.cluster_zones),
+            gpu_models=[c.config.gpu_model for c in self.fleet.clusters],
+            capacity=self.fleet.capacity_milli, forecast=np.asarray(forecast, dtype=float),
+            free=np.asarray(free, dtype=np.int64), jobs=jobs, release=np.asarray(release, dtype=np.int64),
+            deadline_rel=self.deadline_h[idx] - now_h, gpu_total=self.gpu_total[idx],
+            dur=dur, kw=self.kw[idx, :K], limit_w=self.limit_w[:K], allowed=self.allowed[idx],
+            transfer_kwh=self.transfer_kwh[idx], home=self.home[idx], forecast_version=forecast_version,
+            renewable=renewable, free_other=free_other,
+            req_other=self.req_other[idx] if free_other is not None else None,
+        )
+
+
+def horizon_for(table: JobTable, idx, now_h: int, min_hours: int = 24, max_hours: int = 336,
+                slack_hours: int = 24) -> int:
+    """Plan horizon: up to the latest deadline of the jobs (or the longest run time from now plus
+    `slack_hours` for late jobs), within [min_hours, max_hours]."""
+    idx = np.asarray(idx, dtype=np.int64)
+    if not len(idx):
+        return min_hours
+    d = np.where(np.isfinite(table.dur[idx]), table.dur[idx], 0).max(axis=(1, 2))
+    rel = np.maximum(table.submit_h[idx] - now_h, 0)
+    need = np.maximum(table.deadline_h[idx] - now_h, rel + d + slack_hours)
+    return int(np.clip(np.ceil(need.max()), min_hours, max_hours))
