@@ -50,7 +50,7 @@ import numpy as np
 import pandas as pd
 
 from scheduling.output.plan_store import iso_z, plan_id_for, utc
-from scheduling.planning.policies.base import DEFAULT_POLICY
+from scheduling.planning.policies.registry import DEFAULT_POLICY
 
 log = logging.getLogger(__name__)
 
@@ -309,7 +309,7 @@ def _model_ref(info: dict) -> dict:
 
 def validate_inputs(as_of, policy: str, regions=None, horizon_hours: int = DEFAULT_HORIZON_H) -> dict:
     """Check the run's settings before any work; ValueError naming the bad value."""
-    from scheduling.planning.policies.base import POLICY_NAMES
+    from scheduling.planning.policies.registry import POLICY_NAMES
 
     if as_of is None or str(as_of).strip() == "":
         raise ValueError("as_of is required (an ISO time, e.g. 2021-07-15T12:00Z)")

@@ -9,18 +9,17 @@ from pathlib import Path
 import yaml
 from airflow.sdk import Param
 
+from scheduling.planning.policies.registry import DEFAULT_POLICY, POLICY_NAMES
+
 # Empty, or an ISO date/time (the DAG's first task parses it; the pattern only lets Airflow reject free text).
 ISO_TIME_PATTERN = r"^$|^\d{4}-\d{2}-\d{2}([T ]\d{2}(:\d{2}(:\d{2}(\.\d+)?)?)?)?(Z|[+-]\d{2}(:?\d{2})?)?$"
 # Grid zones in the warehouse (the forecasters' regions).
 GRID_REGIONS = ["CISO", "ERCO", "PJM", "ISNE", "MISO", "DE", "ES", "NL", "PL", "SE", "GB"]
 # Regions with clusters in the fleet configuration.
-FLEET_REGIONS = list(yaml.safe_load((Path(__file__).resolve().parents[2] / "scheduling" / "domain" / "fleet.yaml").read_text())
-                     ["regions"])
-# The planner's policies (scheduling.planning.policies.base.POLICY_NAMES; literal so that parsing a DAG does not import
-# numpy/pandas -- tests/dags/test_plan_dags.py checks that the two agree).
-DEFAULT_POLICY = "rolling-lp"  # scheduling.planning.policies.base.DEFAULT_POLICY (checked by tests/dags/test_plan_dags.py)
-POLICIES = ("priority", "rolling-lp", "performance-first", "greedy-carbon", "carbon-time", "round-robin", "random",
-            "optimum")
+FLEET_YAML = Path(__file__).resolve().parents[2] / "scheduling" / "domain" / "fleet.yaml"
+FLEET_REGIONS = list(yaml.safe_load(FLEET_YAML.read_text())["regions"])
+# The planner's policies come from its registry, which imports no numpy/pandas (DAG files must parse fast).
+POLICIES = POLICY_NAMES
 
 
 def time_param(description: str) -> Param:

@@ -140,7 +140,7 @@ def _scenario_parser(subparsers, name: str, help_text: str):
 
 
 def _policies(arg: str) -> list[str]:
-    from scheduling.planning.policies.base import ONLINE_POLICIES
+    from scheduling.planning.policies.registry import ONLINE_POLICIES
 
     if arg in ("all", ""):
         return list(ONLINE_POLICIES)

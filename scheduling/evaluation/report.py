@@ -555,7 +555,7 @@ def forecast_band(sc, start=None, hours: int | None = None, history_days: int = 
 def explained_run(sc, policy: str = "priority", seed: int = 0) -> list[dict]:
     """The explanation record of the decision that started each job, from a replay of `sc` with explanations
     on (the same loop as `scheduling.evaluation.simulator.simulate`, which does not keep them)."""
-    from scheduling.planning.policies.base import make_policy
+    from scheduling.planning.policies.registry import make_policy
     from scheduling.planning.problem import abs_hours
     from scheduling.planning.session import HourlyPlanner
 
@@ -652,7 +652,7 @@ def validate_evaluation_params(params: dict) -> dict:
     import yaml
 
     from scheduling.domain.fleet import DEFAULT_FLEET_PATH
-    from scheduling.planning.policies.base import POLICY_NAMES
+    from scheduling.planning.policies.registry import POLICY_NAMES
 
     policies = params.get("policies") or []
     if isinstance(policies, str) or not isinstance(policies, (list, tuple)) or not policies:

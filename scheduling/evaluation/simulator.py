@@ -35,7 +35,8 @@ from scheduling.domain.fleet import Fleet, load_fleet
 from scheduling.domain.jobs import SpeedModel, generate_jobs
 from scheduling.planning.agents import default_workload, job_pods
 from scheduling.planning.forecasts import BACKTEST, SIGNAL, ForecastProvider, GridSeries, make_forecasts, utc
-from scheduling.planning.policies.base import ONLINE_POLICIES, PlacementPolicy, make_policy
+from scheduling.planning.policies.registry import ONLINE_POLICIES, make_policy
+from scheduling.planning.policies.base import PlacementPolicy
 from scheduling.planning.power_options import load_power_table
 from scheduling.planning.problem import JobTable, abs_hours
 from scheduling.planning.policies.rolling_lp import RollingLP

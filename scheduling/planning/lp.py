@@ -29,9 +29,8 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
-from scheduling.planning.coordinator import BATCH_CELLS, Evaluator, PlanOutcome, priority_parts
-from scheduling.planning.policies.base import PlacementPolicy
-from scheduling.domain.plan import PlanningProblem, PriorityWeights
+from scheduling.planning.coordinator import BATCH_CELLS, Evaluator
+from scheduling.domain.plan import PlanningProblem
 
 _MILP_STATUS = {0: "optimal", 1: "iteration_or_time_limit", 2: "infeasible", 3: "unbounded", 4: "numerical"}
 
@@ -560,54 +559,3 @@ def solve_preemptive_lp(problem: PlanningProblem, preemptible: np.ndarray, late_
                            late_job_share=float(u.mean()) if N else 0.0, n_preemptible=int(preemptible.sum()),
                            n_vars=n1 + n2 + N, n_rows=int(A_ub.shape[0] + N), solve_s=time.perf_counter() - t1,
                            build_s=build_s)
-
-
-class OptimumPolicy(PlacementPolicy):
-    """The LP bound behind the policy interface. `plan()` solves the relaxation on the problem and reports, per
-    job, the candidate with the largest weight (a rounding for display; the bound is `stats['lp']`)."""
-
-    name = "optimum"
-    power_aware = True
-    description = "LP relaxation over jobs x hours x regions, perfect knowledge (the bound)"
-
-    def __init__(self, late_penalty_kg: float = 1000.0, time_limit_s: float = 600.0):
-        self.late_penalty_kg = late_penalty_kg
-        self.time_limit_s = time_limit_s
-        self.last: LPResult | None = None
-
-    def plan(self, problem, agents=None, pods=None, now_hour=None, *, explain=True, tentative=True):
-        lp = solve_lp(problem, self.late_penalty_kg, self.time_limit_s)
-        self.last = lp
-        N = problem.n_jobs
-        best, k, s, c = lp.heaviest(N)
-        placed = best > 1e-9
-        frac_cost = lp.job_carbon(N)
-        cost = np.where(placed, frac_cost, np.nan)
-        late = lp.u > 1e-6
-        prio = priority_parts(problem, PriorityWeights())
-        out = PlanOutcome(problem, self.name, np.arange(N), k, s, c, cost, late, placed,
-                          [None if p else "lp_late" for p in placed], [None] * N, [None] * N,
-                          ["dispatched" if (p and s[i] == 0) else "tentative" for i, p in enumerate(placed)],
-                          np.zeros(N, dtype=np.int64), prio)
-        if explain:
-            out.explanations = [_lp_explanation(problem, prio, j, k[j], s[j], c[j], frac_cost[j], late[j])
-                                for j in np.flatnonzero(placed)]
-        out.stats = {"lp": lp.summary(), "n_jobs": N, "n_placed": int(placed.sum())}
-        return out
-
-
-def _lp_explanation(problem, prio, j, k, s, c, cost, late) -> dict:
-    now = problem.now
-    return {
-        "job_id": str(problem.jobs["job_id"].iat[j]), "priority": float(prio.priority[j]),
-        "urgency": float(prio.urgency[j]), "flexibility": float(prio.flexibility[j]),
-        "opportunity": float(prio.opportunity[j]), "weights": prio.weights.as_dict(),
-        "chosen": {"region": problem.regions[c], "cluster": problem.clusters[c], "zone": problem.zones[c],
-                   "start_time": (now + pd.Timedelta(hours=int(s))).isoformat(), "kgco2e": round(float(cost), 6),
-                   "late": bool(late)},
-        "alternatives": [],
-        "counterfactuals": {"run_now_kgco2e": None, "greedy_carbon_kgco2e": None,
-                            "optimum_kgco2e": round(float(cost), 6)},
-        "binding_constraints": ["none"], "forecast_version": problem.forecast_version,
-        "power": {"limit_w": float(problem.limit_w[k, c]), "saving_kgco2e": None}, "policy": "optimum",
-    }

@@ -20,6 +20,8 @@ import time
 import numpy as np
 import pandas as pd
 
+from scheduling.planning.lp import solve_lp
+
 HOUR_NS = 3_600_000_000_000
 
 
@@ -52,8 +54,6 @@ class PriceLearner:
         idx = np.flatnonzero((table.submit_h >= ts) & (table.submit_h < now_h))
         if len(idx) < self.min_jobs:
             return
-        from scheduling.planning.lp import solve_lp
-
         dmax = float(np.where(np.isfinite(table.dur[idx]), table.dur[idx], 0).max())
         H = int(self.window_h + np.ceil(dmax) + 24)
         past = actual_ci(ts, self.window_h)

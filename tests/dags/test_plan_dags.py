@@ -73,7 +73,7 @@ def test_dags_parse_quickly_and_are_wired(bag):
 def test_policy_and_region_enums_match_the_planner_and_fleet(bag):
     import yaml
 
-    from scheduling.planning.policies.base import DEFAULT_POLICY, POLICY_NAMES
+    from scheduling.planning.policies.registry import DEFAULT_POLICY, POLICY_NAMES
 
     regions = list(yaml.safe_load((REPO_ROOT / "scheduling" / "domain" / "fleet.yaml").read_text())["regions"])
     plan = bag["dags"]["plan_hourly"]["params"]

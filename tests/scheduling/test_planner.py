@@ -13,10 +13,14 @@ import pytest
 from scheduling.planning.coordinator import (
     Coordinator, Evaluator, explain_batch, explain_choice, priority_parts, range_extrema,
 )
-from scheduling.planning.lp import OptimumPolicy, _candidates, solve_lp, solve_preemptive_lp
-from scheduling.planning.policies.base import (
-    POLICY_NAMES, CarbonTime, GreedyCarbon, PerformanceFirst, PlacementPolicy, PriorityCarbon, make_policy,
-)
+from scheduling.planning.lp import _candidates, solve_lp, solve_preemptive_lp
+from scheduling.planning.policies.optimum import OptimumPolicy
+from scheduling.planning.policies.registry import POLICY_NAMES, make_policy
+from scheduling.planning.policies.carbon_time import CarbonTime
+from scheduling.planning.policies.greedy_carbon import GreedyCarbon
+from scheduling.planning.policies.performance_first import PerformanceFirst
+from scheduling.planning.policies.base import PlacementPolicy
+from scheduling.planning.policies.priority import PriorityCarbon
 from scheduling.domain.plan import (
     ASSIGNMENT_COLUMNS, BINDING_CONSTRAINTS, EXPLANATION_KEYS, Plan, PlanningProblem, PriorityWeights,
 )

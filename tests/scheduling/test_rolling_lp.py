@@ -4,7 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scheduling.planning.policies.base import PlacementPolicy, make_policy
+from scheduling.planning.policies.base import PlacementPolicy
+
+from scheduling.planning.policies.registry import make_policy
 from scheduling.planning.lp import solve_lp
 from scheduling.planning.policies.rolling_lp import RollingLP
 from tests.scheduling.test_planner import toy_problem
