@@ -49,7 +49,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from scheduling.output.plan_store import iso_z, plan_id_for, utc
+from common.timeutil import iso_z, utc
+from scheduling.output.plan_store import plan_id_for
 from scheduling.planning.policies.registry import DEFAULT_POLICY
 
 log = logging.getLogger(__name__)

@@ -393,13 +393,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def _matching_run(path: str, sc) -> dict:
     """The policies' metrics of the run of an `evaluate` JSON made on the same scenario (start, load, jobs, seed)."""
-    from scheduling.domain.plan import utc_hour
+    from common.timeutil import utc
 
     saved = json.loads(Path(path).read_text())
     runs = saved.get("runs", [saved] if "config" in saved else [])
     for run in runs:
         cfg = run["config"]
-        if utc_hour(cfg["start"]) == sc.start and abs(float(cfg["load_target"]) - float(sc.load)) < 1e-9 and (
+        if utc(cfg["start"]) == sc.start and abs(float(cfg["load_target"]) - float(sc.load)) < 1e-9 and (
                 cfg["n_jobs"] == len(sc.jobs)) and int(cfg.get("seed", 0)) == int(sc.config.get("seed", 0)):
             return run["policies"]
     raise SystemExit(f"{path}: no run with start {sc.start}, load {sc.load} and {len(sc.jobs)} jobs "

@@ -37,6 +37,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from common.timeutil import utc_hour
+
 from scheduling.packing.pods import MILLI, normalize_gpu_spec
 
 WORKLOAD_CLASSES: dict[str, tuple[float, float]] = {
@@ -86,12 +88,6 @@ def _data_dir(data_dir) -> Path:
     from warehouse.config import data_dir as configured
 
     return configured()
-
-
-def _utc_hour(value) -> pd.Timestamp:
-    ts = pd.Timestamp(value)
-    ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
-    return ts.floor("h")
 
 
 # ---------------------------------------------------------------------------------------------------- speeds
@@ -224,7 +220,7 @@ def generate_jobs(n: int, start, hours: int, fleet, *, seed: int = 0, data_dir=N
     counts them."""
     if n <= 0:
         raise ValueError("n must be positive")
-    start = _utc_hour(start)
+    start = utc_hour(start)
     rng = np.random.default_rng(seed)
     speed_model = speed_model or SpeedModel(data_dir)
     pods = read_pods(pod_list, data_dir)

@@ -37,7 +37,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from scheduling.output.plan_store import canonical_json, to_jsonable, utc
+from common.jsonutil import canonical_json, to_jsonable
+from common.timeutil import utc
 
 log = logging.getLogger(__name__)
 

@@ -34,14 +34,15 @@ import pandas as pd
 from scheduling.domain.fleet import Fleet, load_fleet
 from scheduling.domain.jobs import SpeedModel, generate_jobs
 from scheduling.planning.agents import default_workload, job_pods
-from scheduling.planning.forecasts import BACKTEST, SIGNAL, ForecastProvider, GridSeries, make_forecasts, utc
+from common.timeutil import utc
+from scheduling.planning.forecasts import BACKTEST, SIGNAL, ForecastProvider, GridSeries, make_forecasts
 from scheduling.planning.policies.registry import ONLINE_POLICIES, make_policy
 from scheduling.planning.policies.base import PlacementPolicy
 from scheduling.planning.power_options import load_power_table
 from scheduling.planning.problem import JobTable, abs_hours
 from scheduling.planning.policies.rolling_lp import RollingLP
 from scheduling.planning.session import HourlyPlanner
-from scheduling.domain.plan import PriorityWeights
+from scheduling.planning.problem import PriorityWeights
 
 HOUR = pd.Timedelta(hours=1)
 BASELINE = "performance-first"

@@ -259,7 +259,7 @@ class ChatExplainer:
     def _ask(self, record: dict, template: str) -> str:
         import requests
 
-        from scheduling.output.plan_store import canonical_json
+        from common.jsonutil import canonical_json
 
         cfg = self.config
         headers = {"Content-Type": "application/json"}

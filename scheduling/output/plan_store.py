@@ -37,6 +37,9 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pandas as pd
 
+from common.jsonutil import canonical_json, to_jsonable
+from common.timeutil import iso_z, utc
+
 SCHEMA = "plan"
 ASSIGNMENT_COLUMNS: dict[str, str] = {
     "job_id": "VARCHAR",
@@ -90,19 +93,6 @@ CREATE TABLE IF NOT EXISTS plan.unplaced (
 
 # ------------------------------------------------------------------------------------------------ small helpers
 
-def utc(value) -> pd.Timestamp:
-    """A UTC timestamp from anything pandas understands (naive = UTC)."""
-    ts = pd.Timestamp(value)
-    if ts is pd.NaT:
-        raise ValueError(f"not a timestamp: {value!r}")
-    return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
-
-
-def iso_z(value) -> str:
-    """ISO 8601 in UTC with a `Z`, seconds precision: 2021-07-15T12:00:00Z."""
-    return utc(value).floor("s").strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 DRY_RUN_SUFFIX = "#dry-run"
 
 
@@ -112,43 +102,6 @@ def plan_id_for(policy: str, plan_time, dry_run: bool = False) -> str:
     if not policy or "@" in str(policy) or "#" in str(policy):
         raise ValueError(f"bad policy name {policy!r}")
     return f"{policy}@{iso_z(plan_time)}" + (DRY_RUN_SUFFIX if dry_run else "")
-
-
-def to_jsonable(value: Any) -> Any:
-    """Plain JSON types, deterministically: timestamps as ISO Z strings, numpy scalars as Python numbers, NaN as
-    null, tuples/sets as lists (sets sorted), mapping keys as strings."""
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, (np.bool_,)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        f = float(value)
-        return None if math.isnan(f) or math.isinf(f) else f
-    if isinstance(value, (pd.Timestamp, datetime, np.datetime64)):
-        ts = pd.Timestamp(value)
-        return None if ts is pd.NaT else iso_z(ts)
-    if isinstance(value, date):
-        return value.isoformat()
-    if isinstance(value, pd.Timedelta):
-        return value.total_seconds()
-    if isinstance(value, dict):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (set, frozenset)):
-        return sorted(to_jsonable(v) for v in value)
-    if isinstance(value, (list, tuple)):
-        return [to_jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return [to_jsonable(v) for v in value.tolist()]
-    if value is pd.NA or value is pd.NaT:
-        return None
-    return str(value)
-
-
-def canonical_json(value: Any, indent: int | None = None) -> str:
-    """Deterministic JSON text (sorted keys, no NaN)."""
-    return json.dumps(to_jsonable(value), sort_keys=True, indent=indent, ensure_ascii=False, allow_nan=False)
 
 
 # ------------------------------------------------------------------------------------------------ the Plan object

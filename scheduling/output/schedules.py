@@ -63,7 +63,9 @@ from typing import Any, Callable, Iterator
 import pandas as pd
 import yaml
 
-from scheduling.output.plan_store import canonical_json, iso_z, plan_fields, plan_id_for, summary_of, to_jsonable, utc
+from common.jsonutil import canonical_json, to_jsonable
+from common.timeutil import iso_z, utc
+from scheduling.output.plan_store import plan_fields, plan_id_for, summary_of
 
 DOMAIN = "carbonplanner.io"
 GATE_NAME = f"{DOMAIN}/start-time"

@@ -29,9 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from scheduling.domain.plan import (
-    ASSIGNMENT_COLUMNS, EXTRA_ASSIGNMENT_COLUMNS, Plan, PlanningProblem, PriorityWeights, empty_assignments,
-)
+from scheduling.domain.plan import ASSIGNMENT_COLUMNS, EXTRA_ASSIGNMENT_COLUMNS, Plan, empty_assignments
+from scheduling.planning.problem import PlanningProblem, PriorityWeights
 
 EPS = 1e-9
 HOUR = pd.Timedelta(hours=1)

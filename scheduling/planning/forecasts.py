@@ -27,14 +27,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from common.timeutil import utc
+
 HOUR = pd.Timedelta(hours=1)
 CI_COLUMN = "carbon_intensity_direct_gco2_per_kwh"
 SIGNAL = "average, production-based, direct (scope 1) carbon intensity, gCO2e/kWh (marts.grid_hourly)"
-
-
-def utc(value) -> pd.Timestamp:
-    ts = pd.Timestamp(value)
-    return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
 
 
 @dataclass

@@ -30,7 +30,7 @@ import pandas as pd
 from scipy import sparse
 
 from scheduling.planning.coordinator import BATCH_CELLS, Evaluator
-from scheduling.domain.plan import PlanningProblem
+from scheduling.planning.problem import PlanningProblem
 
 _MILP_STATUS = {0: "optimal", 1: "iteration_or_time_limit", 2: "infeasible", 3: "unbounded", 4: "numerical"}
 

@@ -8,11 +8,13 @@ import numpy as np
 import pandas as pd
 
 from scheduling.planning.agents import default_workload, job_pods, make_agents
-from scheduling.planning.forecasts import ForecastProvider, GridSeries, make_forecasts, utc
+from common.timeutil import utc
+from scheduling.planning.forecasts import ForecastProvider, GridSeries, make_forecasts
 from scheduling.planning.policies.base import PlacementPolicy
 from scheduling.planning.policies.registry import make_policy
 from scheduling.planning.problem import JobTable, abs_hours, horizon_for
-from scheduling.domain.plan import Plan, PriorityWeights
+from scheduling.domain.plan import Plan
+from scheduling.planning.problem import PriorityWeights
 
 
 class HourlyPlanner:

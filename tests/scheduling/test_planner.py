@@ -21,9 +21,8 @@ from scheduling.planning.policies.greedy_carbon import GreedyCarbon
 from scheduling.planning.policies.performance_first import PerformanceFirst
 from scheduling.planning.policies.base import PlacementPolicy
 from scheduling.planning.policies.priority import PriorityCarbon
-from scheduling.domain.plan import (
-    ASSIGNMENT_COLUMNS, BINDING_CONSTRAINTS, EXPLANATION_KEYS, Plan, PlanningProblem, PriorityWeights,
-)
+from scheduling.domain.plan import ASSIGNMENT_COLUMNS, BINDING_CONSTRAINTS, EXPLANATION_KEYS, Plan
+from scheduling.planning.problem import PlanningProblem, PriorityWeights
 
 NOW = pd.Timestamp("2021-07-01T00:00Z")
 
@@ -909,7 +908,7 @@ def test_rolling_lp_preempts_checkpointing_jobs_for_a_due_job_only_when_allowed(
     from scheduling.packing import Cluster, Pod
     from scheduling.planning.agents import ClusterAgent
     from scheduling.planning.policies.rolling_lp import RollingLP
-    from scheduling.domain.plan import Preemption
+    from scheduling.planning.problem import Preemption
 
     def agents():
         ag = ClusterAgent("c0", Cluster(["n0"], [96000], [262144], [8], ["V100"]), policy="bestfit")

@@ -337,7 +337,7 @@ def test_a_preempted_job_resumes_with_the_work_left_and_both_runs_are_charged(sc
     between two clusters) from the actual intensity."""
     from scheduling.planning.policies.rolling_lp import RollingLP
     from scheduling.planning.session import HourlyPlanner
-    from scheduling.domain.plan import Preemption
+    from scheduling.planning.problem import Preemption
     from scheduling.evaluation.simulator import execute
 
     sc = scenario

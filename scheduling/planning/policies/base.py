@@ -26,7 +26,7 @@ from typing import ClassVar
 import numpy as np
 
 from scheduling.planning.coordinator import Coordinator, PlanOutcome, PriorityParts
-from scheduling.domain.plan import PlanningProblem, Preemption, PriorityWeights
+from scheduling.planning.problem import PlanningProblem, Preemption, PriorityWeights
 
 BIG = 1e6  # separates "start hour" from the tie-break inside one score
 

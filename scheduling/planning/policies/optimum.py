@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from scheduling.domain.plan import PriorityWeights
+from scheduling.planning.problem import PriorityWeights
 from scheduling.planning.coordinator import PlanOutcome, priority_parts
 from scheduling.planning.lp import LPResult, solve_lp
 from scheduling.planning.policies.base import PlacementPolicy

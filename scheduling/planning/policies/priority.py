@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scheduling.domain.plan import PriorityWeights
+from scheduling.planning.problem import PriorityWeights
 from scheduling.planning.policies.base import SequentialPolicy
 from scheduling.planning.prices import PriceLearner
 

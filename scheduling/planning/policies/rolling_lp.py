@@ -107,7 +107,7 @@ from scheduling.planning.coordinator import Evaluator, PlanOutcome, empty_decisi
 from scheduling.planning.lp import WarmStart, solve_lp
 from scheduling.planning.problem import abs_hours
 from scheduling.planning.policies.base import PlacementPolicy
-from scheduling.domain.plan import Preemption, PriorityWeights
+from scheduling.planning.problem import Preemption, PriorityWeights
 
 
 class RollingLP(PlacementPolicy):
