@@ -46,18 +46,15 @@ with DAG(
     @task
     def validate_params(params=None) -> dict:
         """Fail fast, before any work, on a bad policy, date, size, region or load."""
-        from scheduling.evaluation.report import validate_evaluation_params
+        from scheduling.tasks import resolve_evaluation_run
 
-        return validate_evaluation_params(dict(params))
+        return resolve_evaluation_run(params)
 
     @task(inlets=[FORECASTS, MARTS])
     def simulate_and_report(choice: dict) -> dict:
-        from scheduling.evaluation.report import run_evaluation, safe_run_id
+        from scheduling.tasks import evaluate
 
-        run_id = safe_run_id(get_current_context()["dag_run"].run_id)
-        out = run_evaluation(start=choice["start"], days=choice["days"], n_jobs=choice["n_jobs"],
-                             regions=choice["regions"], load=choice["load"], policies=choice["policies"],
-                             run_id=run_id, max_cards=choice["max_cards"])
+        out = evaluate(choice, get_current_context()["dag_run"].run_id)
         print(f"evaluation report: {out['index']}")
         return out
 

@@ -5,7 +5,7 @@ Planning time = the run's data interval end (scheduled runs), or the `as_of` Par
 plans the pending jobs with the chosen placement policy from the latest forecasts issued at or before that time
 (naive from actuals when none) and writes plan.* plus `var/schedules/<plan time>/` (per-cluster JSON, Kubernetes
 manifests, Slurm headers, index.json), in the one-slot `warehouse` pool. `dry_run` writes plan.explanations only.
-Logic: scheduling/service.py. Consumes `warehouse://forecast` and `warehouse://marts`; emits
+Logic: scheduling/tasks.py and scheduling/service.py. Consumes `warehouse://forecast` and `warehouse://marts`; emits
 `warehouse://plan`.
 """
 from __future__ import annotations
@@ -39,22 +39,18 @@ with DAG(
     @task
     def validate_params(params=None) -> dict:
         """Fail fast, before any work, on a bad policy, planning time, region or horizon."""
-        from scheduling.service import resolve_run
+        from scheduling.tasks import resolve_plan_run
 
         ctx = get_current_context()
         dag_run = ctx.get("dag_run")
-        return resolve_run(dict(params), ctx.get("data_interval_end"), ctx.get("logical_date"),
-                           getattr(dag_run, "run_after", None))
+        return resolve_plan_run(dict(params), ctx.get("data_interval_end"), ctx.get("logical_date"),
+                                getattr(dag_run, "run_after", None))
 
     @task(pool="warehouse", inlets=[FORECASTS, MARTS, MODELS], outlets=[PLAN])
     def plan(choice: dict) -> dict:
-        from scheduling.service import plan_hourly
+        from scheduling import tasks
 
-        summary = plan_hourly(choice["as_of"], policy=choice["policy"], dry_run=choice["dry_run"],
-                              regions=choice["regions"] or None, horizon_hours=choice["horizon_hours"],
-                              created_from="airflow:plan_hourly")
-        files = summary.pop("files")
-        summary["n_files"] = len(files)
+        summary = tasks.plan(choice)
         print(f"plan {summary['plan_id']}: schedule dir {summary['schedule_dir'] or '(dry run: none)'}")
         return summary
 

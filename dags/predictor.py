@@ -1,9 +1,8 @@
 """Airflow DAG predictor: weekly (and on demand) training of the dual-network performance/interference predictor
 and the GPU power model (CA-RM); each run registers a model version with its metrics in model.registry (a failed
-training as status 'failed'). The hourly plan (scheduling/service.py) loads the latest good version whose
-cut-off (`as_of`) is at or before its planning time, through scheduling.models.registered.resolve_registered, and
-records the versions in every explanation record; without one it falls back, flagged. Logic:
-scheduling/models/registered.py.
+training as status 'failed'). The hourly plan loads the latest good version whose cut-off (`as_of`) is at or
+before its planning time (scheduling.models.registered.resolve_registered) and records the versions in every
+explanation record; without one it falls back, flagged. Logic: scheduling/tasks.py (train_models).
 """
 from __future__ import annotations
 
@@ -28,14 +27,14 @@ with DAG(
 
     @task
     def validate_params(params=None) -> str:
-        from forecasting.orchestration import parse_time
+        from scheduling.tasks import resolve_model_run
 
-        return parse_time(params["as_of"] or get_current_context()["data_interval_end"], "as_of").isoformat()
+        return resolve_model_run(params["as_of"], get_current_context()["data_interval_end"])
 
     @task(pool="warehouse", inlets=[MARTS], outlets=[MODELS])
     def train_and_register(as_of: str) -> dict:
-        from scheduling.models.registered import train_and_register as train
+        from scheduling.tasks import train_models
 
-        return train(as_of=as_of)
+        return train_models(as_of=as_of)
 
     train_and_register(validate_params())

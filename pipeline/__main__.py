@@ -62,11 +62,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     from forecasting.service import cutoff_from
-    from scheduling.models.registered import train_and_register
+    from scheduling.tasks import train_models
 
     cutoff = cutoff_from(args.train_end)
     t = _stage(f"performance: train and register the predictor and the power model (version as of {cutoff.isoformat()})")
-    registered = train_and_register(as_of=cutoff, evaluate=False)
+    registered = train_models(as_of=cutoff, evaluate=False)
     print(tabulate([{"model": name, "status": r.get("status"), "version": r.get("version")}
                     for name, r in registered.items()], headers="keys"))
     _done(t)

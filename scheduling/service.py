@@ -4,8 +4,8 @@
     summary = plan_hourly("2021-07-15T12:00Z", policy="rolling-lp")          # -> dict (see PlanSummary)
     summary = plan_hourly("2021-07-15T12:00Z", dry_run=True)                 # explanations only
 
-    python -m scheduling.service --as-of 2021-07-15T12:00Z [--policy rolling-lp] [--regions us-west,eu-north]
-        [--horizon-hours 72] [--dry-run] [--json]
+    python -m scheduling plan-hourly --as-of 2021-07-15T12:00Z [--policy rolling-lp] [--regions us-west,eu-north]
+        [--horizon-hours 72] [--dry-run] [--explainer chat] [--json]
 
 The planning time is explicit (the DAG's data interval end or an `as_of`), never the wall clock; it is floored
 to the hour. Inputs, all as known at that time:
@@ -37,11 +37,8 @@ plan.assignments, plan.explanations, plan.unplaced in one transaction (`scheduli
 """
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Iterable
@@ -336,30 +333,6 @@ def validate_inputs(as_of, policy: str, regions=None, horizon_hours: int = DEFAU
             "horizon_hours": int(horizon_hours)}
 
 
-def resolve_run(params: dict, data_interval_end=None, logical_date=None, run_after=None) -> dict:
-    """The checked settings of one plan_hourly DAG run: the planning time is the `as_of` Param when given, else
-    the run's data interval end, else its logical date, else its run_after (a manual run without a date), floored
-    to the hour; never the wall clock. ValueError naming the bad value."""
-    as_of = str(params.get("as_of") or "").strip()
-    if not as_of:
-        for candidate in (data_interval_end, logical_date, run_after):
-            if candidate is not None:
-                as_of = iso_z(candidate)
-                break
-    if not as_of:
-        raise ValueError("no planning time: set the as_of Param (ISO, e.g. 2021-07-15T12:00Z)")
-    dry_run = params.get("dry_run", False)
-    if not isinstance(dry_run, bool):
-        raise ValueError(f"dry_run {dry_run!r} must be true or false")
-    regions = params.get("regions") or []
-    if isinstance(regions, str) or not isinstance(regions, (list, tuple)):
-        raise ValueError(f"regions {regions!r} must be a list of fleet region names")
-    checked = validate_inputs(as_of, str(params.get("policy", DEFAULT_POLICY)), list(regions),
-                              params.get("horizon_hours", DEFAULT_HORIZON_H))
-    checked["dry_run"] = dry_run
-    return checked
-
-
 def plan_hourly(as_of, *, policy: str = DEFAULT_POLICY, dry_run: bool = False, regions=None, db_path=None,
                 schedule_root=None, horizon_hours: int = DEFAULT_HORIZON_H, created_from: str = "plan_service",
                 explainer=None, data_dir=None, n_per_day: int | None = None) -> dict:
@@ -369,7 +342,7 @@ def plan_hourly(as_of, *, policy: str = DEFAULT_POLICY, dry_run: bool = False, r
     expected_kgco2e, schedule_dir, files, tables, models (power/predictor version used, or the
     flagged fallback), seconds."""
     from scheduling.output import plan_store, schedules
-    from scheduling.explain.explainers import make_explainer
+    from scheduling.explain.registry import make_explainer
 
     t0 = time.perf_counter()
     checked = validate_inputs(as_of, policy, regions, horizon_hours)
@@ -419,42 +392,3 @@ def plan_hourly(as_of, *, policy: str = DEFAULT_POLICY, dry_run: bool = False, r
     log.info("plan %s: %d jobs, %d assigned (%d start now), %.3f kgCO2e expected; schedule %s",
              plan_id, summary["n_jobs"], summary["n_assigned"], dispatched, kg, schedule_dir or "(dry run)")
     return summary
-
-
-# ------------------------------------------------------------------------------------------------ CLI
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scheduling.service",
-                                     description="Plan one planning hour and write plan.* and the schedule files.")
-    parser.add_argument("--as-of", required=True, help="planning time, ISO (e.g. 2021-07-15T12:00Z)")
-    parser.add_argument("--policy", default=DEFAULT_POLICY)
-    parser.add_argument("--regions", default="", help="comma-separated fleet regions (default: all with grid data)")
-    parser.add_argument("--horizon-hours", type=int, default=DEFAULT_HORIZON_H)
-    parser.add_argument("--dry-run", action="store_true", help="write plan.explanations only, no files")
-    parser.add_argument("--schedule-root", default=None, help="default: SCHEDULES_DIR or var/schedules")
-    parser.add_argument("--explainer", default=None, choices=["template", "chat"])
-    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    from scheduling.explain.explainers import make_explainer
-
-    try:
-        summary = plan_hourly(args.as_of, policy=args.policy, dry_run=args.dry_run,
-                              regions=[r for r in args.regions.split(",") if r] or None,
-                              schedule_root=args.schedule_root, horizon_hours=args.horizon_hours,
-                              created_from="cli", explainer=make_explainer(args.explainer))
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(summary, sort_keys=True))
-    else:
-        files = summary.pop("files")
-        for key in sorted(summary):
-            print(f"{key}: {summary[key]}")
-        print(f"files: {len(files)}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

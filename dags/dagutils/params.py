@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 from airflow.sdk import Param
 
-from scheduling.planning.policies.registry import DEFAULT_POLICY, POLICY_NAMES
+from scheduling.planning.policies.registry import DEFAULT_POLICY, POLICY_NAMES  # noqa: F401 - DAG files import both from here
 
 # Empty, or an ISO date/time (the DAG's first task parses it; the pattern only lets Airflow reject free text).
 ISO_TIME_PATTERN = r"^$|^\d{4}-\d{2}-\d{2}([T ]\d{2}(:\d{2}(:\d{2}(\.\d+)?)?)?)?(Z|[+-]\d{2}(:?\d{2})?)?$"

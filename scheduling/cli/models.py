@@ -57,7 +57,7 @@ def cmd_predictor_eval(args) -> int:
 
 def cmd_power_eval(args) -> int:
     from scheduling.models.measured import energy_profiles_from_files, load_energy_profiles
-    from scheduling.models.power import power_eval, power_eval_markdown
+    from scheduling.evaluation.power_eval import power_eval, power_eval_markdown
 
     profiles = energy_profiles_from_files(args.data_dir) if args.from_files else load_energy_profiles(args.db)
     result = power_eval(profiles)
@@ -71,9 +71,9 @@ def cmd_power_eval(args) -> int:
 
 
 def cmd_train_predictor(args) -> int:
-    from scheduling.models.registered import train_and_register
+    from scheduling.tasks import train_models
 
-    result = train_and_register(db_path=args.db, as_of=args.as_of, evaluate=not args.no_eval, log=_log)
+    result = train_models(db_path=args.db, as_of=args.as_of, evaluate=not args.no_eval, log=_log)
     _emit(result, args.json, json.dumps(result, indent=2, default=str))
     return 0
 

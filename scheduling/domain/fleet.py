@@ -43,7 +43,7 @@ class GpuModel:
     def power_profile(self) -> str:
         """The Zeus power curve this model borrows (a Zeus gpu_type, or 'default'). Defined once, in
         scheduling.models.power.GPU_MAP, so the planner and the power model cannot disagree."""
-        from scheduling.models.power import map_gpu_type
+        from scheduling.domain.gpus import map_gpu_type
 
         return map_gpu_type(self.name).curve
 

@@ -18,7 +18,7 @@
 * `forecast`: DataFrame `region`, `target_time`, `p50` [, `p10`, `p90`, `actual`]: the forecast the timeline's
   plan was made from (the P10-P90 band is drawn where the quantiles exist).
 * `explanations`: explanation records (docs/data-contracts.md), `texts`: job_id -> card text (default:
-  `scheduling.explain.explainers.TemplateExplainer`). At most `max_cards` cards are drawn (the page says how many were
+  `scheduling.explain.template.TemplateExplainer`). At most `max_cards` cards are drawn (the page says how many were
   left out), in job_id order.
 
 Everything is written under `var/reports/evaluate/<run>/` (or `out_dir`): index.html, charts/*.png,
@@ -445,7 +445,7 @@ def write_report(evaluation: dict, out_dir: str | Path | None = None, run_id: st
         savings = chart_savings(by_region, baseline, charts / "savings_per_region.png")
         result.charts.append("charts/savings_per_region.png")
 
-    from scheduling.explain.explainers import TemplateExplainer
+    from scheduling.explain.template import TemplateExplainer
 
     template = TemplateExplainer()
     shown = records[:max_cards]
@@ -707,7 +707,7 @@ def run_evaluation(*, start, days: int, n_jobs: int, regions, load: float, polic
     import time as _time
 
     from scheduling.evaluation import simulator
-    from scheduling.explain.explainers import make_explainer
+    from scheduling.explain.registry import make_explainer
 
     t0 = _time.perf_counter()
     policies = list(dict.fromkeys(policies))

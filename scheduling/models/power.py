@@ -1,4 +1,5 @@
-"""GPU power model (CA-RM style power/frequency scaling) and the carbon-optimal setting.
+"""GPU power model (CA-RM style power/frequency scaling): time, power and energy per epoch of a job at each
+power limit (or SM clock) of its GPU.
 
 Data: Zeus power-limit sweeps (marts.gpu_energy_profiles): per GPU type x workload (network/dataset, batch size,
 optimizer) the time per epoch and average power at every power limit (25 W steps).
@@ -16,7 +17,7 @@ For a workload that was never profiled, the *default curve* of the GPU type is u
 profiled workloads of time/time-at-max-limit and power/max-limit as functions of limit/max-limit, scaled by the
 job's duration at the maximum limit (which the caller passes, e.g. from the throughput predictor).
 
-GPU types outside Zeus are mapped through GPU_MAP (the project's only GPU -> curve mapping, below) onto a profiled type's *relative* curve and
+GPU types outside Zeus are mapped through `scheduling.domain.gpus.GPU_MAP` onto a profiled type's *relative* curve and
 rescaled to their own power-limit range; types without a sensible match use the default curve (median of all
 four profiled GPU types).
 
@@ -24,90 +25,25 @@ Clock-indexed variant: `fit_clock_model(telemetry)` fits the same decision input
 raw.gpu_telemetry-shaped frames (power vs clock, and time vs clock where a work-rate column exists):
   power(f) = p_static + p_dyn (f/f_max)^gamma,  time(f)/time(f_max) = alpha f_max/f + (1 - alpha).
 
-Decision: `choose_power_setting(options, intensity_by_hour, start_hour_offset, deadline_s, pue)` picks the setting
-with the least carbon (energy x PUE x grid intensity over the job's own window) among those meeting the deadline.
+The carbon-optimal setting of a job is chosen in `scheduling.planning.power_choice`; the model's evaluation is
+`scheduling.evaluation.power_eval`.
 """
 from __future__ import annotations
 
 import json
 import math
-import platform
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-ZEUS_GPU_TYPES = ("a40", "p100", "rtx6000", "v100")
-DEFAULT_CURVE = "default"
-
-
-@dataclass(frozen=True)
-class GpuSpec:
-    """How a GPU model is modelled: the Zeus type whose relative curves it borrows (or 'default') and its own
-    power-limit range in W (per GPU as the scheduler sees it)."""
-
-    curve: str
-    min_limit_w: float
-    max_limit_w: float
-    note: str
-
-
-# THE GPU-model -> power-curve mapping of the project (single source of truth: the planner's power options and
-# the fleet's `GpuModel.power_profile` read it from here; fleet.yaml no longer names curves). It lives here rather than
-# in fleet.yaml because the power model must map any GPU name it meets (telemetry, job specs, models outside the
-# fleet), not only the fleet's models. Nearest Zeus-profiled type by architecture / class. Limits: vendor board
-# power; the minimum settable limit where known, else ~40 % of max (the Zeus sweeps span 33-50 % .. 100 %).
-GPU_MAP: dict[str, GpuSpec] = {
-    "a40": GpuSpec("a40", 100, 300, "profiled (Zeus)"),
-    "v100": GpuSpec("v100", 100, 250, "profiled (Zeus, PCIe 250 W)"),
-    "rtx6000": GpuSpec("rtx6000", 100, 260, "profiled (Zeus, Quadro RTX 6000)"),
-    "p100": GpuSpec("p100", 125, 250, "profiled (Zeus)"),
-    "v100m16": GpuSpec("v100", 150, 300, "V100 SXM2 16 GB (openb/PAI) -> V100 curve, 300 W board"),
-    "v100m32": GpuSpec("v100", 150, 300, "V100 SXM2 32 GB (openb/PAI) -> V100 curve, 300 W board"),
-    "v100-sxm2": GpuSpec("v100", 150, 300, "V100 SXM2 -> V100 curve"),
-    "k80": GpuSpec("p100", 100, 150, "Kepler K80 (one GK210 of the board) -> P100 curve (nearest older datacenter type)"),
-    "k40m": GpuSpec("p100", 180, 235, "Kepler K40m -> P100 curve"),
-    "m60": GpuSpec("p100", 112, 150, "Maxwell M60 (one GPU of the board) -> P100 curve"),
-    "misc": GpuSpec("p100", 100, 150, "PAI MISC (K40m/K80/M60) -> P100 curve"),
-    "t4": GpuSpec("rtx6000", 60, 70, "Turing T4 -> Quadro RTX 6000 curve (same architecture)"),
-    "rtx2080ti": GpuSpec("rtx6000", 100, 250, "Turing RTX 2080 Ti -> Quadro RTX 6000 curve"),
-    "a10": GpuSpec("a40", 100, 150, "Ampere A10 (GA102, as A40) -> A40 curve"),
-    "a100": GpuSpec("a40", 150, 400, "Ampere A100 SXM -> A40 curve (nearest architecture)"),
-    "a100-80gb": GpuSpec("a40", 150, 400, "Ampere A100 80 GB -> A40 curve"),
-    "h100": GpuSpec("a40", 200, 700, "Hopper H100 SXM -> A40 curve (no Hopper profile; approximate)"),
-    "g1": GpuSpec(DEFAULT_CURVE, 100, 250, "openb undisclosed model -> default curve, 250 W assumed"),
-    # G2/G3 are undisclosed too, but fleet.yaml already describes them as V100-class (300 W, speed 1.0) and
-    # A100-class (400 W, speed 1.3); their curves follow the same assumption so one GPU is not two different GPUs.
-    "g2": GpuSpec("v100", 150, 300, "openb undisclosed model, V100-class in fleet.yaml -> V100 curve, 300 W"),
-    "g3": GpuSpec("a40", 150, 400, "openb undisclosed model, A100-class in fleet.yaml -> A40 curve (as a100), 400 W"),
-}
-UNKNOWN_SPEC = GpuSpec(DEFAULT_CURVE, 100, 250, "unknown model -> default curve, 100-250 W assumed")
-
-
-def normalize_gpu_name(gpu_type: str) -> str:
-    name = str(gpu_type).strip().lower().replace("nvidia ", "").replace("tesla ", "").replace("quadro ", "")
-    name = name.replace(" ", "").replace("_", "-")
-    aliases = {"v100-16gb": "v100m16", "v100-32gb": "v100m32", "rtx-6000": "rtx6000", "rtx6000-24gb": "rtx6000",
-               "a100-sxm4-40gb": "a100", "a100-sxm4-80gb": "a100-80gb", "h100-80gbhbm3": "h100", "h100-sxm": "h100"}
-    return aliases.get(name, name)
-
-
-def map_gpu_type(gpu_type: str) -> GpuSpec:
-    """The spec (curve source, limit range) for any GPU model name; unknown names get the default curve."""
-    return GPU_MAP.get(normalize_gpu_name(gpu_type), UNKNOWN_SPEC)
-
-
-def gpu_map_table() -> pd.DataFrame:
-    rows = [dict(gpu_type=k, curve=v.curve, min_limit_w=v.min_limit_w, max_limit_w=v.max_limit_w, note=v.note)
-            for k, v in GPU_MAP.items()]
-    return pd.DataFrame(rows)
+from scheduling.domain.gpus import DEFAULT_CURVE, GPU_MAP, GpuSpec, gpu_map_table, map_gpu_type, normalize_gpu_name
+from scheduling.models.measured import energy_profiles_from_files, load_energy_profiles
 
 
 def energy_profiles(db_path=None, data_dir=None) -> pd.DataFrame:
     """marts.gpu_energy_profiles (file fallback): the sweep table the model is built from."""
-    from scheduling.models.measured import load_energy_profiles
-
     return load_energy_profiles(db_path, fallback=True, data_dir=data_dir)
 
 
@@ -222,14 +158,10 @@ class PowerModel:
 
     @classmethod
     def from_files(cls, data_dir=None) -> "PowerModel":
-        from scheduling.models.measured import energy_profiles_from_files
-
         return cls(energy_profiles_from_files(data_dir))
 
     @classmethod
     def from_warehouse(cls, db_path=None) -> "PowerModel":
-        from scheduling.models.measured import load_energy_profiles
-
         return cls(load_energy_profiles(db_path))
 
     # relative curves: limit fraction -> (time ratio, power fraction of max limit)
@@ -372,8 +304,6 @@ class PowerModel:
                 "clock_model": None if self.clock_model is None else self.clock_model.to_dict()}
 
     def save(self, directory) -> "Path":
-        from pathlib import Path
-
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.profiles.to_csv(directory / "power_profiles.csv", index=False)
@@ -382,8 +312,6 @@ class PowerModel:
 
     @classmethod
     def load(cls, directory) -> "PowerModel":
-        from pathlib import Path
-
         directory = Path(directory)
         model = cls(pd.read_csv(directory / "power_profiles.csv"))
         meta = json.loads((directory / "power_model.json").read_text())
@@ -499,203 +427,3 @@ def fit_clock_model(telemetry: pd.DataFrame, throughput_column: str | None = Non
     if not curves:
         raise ValueError(f"no GPU model has {min_levels}+ clock levels with busy samples")
     return ClockModel(curves)
-
-
-# --- carbon decision ----------------------------------------------------------------------------------------------
-
-class PowerChoice(NamedTuple):
-    setting: float
-    kgco2e: float
-    duration_s: float
-
-
-def _cumulative(intensity: np.ndarray) -> np.ndarray:
-    return np.concatenate([[0.0], np.cumsum(intensity)])
-
-
-def window_intensity_integral(intensity_by_hour, start_hour, duration_h) -> np.ndarray:
-    """∫ intensity dt over [start, start + duration] in (g/kWh)·h, intensity piecewise constant per hour from
-    hour 0 of the array; beyond the array the last hour's value holds. Broadcasts start and duration."""
-    intensity = np.asarray(intensity_by_hour, dtype=float)
-    if intensity.ndim != 1 or len(intensity) == 0 or not np.all(np.isfinite(intensity)):
-        raise ValueError("intensity_by_hour must be a non-empty 1-d array of finite g/kWh values")
-    cum = _cumulative(intensity)
-    n = len(intensity)
-
-    def integral_to(t):
-        t = np.asarray(t, dtype=float)
-        inside = np.clip(t, 0.0, n)
-        hour = np.minimum(np.floor(inside).astype(int), n - 1)
-        within = cum[hour] + (inside - hour) * intensity[hour]
-        return within + np.maximum(t - n, 0.0) * intensity[-1]
-
-    start = np.asarray(start_hour, dtype=float)
-    return integral_to(start + np.asarray(duration_h, dtype=float)) - integral_to(start)
-
-
-def carbon_kg(options: pd.DataFrame, intensity_by_hour, start_hour_offset=0.0, pue: float = 1.0) -> np.ndarray:
-    """kgCO2e of every option (energy spread evenly over its duration). start_hour_offset may be an array of
-    start hours: the result then has shape (len(starts), len(options))."""
-    duration_h = options["duration_s"].to_numpy(dtype=float) / 3600.0
-    energy_kwh = options["energy_j"].to_numpy(dtype=float) / 3.6e6
-    starts = np.asarray(start_hour_offset, dtype=float)
-    integral = window_intensity_integral(intensity_by_hour, starts[..., None], duration_h)
-    mean_intensity = integral / np.where(duration_h > 0, duration_h, 1.0)
-    return energy_kwh * pue * mean_intensity / 1000.0
-
-
-def setting_column(options: pd.DataFrame) -> str:
-    for column in ("power_limit_w", "sm_clock_mhz"):
-        if column in options.columns:
-            return column
-    raise ValueError("options need a power_limit_w or sm_clock_mhz column")
-
-
-def choose_power_setting(options: pd.DataFrame, intensity_by_hour, start_hour_offset: float = 0.0,
-                         deadline_s: float = math.inf, pue: float = 1.0) -> PowerChoice:
-    """The setting with the least carbon among those finishing within `deadline_s` of the start. Ties go to the
-    faster setting. If no setting meets the deadline, the fastest setting is returned (its duration_s > deadline_s
-    tells the caller). Returns (setting, kgco2e, duration_s)."""
-    if options.empty:
-        raise ValueError("no options")
-    column = setting_column(options)
-    kg = carbon_kg(options, intensity_by_hour, start_hour_offset, pue)
-    duration = options["duration_s"].to_numpy(dtype=float)
-    feasible = duration <= deadline_s * (1 + 1e-12)
-    if not feasible.any():
-        i = int(np.argmin(duration))
-    else:
-        score = np.where(feasible, kg, np.inf)
-        best = np.flatnonzero(score <= score.min() * (1 + 1e-9))
-        i = int(best[np.argmin(duration[best])])
-    return PowerChoice(float(options[column].iloc[i]), float(kg[i]), float(duration[i]))
-
-
-def perf_per_carbon(work_units, kgco2e) -> np.ndarray:
-    """Work done per gCO2e (work units / gram)."""
-    kg = np.asarray(kgco2e, dtype=float)
-    return np.asarray(work_units, dtype=float) / np.where(kg > 0, kg * 1000.0, np.nan)
-
-
-def plan_perf_per_carbon(plan: pd.DataFrame, work_column: str = "work_units", carbon_column: str = "kgco2e") -> dict:
-    """Plan-level performance per carbon: total work / total gCO2e (and per-job values)."""
-    total_work = float(plan[work_column].sum())
-    total_g = float(plan[carbon_column].sum()) * 1000.0
-    return {"total_work_units": total_work, "total_gco2e": total_g,
-            "work_per_gco2e": total_work / total_g if total_g > 0 else None,
-            "per_job": perf_per_carbon(plan[work_column], plan[carbon_column]).tolist()}
-
-
-# --- evaluation --------------------------------------------------------------------------------------------------
-
-def power_eval(profiles: pd.DataFrame) -> dict:
-    """Leave-one-batch-size-out: every (GPU type, workload, optimizer, batch size) is predicted from the same
-    workload's other batch sizes. Reports the energy-per-epoch MAPE per GPU type (also time, power) and the energy
-    saved by running at the limit the *predicted* curve says is energy-optimal, measured on the real curve,
-    against running at the maximum limit (and the saving of the true optimum)."""
-    frame = profiles.copy()
-    frame["gpu_type"] = frame.gpu_type.str.lower()
-    rows, savings = [], []
-    for (gpu, workload, optimizer), part in frame.groupby(["gpu_type", "workload", "optimizer"], sort=True):
-        sizes = sorted(part.batch_size.unique())
-        if len(sizes) < 3:
-            continue
-        for bs in sizes:
-            train = part[part.batch_size != bs]
-            truth = part[part.batch_size == bs].set_index("power_limit_w").sort_index()
-            pred = interpolate_batch_size(train, float(bs)).set_index("power_limit_w").reindex(truth.index)
-            ok = pred.energy_per_epoch_j.notna()
-            edge = "smallest" if bs == sizes[0] else "largest" if bs == sizes[-1] else "interior"
-            for pl in truth.index[ok.to_numpy()]:
-                rows.append(dict(gpu_type=gpu, workload=workload, optimizer=optimizer, batch_size=bs, edge=edge,
-                                 power_limit_w=pl,
-                                 ape_energy=abs(pred.energy_per_epoch_j[pl] / truth.energy_per_epoch_j[pl] - 1),
-                                 ape_time=abs(pred.time_per_epoch_s[pl] / truth.time_per_epoch_s[pl] - 1),
-                                 ape_power=abs(pred.avg_power_w[pl] / truth.avg_power_w[pl] - 1)))
-            e_max = truth.energy_per_epoch_j.iloc[-1]
-            t_max = truth.time_per_epoch_s.iloc[-1]
-            chosen = pred.energy_per_epoch_j[ok].idxmin()
-            best = truth.energy_per_epoch_j.idxmin()
-            savings.append(dict(gpu_type=gpu, chosen_limit_w=chosen, max_limit_w=truth.index[-1],
-                                saving=1 - truth.energy_per_epoch_j[chosen] / e_max,
-                                oracle_saving=1 - truth.energy_per_epoch_j[best] / e_max,
-                                slowdown=truth.time_per_epoch_s[chosen] / t_max - 1))
-    errors = pd.DataFrame(rows)
-    saved = pd.DataFrame(savings)
-    sparse = _sparse_grid_errors(frame)
-    per_gpu = {}
-    for gpu in sorted(errors.gpu_type.unique()):
-        e = errors[errors.gpu_type == gpu]
-        s = saved[saved.gpu_type == gpu]
-        per_gpu[gpu] = {
-            "lobo_energy_mape_pct": round(100 * e.ape_energy.mean(), 2),
-            "lobo_energy_median_ape_pct": round(100 * e.ape_energy.median(), 2),
-            "lobo_time_mape_pct": round(100 * e.ape_time.mean(), 2),
-            "lobo_power_mape_pct": round(100 * e.ape_power.mean(), 2),
-            "lobo_energy_mape_interior_bs_pct": round(100 * e[e.edge == "interior"].ape_energy.mean(), 2),
-            "meets_5pct_target": bool(e.ape_energy.mean() < 0.05),
-            "n_points": int(len(e)),
-            "n_configs": int(len(s)),
-            "energy_saved_vs_max_limit_pct": round(100 * s.saving.mean(), 2),
-            "energy_saved_vs_max_limit_median_pct": round(100 * s.saving.median(), 2),
-            "oracle_energy_saved_pct": round(100 * s.oracle_saving.mean(), 2),
-            "slowdown_at_chosen_limit_pct": round(100 * s.slowdown.mean(), 2),
-            "sparse_grid_energy_mape_pct": round(100 * sparse[sparse.gpu_type == gpu].ape_energy.mean(), 2),
-        }
-    return {
-        "protocol": "leave-one-batch-size-out within (GPU type, workload, optimizer); energy per epoch at every "
-                    "power limit; savings = measured energy at the limit the predicted curve says is "
-                    "energy-optimal vs at the maximum limit",
-        "per_gpu": per_gpu,
-        "overall": {
-            "lobo_energy_mape_pct": round(100 * errors.ape_energy.mean(), 2),
-            "lobo_energy_mape_by_edge_pct": {k: round(100 * v, 2) for k, v in
-                                             errors.groupby("edge").ape_energy.mean().items()},
-            "energy_saved_vs_max_limit_pct": round(100 * saved.saving.mean(), 2),
-            "target_lt_5pct_met": bool(errors.ape_energy.mean() < 0.05),
-            "sparse_grid_energy_mape_pct": round(100 * sparse.ape_energy.mean(), 2),
-        },
-        "sparse_grid_protocol": "robustness check (not the target): as above, but the held-out batch size's next "
-                                "larger neighbour (the next smaller at the largest size) is hidden too, so the "
-                                "prediction bridges a gap twice as wide",
-        "by_workload_energy_mape_pct": {f"{g}|{w}": round(100 * v, 2) for (g, w), v in
-                                         errors.groupby(["gpu_type", "workload"]).ape_energy.mean().items()},
-        "gpu_map": gpu_map_table().to_dict(orient="records"),
-        "environment": {"python": platform.python_version(), "numpy": np.__version__, "pandas": pd.__version__},
-    }
-
-
-def _sparse_grid_errors(frame: pd.DataFrame) -> pd.DataFrame:
-    """Energy APE per point when the held-out batch size and one neighbour are both hidden (see power_eval)."""
-    rows = []
-    for (gpu, _workload, _optimizer), part in frame.groupby(["gpu_type", "workload", "optimizer"], sort=True):
-        sizes = sorted(part.batch_size.unique())
-        if len(sizes) < 4:
-            continue
-        for i, bs in enumerate(sizes):
-            hidden = {bs, sizes[i + 1] if i + 1 < len(sizes) else sizes[i - 1]}
-            truth = part[part.batch_size == bs].set_index("power_limit_w").sort_index()
-            pred = interpolate_batch_size(part[~part.batch_size.isin(hidden)], float(bs))
-            pred = pred.set_index("power_limit_w").reindex(truth.index).energy_per_epoch_j
-            ape = (pred / truth.energy_per_epoch_j - 1).abs().dropna()
-            rows += [{"gpu_type": gpu, "ape_energy": float(v)} for v in ape]
-    return pd.DataFrame(rows, columns=["gpu_type", "ape_energy"])
-
-
-def power_eval_markdown(result: dict) -> str:
-    lines = ["# Power model evaluation (Zeus sweeps, leave-one-batch-size-out)", "",
-             "Regenerate: `python -m scheduling power-eval --json`.", "",
-             "| GPU | energy/epoch MAPE | (interior batch sizes) | time MAPE | power MAPE | < 5 %? | energy saved vs max limit "
-             "(predicted optimum) | true optimum | slowdown at chosen limit | sparse-grid check |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for gpu, r in result["per_gpu"].items():
-        lines.append(f"| {gpu} | {r['lobo_energy_mape_pct']:.2f} % | {r['lobo_energy_mape_interior_bs_pct']:.2f} % | "
-                     f"{r['lobo_time_mape_pct']:.2f} % | {r['lobo_power_mape_pct']:.2f} % | "
-                     f"{'yes' if r['meets_5pct_target'] else 'no'} | {r['energy_saved_vs_max_limit_pct']:.1f} % | "
-                     f"{r['oracle_energy_saved_pct']:.1f} % | {r['slowdown_at_chosen_limit_pct']:.1f} % | "
-                     f"{r['sparse_grid_energy_mape_pct']:.2f} % |")
-    o = result["overall"]
-    lines += ["", f"Overall energy MAPE {o['lobo_energy_mape_pct']:.2f} % (by position of the held-out batch size: "
-              f"{json.dumps(o['lobo_energy_mape_by_edge_pct'])}); target < 5 %: {'met' if o['target_lt_5pct_met'] else 'missed'}.",
-              "", f"Sparse-grid check ({result['sparse_grid_protocol']}): {o['sparse_grid_energy_mape_pct']:.2f} %."]
-    return "\n".join(lines) + "\n"

@@ -15,7 +15,7 @@ Tables (created on first write):
   puts in its assignments frame (gpu_model, cpu_milli, deadline, ...) are added to the table as they appear (never
   dropped), as `warehouse.db.load_batch` does for raw tables.
 * `plan.explanations(plan_id, job_id, record JSON, text)`: the explanation record of every decision and its card
-  text (from `scheduling.explain.explainers`).
+  text (from `scheduling.explain`).
 * `plan.unplaced(plan_id, job_id, reason)`: jobs the plan could not place (not in the contract's list of tables;
   an addition, so that `n_jobs - n_assigned` can be looked up).
 
@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -238,7 +237,7 @@ def write_plan(
     missing = [e for e in fields["explanations"] if str(e.get("job_id")) not in texts]
     if missing:
         if explainer is None:
-            from scheduling.explain.explainers import TemplateExplainer
+            from scheduling.explain.template import TemplateExplainer
 
             explainer = TemplateExplainer()
         for record in missing:

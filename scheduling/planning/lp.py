@@ -26,10 +26,9 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 from scipy import sparse
 
-from scheduling.planning.coordinator import BATCH_CELLS, Evaluator
+from scheduling.planning.candidates import BATCH_CELLS, Evaluator
 from scheduling.planning.problem import PlanningProblem
 
 _MILP_STATUS = {0: "optimal", 1: "iteration_or_time_limit", 2: "infeasible", 3: "unbounded", 4: "numerical"}
@@ -247,7 +246,7 @@ def _candidates(problem: PlanningProblem):
     (`Evaluator.windows`) of about `BATCH_CELLS` cells, no Python step per job; a batch holds jobs that can run on
     the same clusters (most jobs: every cluster with a GPU model they accept) and evaluates only those columns."""
     ev = Evaluator(problem)
-    N, H, C = problem.n_jobs, problem.hours, problem.n_clusters
+    N, H = problem.n_jobs, problem.hours
     K = problem.dur.shape[1]
     fits = problem.gpu_total[:, None] <= problem.free.max(axis=0)[None, :]  # (N, C)
     usable = ev.host_all.any(axis=1) & fits  # (N, C): clusters where job j has any candidate
@@ -490,7 +489,7 @@ def _hourly_work_candidates(problem: PlanningProblem, jobs: np.ndarray):
     option exists, the job fits the cluster's GPUs). Returns (job, k, h, c, cost of a full hour in kg, work per
     hour = 1 / run time). The data transfer of a move is charged per unit of work at the cheapest hour of the window
     (a lower bound on its carbon, wherever the pieces run)."""
-    H, C = problem.hours, problem.n_clusters
+    H = problem.hours
     F = problem.forecast
     fits = problem.gpu_total[:, None] <= problem.free.max(axis=0)[None, :]
     out = {key: [] for key in ("j", "k", "h", "c", "cost", "work")}

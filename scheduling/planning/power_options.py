@@ -52,7 +52,7 @@ class PowerTable:
             self._options[name] = self._build(model)
 
     def _build(self, model) -> list[PowerOption]:
-        from scheduling.models.power import map_gpu_type
+        from scheduling.domain.gpus import map_gpu_type
 
         spec = map_gpu_type(model.name)
         curve = self._curves.get(spec.curve)
@@ -115,7 +115,7 @@ def _curves(profiles: pd.DataFrame) -> dict:
         p0 = part.drop_duplicates("_key")["p0"].median()
         out[str(gpu).lower()] = {"p0": float(p0), "table": table}
     if out:  # GPU_MAP's "default" curve (undisclosed models): the median over the profiled types, per limit fraction
-        from scheduling.models.power import DEFAULT_CURVE
+        from scheduling.domain.gpus import DEFAULT_CURVE
 
         tables = pd.concat([c["table"] for c in out.values()])
         out[DEFAULT_CURVE] = {"p0": float(np.median([c["p0"] for c in out.values()])),

@@ -254,7 +254,7 @@ class HourlyPlanner:
         held = {}
         due = latest < now_h + 1 + self.reserve_lead_h  # a job that can still wait keeps every node in use
         for r in np.flatnonzero(due)[np.argsort(latest[due], kind="stable")]:
-            j, pod = int(cand[r]), self.pods[int(cand[r])]
+            pod = self.pods[int(cand[r])]
             hosts = np.flatnonzero(np.isfinite(d[r]))
             if not len(hosts) or any(self.agents[c].cluster.feasible(pod).any() for c in hosts):
                 continue

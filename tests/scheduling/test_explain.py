@@ -8,7 +8,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from scheduling.explain.explainers import ChatExplainer, TemplateExplainer, load_chat_config, make_explainer
+from scheduling.explain.chat import ChatExplainer, load_chat_config
+from scheduling.explain.registry import make_explainer
+from scheduling.explain.template import TemplateExplainer
 from tests.scheduling.test_plan_store import sample_plan
 
 RECORD = sample_plan().explanations[0]

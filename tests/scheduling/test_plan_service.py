@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 from scheduling import service as plan_service
-from scheduling.service import plan_hourly, resolve_run, validate_inputs
+from scheduling.service import plan_hourly, validate_inputs
+from scheduling.tasks import resolve_plan_run as resolve_run
 from scheduling.output.plan_store import read_plan, table_digest
 from scheduling.output.schedules import tree_digest, verify_schedule_dir
 
@@ -137,14 +138,14 @@ def test_resolve_run_takes_the_planning_time_from_the_run():
 
 
 def test_cli_rejects_a_bad_policy_with_exit_code_2():
-    out = subprocess.run([sys.executable, "-m", "scheduling.service", "--as-of", T, "--policy", "nope"],
+    out = subprocess.run([sys.executable, "-m", "scheduling", "plan-hourly", "--as-of", T, "--policy", "nope"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "'nope'" in out.stderr and out.stdout == ""
 
 
 @pytest.mark.slow
 def test_cli_json_run(tmp_warehouse, tmp_path, data_dir):
-    out = subprocess.run([sys.executable, "-m", "scheduling.service", "--as-of", T, "--json",
+    out = subprocess.run([sys.executable, "-m", "scheduling", "plan-hourly", "--as-of", T, "--json",
                           "--schedule-root", str(tmp_path / "s")], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     doc = json.loads(out.stdout)

@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scheduling.planning.coordinator import (
-    Coordinator, Evaluator, explain_batch, explain_choice, priority_parts, range_extrema,
-)
+from scheduling.planning.candidates import Evaluator
+from scheduling.planning.coordinator import Coordinator
+from scheduling.planning.decision_records import explain_batch, explain_choice
+from scheduling.planning.job_priority import priority_parts, range_extrema
 from scheduling.planning.lp import _candidates, solve_lp, solve_preemptive_lp
 from scheduling.planning.policies.optimum import OptimumPolicy
 from scheduling.planning.policies.registry import POLICY_NAMES, make_policy
@@ -944,7 +945,7 @@ def test_standby_yields_to_a_job_due_now_only_when_asked():
     due yet still never gets the standby node."""
     from scheduling.packing import Cluster, Pod
     from scheduling.planning.agents import ClusterAgent
-    from scheduling.explain.explainers import TemplateExplainer
+    from scheduling.explain.template import TemplateExplainer
     from scheduling.planning.policies.rolling_lp import RollingLP
 
     def fleet():

@@ -28,6 +28,7 @@ from typing import Any, Iterable, Mapping
 import pandas as pd
 import yaml
 
+from common.registry import Registry
 from warehouse.connectors.base import Connector, FeedSettings
 from warehouse.connectors.eia930 import EIA930Connector
 from warehouse.connectors.electricitymaps import ElectricityMapsConnector
@@ -50,12 +51,11 @@ from warehouse.db import Batch
 log = logging.getLogger("warehouse.connectors")
 
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("feeds.yaml")
-CONNECTORS: dict[str, type[Connector]] = {
-    "electricitymaps": ElectricityMapsConnector,
-    "watttime": WattTimeConnector,
-    "ukci": UKCarbonIntensityConnector,
-    "eia930": EIA930Connector,
-}
+CONNECTORS = Registry("connector")
+CONNECTORS.register("electricitymaps", ElectricityMapsConnector)
+CONNECTORS.register("watttime", WattTimeConnector)
+CONNECTORS.register("ukci", UKCarbonIntensityConnector)
+CONNECTORS.register("eia930", EIA930Connector)
 # the tables each feed's `fetch` writes (used to supersede a fallback's batch when the primary serves)
 FEED_TABLES: dict[str, tuple[str, ...]] = {
     "electricitymaps": (CARBON_INTENSITY, GENERATION),
@@ -142,7 +142,7 @@ def parse_feed_config(raw: Mapping[str, Any], *, origin: str = "<dict>", env: Ma
     feeds: dict[str, FeedSettings] = {}
     for name, spec in (raw.get("feeds") or {}).items():
         if name not in CONNECTORS:
-            raise ValueError(f"{origin}: feed {name!r} has no connector; known: {sorted(CONNECTORS)}")
+            raise ValueError(f"{origin}: feed {name!r} has no connector; known: {sorted(CONNECTORS.names)}")
         spec = dict(spec or {})
         base_url = env.get(f"{name.upper()}_BASE_URL") or spec.pop("base_url", None)
         spec.pop("base_url", None)
@@ -225,7 +225,7 @@ class LiveFeeds:
         if feed not in self._connectors:
             if feed not in self.config.feeds:
                 raise KeyError(f"feed {feed!r} is not configured; known: {sorted(self.config.feeds)}")
-            cls = CONNECTORS[feed]
+            cls = CONNECTORS.factory(feed)
             self._connectors[feed] = cls(self.client, self.config.feeds[feed], self._credentials.get(feed))
         return self._connectors[feed]
 

@@ -17,12 +17,7 @@ _MODULES = (
 def all_sources() -> dict[str, Source]:
     sources: dict[str, Source] = {}
     for module_name in _MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:  # loader not written yet
-                continue
-            raise
+        module = importlib.import_module(module_name)
         for source in module.SOURCES:
             if source.name in sources:
                 raise ValueError(f"duplicate source name {source.name!r}")

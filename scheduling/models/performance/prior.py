@@ -133,7 +133,7 @@ class _Vocab:
             return np.array([lookup[str(v).lower()] for v in values], dtype=np.int64)
         except KeyError as exc:
             raise ValueError(f"unknown GPU type {exc.args[0]!r}; network 1 knows {self.gpus} "
-                             "(map other models with scheduling.models.power.map_gpu_type)") from None
+                             "(map other models with scheduling.domain.gpus.map_gpu_type)") from None
 
 
 def _job_frame(jobs: pd.DataFrame) -> pd.DataFrame:

@@ -25,7 +25,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from scheduling.planning.coordinator import Coordinator, PlanOutcome, PriorityParts
+from scheduling.planning.coordinator import Coordinator
+from scheduling.planning.job_priority import PriorityParts
+from scheduling.planning.outcome import PlanOutcome
 from scheduling.planning.problem import PlanningProblem, Preemption, PriorityWeights
 
 BIG = 1e6  # separates "start hour" from the tie-break inside one score

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 
 from scheduling.planning.problem import PriorityWeights
-from scheduling.planning.coordinator import PlanOutcome, priority_parts
+from scheduling.planning.job_priority import priority_parts
+from scheduling.planning.outcome import PlanOutcome
 from scheduling.planning.lp import LPResult, solve_lp
 from scheduling.planning.policies.base import PlacementPolicy
 

@@ -103,7 +103,10 @@ import time
 import numpy as np
 
 from scheduling.planning.agents import STANDBY
-from scheduling.planning.coordinator import Evaluator, PlanOutcome, empty_decisions, explain_batch, priority_parts
+from scheduling.planning.candidates import Evaluator
+from scheduling.planning.decision_records import explain_batch
+from scheduling.planning.job_priority import priority_parts
+from scheduling.planning.outcome import PlanOutcome, empty_decisions
 from scheduling.planning.lp import WarmStart, solve_lp
 from scheduling.planning.problem import abs_hours
 from scheduling.planning.policies.base import PlacementPolicy

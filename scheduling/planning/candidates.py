@@ -1,0 +1,268 @@
+"""Every candidate (power option k, start hour s, cluster c) of a job, evaluated at once with numpy over the (K, H, C)
+tensor -- no Python loop over candidates.
+
+For job j with run time d[k, c] hours (fractional), occupied hours occ = ceil(d), draw kW[k, c]:
+
+* window carbon  W[k, s, c] = S[s + floor(d), c] - S[s, c] + frac(d) * F[s + floor(d), c], with S the cumulative
+  sum of the forecast F over hours (so a window costs two look-ups, whatever its length);
+  cost = kW * W / 1000 (kg) + transfer kWh * (F[s, home] + F[s, c]) / 2 / 1000 when c is outside the home region;
+* capacity       the window fits iff no hour in [s, s + occ) has free[h, c] < g_j (GPU-milli; and, when tracked,
+  free CPU / memory below the job's request): with B the cumulative count of such hours,
+  B[s + occ, c] - B[s, c] == 0. This is the sliding-window minimum of free capacity (min free >= g) for every
+  window length at once, in O(H C);
+* deadline       s <= floor(deadline - d[k, c]), release <= s, s + occ <= H; the cluster must host the job
+  (GPU model, node shape).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from scheduling.planning.problem import PlanningProblem
+
+EPS = 1e-9
+HOUR = pd.Timedelta(hours=1)
+
+
+class CandidateView:
+    """The (K, H, C) candidate tensor of one job: `cost` (kg, forecast), `end` (hours from now), masks
+    `base_ok` (horizon, release, cluster hosts the job, option exists), `cap_ok`, `timely`, and `feasible`."""
+
+    __slots__ = ("j", "cost", "carbon", "_end", "_run", "base_ok", "cap_ok", "timely", "feasible", "occ", "dur",
+                 "trans", "s", "n", "price")
+
+    @property
+    def end(self) -> np.ndarray:
+        """(K, n, C) end hour of each candidate, computed when asked (most views never are)."""
+        if self._end is None:
+            self._end = self.s + self._run[:, None, :]
+        return self._end
+
+
+class CandidateBatch:
+    """The candidate tensors of jobs J together, (B, K, n, C) over the batch's longest start-hour range n; job i's
+    own range is [0, ns[i]) (`views` slices it). What `explain_batch` reads."""
+
+    __slots__ = ("J", "ns", "cost", "carbon", "base_ok", "cap_ok", "timely", "occ", "s", "price")
+
+    @classmethod
+    def stack(cls, views: list[CandidateView], scores: list[np.ndarray]) -> tuple["CandidateBatch", np.ndarray]:
+        """Views of several jobs (each over its own start hours) as one batch padded to the longest range, and
+        their policy scores the same way (B, K, n, C); the padding lies outside every job's range."""
+        B = len(views)
+        K, _, C = views[0].cost.shape
+        n = max(v.n for v in views)
+        b = cls()
+        b.J, b.ns = np.array([v.j for v in views], dtype=np.int64), [v.n for v in views]
+        b.occ, b.s, b.price, b.carbon = np.stack([v.occ for v in views]), np.arange(n)[None, :, None], None, None
+        b.cost, score = np.zeros((B, K, n, C)), np.zeros((B, K, n, C))
+        b.base_ok, b.cap_ok, b.timely = (np.zeros((B, K, n, C), dtype=bool) for _ in range(3))
+        for i, v in enumerate(views):
+            m = v.n
+            b.cost[i, :, :m], score[i, :, :m] = v.cost, scores[i]
+            b.base_ok[i, :, :m], b.cap_ok[i, :, :m], b.timely[i, :, :m] = v.base_ok, v.cap_ok, v.timely
+        return b, score
+
+
+BATCH_CELLS = 32_000  # candidate cells (jobs x options x start hours x clusters) per batch: temporaries stay in L2
+
+
+class Evaluator:
+    """Per-plan precomputation (cumulative forecast sums, flat index grids) and the per-job vectorized
+    evaluation. Arrays over hours are padded to 2H + 2 rows (repeating the last row) so that every window index
+    stays in bounds; windows that leave the horizon are masked by `base_ok`."""
+
+    def __init__(self, problem: PlanningProblem):
+        self.p = problem
+        H, C = problem.hours, problem.n_clusters
+        F = problem.forecast
+        self.H, self.C = H, C
+        pad = H + 2
+        self.Fp = np.vstack([F, np.repeat(F[-1:], pad, axis=0)])  # (2H+2, C)
+        self.S = np.zeros((2 * H + 3, C))
+        np.cumsum(self.Fp, axis=0, out=self.S[1:])
+        self.Fflat = self.Fp.ravel()
+        self.Sflat = self.S.ravel()
+        self.s = np.arange(H)[None, :, None]
+        self.cidx = np.arange(C)[None, None, :]
+        self.base_idx = self.s * C + self.cidx  # (1, H, C) flat index of (s, c)
+        self.hours = np.arange(H)
+        self.B = np.zeros((2 * H + 3, C), dtype=np.int32)
+        self.job_ids = problem.jobs["job_id"].astype(str).tolist()
+        self._iso: dict[int, str] = {}
+        self._dur = np.where(np.isfinite(problem.dur), problem.dur, 0.0)
+        self._finite = np.isfinite(problem.dur)
+        # a run longer than the horizon counts as H + 1 hours (as one that cannot run at all): `base_ok` masks it
+        # and every window index stays inside the padded arrays
+        longer = ~self._finite | (self._dur > H + 1)
+        self.occ_all = np.where(longer, H + 1, np.ceil(self._dur - 1e-9)).astype(np.int64)
+        self.whole_all = np.where(longer, H + 1, np.floor(self._dur + 1e-9)).astype(np.int64)
+        frac = np.where(longer, 0.0, self._dur - self.whole_all)
+        frac[frac < 1e-9] = 0.0
+        self.frac_all = frac
+        self.latest_all = np.floor(problem.deadline_rel[:, None, None] - self._dur + 1e-9)
+        self.host_all = problem.allowed[:, None, :] & self._finite  # (N, K, C)
+        self._now = None  # `start_now`'s per-plan table
+        self.Pflat = None
+        if problem.capacity_price is not None:
+            Pp = np.vstack([problem.capacity_price, np.zeros((pad, C))])
+            P = np.zeros((2 * H + 3, C))
+            np.cumsum(Pp, axis=0, out=P[1:])
+            self.Pflat = P.ravel()
+
+    def iso(self, h: int) -> str:
+        text = self._iso.get(h)
+        if text is None:
+            text = self._iso[h] = (self.p.now + int(h) * HOUR).isoformat()
+        return text
+
+    def starts_needed(self, j: int, extra: int = 0) -> int:
+        """Start hours worth evaluating for job j: up to its latest timely start (+ `extra` hours, for the
+        explanation's look past the deadline), at least one past its release."""
+        lat = np.where(self.host_all[j], self.latest_all[j], -1).max()
+        n = int(max(lat, self.p.release[j])) + 1 + extra
+        return int(min(max(n, 1), self.H))
+
+    def start_now(self, j: int, c: int, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(cost, feasible) over the power options of job j starting now on cluster c: `view(j, free, 1)`'s
+        column c at hour 0 without building the view (the dispatch asks this for every job it starts). The
+        capacity-free part is computed once per plan for every job."""
+        if self._now is None:
+            _, _, cost, timely, base_ok, _ = self.windows(np.arange(self.p.n_jobs), 1, with_end=False)
+            self._now = (cost[:, :, 0, :], (timely & base_ok)[:, :, 0, :])
+        cost, ok = self._now
+        bad = np.zeros(self.H + 2, dtype=np.int64)  # hours short of room in [0, occ), as view's cap_ok
+        np.cumsum(free[:, c] < self.p.gpu_total[j], out=bad[1: self.H + 1])
+        bad[self.H + 1] = bad[self.H]
+        return cost[j, :, c], ok[j, :, c] & (bad[self.occ_all[j, :, c]] == 0)
+
+    def windows(self, J: np.ndarray, n: int, clusters: np.ndarray | None = None, with_end: bool = True):
+        """The capacity-free part of the candidate tensors of jobs J over start hours [0, n), batched over jobs (a
+        leading axis): occ (B, K, C) hours held; carbon, cost (B, K, n, C) kg with the forecast (cost adds the data
+        transfer of a move); timely, base_ok masks; end (hours from now; None without `with_end`). `clusters`
+        (ascending indices): only those columns, as if C were that list (for jobs that cannot run elsewhere).
+        `view` is one job of it; callers over every job (`optimum._candidates`) take it in chunks, without a
+        Python step per job."""
+        p = self.p
+        H, C = self.H, self.C
+        occ, whole, frac, kw = self.occ_all[J], self.whole_all[J], self.frac_all[J], p.kw[J]
+        latest, host, base = self.latest_all[J], self.host_all[J], self.base_idx[:, :n]
+        if clusters is not None:
+            occ, whole, frac, kw, latest, host = (a[:, :, clusters] for a in (occ, whole, frac, kw, latest, host))
+            base = base[:, :, clusters]
+        s = self.s[:, :n]
+        iw = base + (whole * C)[:, :, None, :]
+        W = self.Sflat[iw] - self.Sflat[base] + frac[:, :, None, :] * self.Fflat[iw]
+        carbon = W * (kw / 1000.0)[:, :, None, :]
+        cs = slice(None) if clusters is None else clusters
+        tk = p.transfer_kwh[J][:, cs]  # (B, C)
+        if tk.any():
+            h = p.home[J]
+            Fh = p.forecast[:n, np.maximum(h, 0)].T  # (B, n) the home region's intensity
+            if (h < 0).any():  # not in this fleet: the fleet's mean
+                Fh[h < 0] = p.forecast[:n].mean(axis=1)
+            cost = carbon + (tk[:, None, :] * 0.5 / 1000.0 * (Fh[:, :, None] + p.forecast[None, :n, cs]))[:, None]
+        else:
+            cost = carbon
+        # masks as one comparison each against a per-(job, option, cluster) threshold (these arrays are the bulk of
+        # a plan's candidate work): timely = s <= latest start, and with `postpone_margin_h` a start after now
+        # must leave that many hours before it (a fallback); base_ok = s <= H - occ where the cluster hosts the
+        # job (else never), and s >= release
+        latest = latest[:, :, None, :]
+        if p.postpone_margin_h > 0:
+            timely = s <= latest - p.postpone_margin_h
+            timely[:, :, 0] = (latest >= 0)[:, :, 0]  # starting now needs no fallback hour
+        else:
+            timely = s <= latest
+        base_ok = s <= np.where(host, H - occ, -1)[:, :, None, :]
+        release = p.release[J]
+        if release.any():
+            base_ok &= s >= release[:, None, None, None]
+        if p.release_c is not None:  # per cluster: no node can take the job before then (multi-GPU drains)
+            base_ok &= s >= p.release_c[J][:, cs][:, None, None, :]
+        end = s + self._dur[J][:, :, cs][:, :, None, :] if with_end else None
+        return occ, carbon, cost, timely, base_ok, end
+
+    def view(self, j: int, free: np.ndarray | None, n_starts: int | None = None,
+             free_other: np.ndarray | None = None) -> CandidateView:
+        """The candidate tensor of job j over start hours [0, n_starts) (default: the whole horizon); `free`
+        None: capacity is not checked (every window has room)."""
+        # a slice, not [j]: the batch arrays are then views of the per-plan arrays, not copies
+        return self.views(slice(j, j + 1), free, [self.H if n_starts is None else int(n_starts)], free_other)[0]
+
+    def each_batch(self, J: np.ndarray, free: np.ndarray | None, n_starts, free_other: np.ndarray | None = None):
+        """`batch` over any number of jobs, in pieces of about BATCH_CELLS cells (bounded temporaries), in the
+        order of J."""
+        K, C = self.p.dur.shape[1], self.C
+        i = 0
+        while i < len(J):
+            cells, e = 0, i
+            while e < len(J) and (e == i or cells + K * int(n_starts[e]) * C <= BATCH_CELLS):
+                cells += K * int(n_starts[e]) * C
+                e += 1
+            yield self.batch(J[i:e], free, n_starts[i:e], free_other)
+            i = e
+
+    def views(self, J: np.ndarray, free: np.ndarray | None, n_starts, free_other: np.ndarray | None = None
+              ) -> list[CandidateView]:
+        """`view` of each job of J (its own start hours [0, n_starts[i])) on the same capacity `free`."""
+        return self.views_of(self.batch(J, free, n_starts, free_other))
+
+    def views_of(self, b: CandidateBatch) -> list[CandidateView]:
+        p = self.p
+        out = []
+        for i, j in enumerate(b.J):
+            m = b.ns[i]
+            v = CandidateView()
+            v.j, v.occ, v.dur, v.trans, v.n = int(j), b.occ[i], p.dur[j], None, m
+            v.cost, v.carbon, v._end, v._run = b.cost[i, :, :m], b.carbon[i, :, :m], None, self._dur[j]
+            v.base_ok, v.cap_ok, v.timely = b.base_ok[i, :, :m], b.cap_ok[i, :, :m], b.timely[i, :, :m]
+            v.s = self.s[:, :m]
+            v.price = None if b.price is None else b.price[i, :, :m]
+            v.feasible = v.base_ok & v.cap_ok & v.timely
+            out.append(v)
+        return out
+
+    def batch(self, J: np.ndarray, free: np.ndarray | None, n_starts, free_other: np.ndarray | None = None
+              ) -> CandidateBatch:
+        """The candidate tensors of jobs J on the same capacity `free`, computed together over the batch's longest
+        start-hour range (every array is elementwise in the start hour, so each job's view is a slice of it). For
+        the explanations of a whole plan: one batch instead of a view per job."""
+        p = self.p
+        H, C = self.H, self.C
+        ns = [int(x) for x in n_starts]
+        n, B = max(ns), len(ns)
+        Jarr = np.arange(J.start, J.stop) if isinstance(J, slice) else np.asarray(J, dtype=np.int64)
+        occ, carbon, cost, timely, base_ok, _ = self.windows(J, n, with_end=False)
+        base = self.base_idx[:, :n]
+        end_idx = base + (occ * C)[:, :, None, :]  # (B, K, n, C)
+        if free is None:
+            cap_ok = np.ones(end_idx.shape, dtype=bool)
+        else:  # capacity: count of hours with too little free capacity inside the window, per job
+            bad = free[None] < p.gpu_total[J][:, None, None]  # (B, H, C)
+            if free_other is not None:
+                for i, j in enumerate(Jarr):
+                    req = p.req_other[j]
+                    for r in range(len(req)):
+                        if req[r]:
+                            bad[i] |= free_other[r] < req[r]
+            rows = 2 * H + 3
+            if B == 1:  # (the coordinator's view per job: the plan's buffer)
+                np.cumsum(bad[0], axis=0, out=self.B[1: H + 1])
+                self.B[H + 1:] = self.B[H]
+                Bf = self.B.ravel()
+                cap_ok = Bf[end_idx] == Bf[base]
+            else:
+                Bc = np.zeros((B, rows, C), dtype=np.int32)
+                np.cumsum(bad, axis=1, out=Bc[:, 1: H + 1])
+                Bc[:, H + 1:] = Bc[:, H: H + 1]
+                Bf = Bc.ravel()
+                off = (np.arange(B) * rows * C)[:, None, None, None]
+                cap_ok = Bf[end_idx + off] == Bf[base + off]
+        b = CandidateBatch()
+        b.J, b.ns, b.occ, b.s = Jarr, ns, occ, self.s[:, :n]
+        b.cost, b.carbon, b.base_ok, b.cap_ok, b.timely = cost, carbon, base_ok, cap_ok, timely
+        b.price = None
+        if self.Pflat is not None:
+            b.price = (self.Pflat[end_idx] - self.Pflat[base]) * p.gpu_total[J].astype(float)[:, None, None, None]
+        return b

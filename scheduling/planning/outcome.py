@@ -1,0 +1,98 @@
+"""`PlanOutcome`: the per-job decisions of one plan (option, start, cluster, node, devices, status) and the
+`Plan` frame built from them."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from scheduling.domain.plan import ASSIGNMENT_COLUMNS, EXTRA_ASSIGNMENT_COLUMNS, Plan, empty_assignments
+from scheduling.planning.job_priority import PriorityParts
+from scheduling.planning.problem import PlanningProblem
+
+HOUR = pd.Timedelta(hours=1)
+
+
+def empty_decisions(n: int) -> tuple:
+    """The per-job decision arrays a plan fills in: option k, start hour s, cluster c, cost, late, placed, reason,
+    node, gpus, status, rejections (-1 / NaN / False / None: not decided yet)."""
+    return (np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64),
+            np.full(n, np.nan), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), [None] * n, [None] * n,
+            [None] * n, [None] * n, np.zeros(n, dtype=np.int64))
+
+
+@dataclass
+class PlanOutcome:
+    """What one plan decided, as arrays over the problem's jobs (index j), plus explanations."""
+
+    problem: PlanningProblem
+    policy: str
+    order: np.ndarray
+    k: np.ndarray
+    s: np.ndarray
+    c: np.ndarray
+    cost: np.ndarray
+    late: np.ndarray
+    placed: np.ndarray
+    reason: list
+    node: list
+    gpus: list
+    status: list
+    rejections: np.ndarray
+    priority: PriorityParts
+    explanations: list = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+    # running jobs this plan preempts (`PlacementPolicy.preemption`): [(job id, cluster index, the job id it made
+    # room for, or "carbon" when stopped to resume somewhere cleaner)]
+    evicted: list = field(default_factory=list)
+
+    def energy_kwh(self) -> np.ndarray:
+        p = self.problem
+        j = np.arange(p.n_jobs)
+        kk, cc = np.maximum(self.k, 0), np.maximum(self.c, 0)
+        e = p.kw[j, kk, cc] * p.dur[j, kk, cc] + p.transfer_kwh[j, cc]
+        return np.where(self.placed, e, 0.0)
+
+    def to_plan(self) -> Plan:
+        p = self.problem
+        jobs = p.jobs
+        sel = np.flatnonzero(self.placed)
+        if len(sel):
+            kk, ss, cc = self.k[sel], self.s[sel], self.c[sel]
+            dur = p.dur[sel, kk, cc]
+            start = p.now + pd.to_timedelta(ss, unit="h")
+            a = pd.DataFrame({
+                "job_id": jobs["job_id"].to_numpy()[sel],
+                "cluster": np.array(p.clusters, dtype=object)[cc],
+                "region": np.array(p.regions, dtype=object)[cc],
+                "node": [self.node[i] for i in sel],
+                "gpu_devices": [",".join(str(g) for g in self.gpus[i]) if self.gpus[i] is not None else None
+                                for i in sel],
+                "gpu_milli": jobs["gpu_milli"].to_numpy(np.int64)[sel],
+                "gpu_count": jobs["num_gpu"].to_numpy(np.int64)[sel],
+                "start_time": start,
+                "end_time": start + pd.to_timedelta(dur, unit="h"),
+                "power_limit_w": p.limit_w[kk, cc],
+                "expected_energy_kwh": p.kw[sel, kk, cc] * dur + p.transfer_kwh[sel, cc],
+                "expected_kgco2e": self.cost[sel],
+                "priority": self.priority.priority[sel],
+                "zone": np.array(p.zones, dtype=object)[cc],
+                "gpu_model": np.array(p.gpu_models, dtype=object)[cc],
+                "status": [self.status[i] for i in sel],
+                "submit_time": pd.to_datetime(jobs["submit_time"].to_numpy()[sel], utc=True),
+                "deadline": pd.to_datetime(jobs["deadline"].to_numpy()[sel], utc=True),
+                "cpu_milli": jobs["cpu_milli"].to_numpy(np.int64)[sel],
+                "memory_mib": jobs["memory_mib"].to_numpy(np.int64)[sel],
+                "workload_class": jobs["workload_class"].to_numpy()[sel],
+                "checkpointing": jobs["checkpointing"].to_numpy(bool)[sel],
+                "late": self.late[sel],
+            })
+            a = a[list(ASSIGNMENT_COLUMNS + EXTRA_ASSIGNMENT_COLUMNS)]
+        else:
+            a = empty_assignments()
+        un = np.flatnonzero(~self.placed)
+        unplaced = pd.DataFrame({"job_id": jobs["job_id"].to_numpy()[un].astype(object),
+                                 "reason": [self.reason[i] for i in un]})
+        return Plan(plan_time=p.now, policy=self.policy, forecast_version=p.forecast_version, assignments=a,
+                    explanations=self.explanations, unplaced=unplaced, stats=dict(self.stats))

@@ -1,0 +1,165 @@
+"""What the Airflow DAGs (and `python -m pipeline run`) call: one function per DAG task, dict in, dict out.
+
+Each function checks its inputs first and raises ValueError naming a bad value, so a DAG run fails at its first
+task before any work. Planning time always comes from the run (its Param or data interval), never the wall clock.
+"""
+from __future__ import annotations
+
+import time
+import traceback
+
+import pandas as pd
+
+from common.timeutil import iso_z, utc
+from scheduling.evaluation.power_eval import power_eval
+from scheduling.evaluation.report import run_evaluation, safe_run_id, validate_evaluation_params
+from scheduling.models.measured import load_energy_profiles, load_throughput
+from scheduling.models.power import PowerModel
+from scheduling.models.registered import POWER_NAME, POWER_TARGET, PREDICTOR_NAME, PREDICTOR_TARGET, _registry
+from scheduling.planning.policies.registry import DEFAULT_POLICY
+from scheduling.service import DEFAULT_HORIZON_H, plan_hourly, validate_inputs
+
+
+# ------------------------------------------------------------------------------------------------ plan_hourly
+
+def resolve_plan_run(params: dict, data_interval_end=None, logical_date=None, run_after=None) -> dict:
+    """The checked settings of one plan_hourly DAG run: the planning time is the `as_of` Param when given, else
+    the run's data interval end, else its logical date, else its run_after (a manual run without a date), floored
+    to the hour; never the wall clock. ValueError naming the bad value."""
+    as_of = str(params.get("as_of") or "").strip()
+    if not as_of:
+        for candidate in (data_interval_end, logical_date, run_after):
+            if candidate is not None:
+                as_of = iso_z(candidate)
+                break
+    if not as_of:
+        raise ValueError("no planning time: set the as_of Param (ISO, e.g. 2021-07-15T12:00Z)")
+    dry_run = params.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise ValueError(f"dry_run {dry_run!r} must be true or false")
+    regions = params.get("regions") or []
+    if isinstance(regions, str) or not isinstance(regions, (list, tuple)):
+        raise ValueError(f"regions {regions!r} must be a list of fleet region names")
+    checked = validate_inputs(as_of, str(params.get("policy", DEFAULT_POLICY)), list(regions),
+                              params.get("horizon_hours", DEFAULT_HORIZON_H))
+    checked["dry_run"] = dry_run
+    return checked
+
+
+
+
+def plan(choice: dict, created_from: str = "airflow:plan_hourly") -> dict:
+    """Plan and write the hour `resolve_plan_run` chose; the summary of `service.plan_hourly`, with the count of
+    schedule files instead of their list."""
+    summary = plan_hourly(choice["as_of"], policy=choice["policy"], dry_run=choice["dry_run"],
+                          regions=choice["regions"] or None, horizon_hours=choice["horizon_hours"],
+                          created_from=created_from)
+    summary["n_files"] = len(summary.pop("files"))
+    return summary
+
+
+# ------------------------------------------------------------------------------------------------ evaluate
+
+def resolve_evaluation_run(params: dict) -> dict:
+    """The checked settings of one evaluate DAG run (ValueError naming a bad policy, date, size, region or load)."""
+    return validate_evaluation_params(dict(params))
+
+
+def evaluate(choice: dict, run_id: str) -> dict:
+    """Simulate the chosen policies and write the HTML report under var/reports/evaluate/<run id>/."""
+    return run_evaluation(start=choice["start"], days=choice["days"], n_jobs=choice["n_jobs"],
+                          regions=choice["regions"], load=choice["load"], policies=choice["policies"],
+                          run_id=safe_run_id(run_id), max_cards=choice["max_cards"])
+
+
+# ------------------------------------------------------------------------------------------------ predictor
+
+def resolve_model_run(as_of, data_interval_end=None) -> str:
+    """The version time of a training run: the `as_of` Param when given, else the run's data interval end (ISO)."""
+    value = as_of or data_interval_end
+    if value is None or str(value).strip() == "":
+        raise ValueError("as_of is required (an ISO time, e.g. 2021-07-15T12:00Z)")
+    try:
+        return utc(value).isoformat()
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"as_of {value!r} is not an ISO date/time (e.g. 2021-07-15T12:00Z): {exc}") from None
+
+
+def train_models(db_path=None, as_of=None, evaluate: bool = True, eval_config=None, log=None) -> dict:
+    """Train, evaluate and register the performance predictor and the power model: reads marts.gpu_throughput and
+    marts.gpu_energy_profiles (the shared files while the marts do not exist) and registers one version of each in
+    model.registry (artifacts under MODELS_DIR). A failing training is registered with status 'failed' and the
+    error in its metrics. Returns {name: {version, status, artifact_path, trained_at, headline}}."""
+    # torch loads only for training: an hourly plan task, which imports this module too, need not pay for it
+    import torch
+
+    from scheduling.evaluation.predictor_eval import EvalConfig, environment, run_all
+    from scheduling.models.performance.predictor import PerformancePredictor
+
+    torch.set_num_threads(1)
+    log = log or (lambda message: None)
+    registry = _registry()
+    trained_at = pd.Timestamp(as_of) if as_of is not None else _now_utc()
+    if trained_at.tzinfo is None:
+        trained_at = trained_at.tz_localize("UTC")
+    result: dict = {}
+
+    # --- predictor ---
+    t0 = time.perf_counter()
+    try:
+        throughput = load_throughput(db_path)
+        cfg = eval_config or EvalConfig()
+        predictor = PerformancePredictor.train(throughput, cfg.prior, cfg.refiner)
+        metrics = {"training": predictor.metadata, "train_s": round(time.perf_counter() - t0, 1)}
+        if evaluate:
+            log("evaluating the predictor (3 protocols)")
+            evaluation = run_all(throughput, cfg, log=log)
+            metrics.update({k: evaluation[k] for k in evaluation if k.startswith("protocol") or k in ("targets", "timings")})
+        metrics["environment"] = environment()
+        params = {"prior": cfg.prior.__dict__, "refiner": cfg.refiner.__dict__, "rows": int(len(throughput))}
+        record = registry.register_model(predictor, PREDICTOR_NAME, PREDICTOR_TARGET, trained_at, params=params,
+                                         metrics=metrics, db_path=db_path)
+    except Exception as exc:  # noqa: BLE001 - recorded as a failed version, then re-raised after the power model
+        log(f"predictor training failed: {exc}")
+        record = registry.register_model(None, PREDICTOR_NAME, PREDICTOR_TARGET, trained_at, status="failed",
+                                         metrics={"error": f"{type(exc).__name__}: {exc}",
+                                                  "traceback": traceback.format_exc()[-4000:]}, db_path=db_path)
+    result[PREDICTOR_NAME] = _summary(record)
+
+    # --- power model ---
+    t0 = time.perf_counter()
+    try:
+        profiles = load_energy_profiles(db_path)
+        power = PowerModel(profiles)
+        metrics = {"power_eval": power_eval(profiles) if evaluate else None, "train_s": round(time.perf_counter() - t0, 1)}
+        record = registry.register_model(power, POWER_NAME, POWER_TARGET, trained_at,
+                                         params={"rows": int(len(profiles)), "gpu_types": sorted(profiles.gpu_type.unique())},
+                                         metrics=metrics, db_path=db_path)
+    except Exception as exc:  # noqa: BLE001
+        log(f"power model failed: {exc}")
+        record = registry.register_model(None, POWER_NAME, POWER_TARGET, trained_at, status="failed",
+                                         metrics={"error": f"{type(exc).__name__}: {exc}",
+                                                  "traceback": traceback.format_exc()[-4000:]}, db_path=db_path)
+    result[POWER_NAME] = _summary(record)
+    return result
+
+
+
+def _summary(record) -> dict:
+    metrics = record.metrics or {}
+    headline = {}
+    if "targets" in metrics:
+        headline["targets"] = metrics["targets"]
+    if metrics.get("power_eval"):
+        headline["power_overall"] = metrics["power_eval"].get("overall")
+    if "error" in metrics:
+        headline["error"] = metrics["error"]
+    return {"version": record.version, "status": record.status, "artifact_path": record.artifact_path,
+            "trained_at": record.trained_at.isoformat(), "headline": headline}
+
+
+
+def _now_utc() -> pd.Timestamp:
+    return pd.Timestamp.now(tz="UTC").floor("s")
+
+
