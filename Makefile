@@ -36,11 +36,17 @@ run: setup
 ingest: setup
 	$(PY) -m warehouse ingest --all
 
-## The test suite (what CI runs). Long training tests are marked `slow` and skipped by default.
-test: setup
+## Lint: style (ruff), formatting (ruff format) and the import contracts (import-linter, in pyproject.toml).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
+
+## The test suite (what CI runs): lint first, then the tests. Long training tests are marked `slow` and skipped.
+test: setup lint
 	$(PY) -m pytest -q -m "not slow" tests
 
-test-all: setup
+test-all: setup lint
 	$(PY) -m pytest -q tests
 
 ## The Airflow UI on http://localhost:8080 (log-in: see README).

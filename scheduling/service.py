@@ -45,10 +45,23 @@ from typing import Iterable
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from common.timeutil import iso_z, utc
+from scheduling.domain.fleet import DEFAULT_FLEET_PATH, load_fleet
+from scheduling.domain.jobs import JOB_COLUMNS, SpeedModel, generate_jobs
+from scheduling.domain.plan import Plan
+from scheduling.explain.registry import make_explainer
+from scheduling.models.registered import PREDICTOR_NAME, predictor_speed_table, resolve_registered
+from scheduling.output import plan_store, schedules
 from scheduling.output.plan_store import plan_id_for
-from scheduling.planning.policies.registry import DEFAULT_POLICY
+from scheduling.planning.forecasts import GridSeries, make_forecasts
+from scheduling.planning.policies.registry import DEFAULT_POLICY, POLICY_NAMES
+from scheduling.planning.power_options import load_power_table
+from scheduling.planning.problem import JobTable, abs_hours
+from scheduling.planning.session import HourlyPlanner, apply_running
+from warehouse.config import warehouse_path
+from warehouse.db import reader
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +82,6 @@ def _day_seed(day: pd.Timestamp) -> int:
 
 def daily_jobs(day, fleet, n_per_day: int | None = None, data_dir=None) -> pd.DataFrame:
     """The jobs of one UTC day's stream (ids `<yyyymmdd>-job-NNNNN`)."""
-    from scheduling.domain.jobs import generate_jobs
-
     day = utc(day).floor("D")
     jobs = generate_jobs(n_per_day or jobs_per_day(), day, 24, fleet, seed=_day_seed(day), data_dir=data_dir)
     jobs["job_id"] = day.strftime("%Y%m%d") + "-" + jobs["job_id"].astype(str)
@@ -80,8 +91,6 @@ def daily_jobs(day, fleet, n_per_day: int | None = None, data_dir=None) -> pd.Da
 def job_stream(start, end, fleet, n_per_day: int | None = None, data_dir=None, extra_days=()) -> pd.DataFrame:
     """The jobs submitted in [start, end] (UTC hours) from the daily streams (see the module doc), plus every job
     of `extra_days`."""
-    from scheduling.domain.jobs import JOB_COLUMNS
-
     start, end = utc(start), utc(end)
     days = set(pd.date_range(start.floor("D"), end.floor("D"), freq="D"))
     extra = {utc(d).floor("D") for d in extra_days}
@@ -107,8 +116,6 @@ def _job_day(job_id: str) -> pd.Timestamp | None:
 def plan_history(policy: str, as_of, db_path=None) -> tuple[pd.DataFrame, pd.Timestamp | None]:
     """(dispatched assignments of stored plans of `policy` with plan_time in [as_of - HISTORY_DAYS, as_of), the
     first plan_time of that policy within the pending look-back window, or None)."""
-    from warehouse.db import reader
-
     as_of = utc(as_of)
     lo = as_of - pd.Timedelta(days=HISTORY_DAYS)
     cols = ["job_id", "cluster", "node", "gpu_devices", "gpu_milli", "gpu_count", "start_time", "end_time",
@@ -169,7 +176,6 @@ def pending_and_running(as_of, policy: str, fleet, db_path=None, data_dir=None,
 
 
 def _fleet(regions: Iterable[str] | None, data_dir=None):
-    from scheduling.domain.fleet import load_fleet
 
     fleet = load_fleet(data_dir=data_dir)
     if regions:
@@ -186,13 +192,9 @@ _GRID_CACHE: dict = {}
 
 def _source_key(db_path, mart: str) -> str:
     """Where a static input will come from: the warehouse (when it has `marts.<mart>`) or the files."""
-    from warehouse.config import warehouse_path
-
     path = Path(db_path) if db_path else warehouse_path()
     if path.exists():
         try:
-            from warehouse.db import reader
-
             with reader(path) as con:
                 if con.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'marts' "
                                "AND table_name = ?", [mart]).fetchone()[0]:
@@ -205,8 +207,6 @@ def _source_key(db_path, mart: str) -> str:
 def _grid(zones, plan_time: pd.Timestamp, horizon_h: int, db_path=None, data_dir=None):
     """Grid actuals for the UTC day of plan_time minus 8 days to the end of the horizon (a window that depends on
     the day only, so every hour of a day shares it)."""
-    from scheduling.planning.forecasts import GridSeries
-
     day = plan_time.floor("D")
     end = day + pd.Timedelta(hours=24 + horizon_h + 24)
     key = (tuple(zones), day, end, _source_key(db_path, "grid_hourly"), str(data_dir))
@@ -219,17 +219,12 @@ def _grid(zones, plan_time: pd.Timestamp, horizon_h: int, db_path=None, data_dir
 def _power_table(fleet, db_path=None, data_dir=None, as_of=None):
     """Power options from the latest good registered power model at `as_of`, else (flagged) fitted from the mart
     or files; load_power_table caches them per GPU models and model version."""
-    from scheduling.planning.power_options import load_power_table
-
     return load_power_table(fleet, data_dir=data_dir, db_path=db_path, as_of=as_of)
 
 
 def _speed_model(pending: pd.DataFrame, as_of, db_path=None, data_dir=None):
     """(SpeedModel, info): speeds from the latest good registered predictor at `as_of`; else, flagged, Gavel's
     measured isolated throughputs (the data the predictor is trained on; training it here would take minutes)."""
-    from scheduling.domain.jobs import SpeedModel
-    from scheduling.models.registered import PREDICTOR_NAME, predictor_speed_table, resolve_registered
-
     predictor, info = resolve_registered(PREDICTOR_NAME, as_of=as_of, db_path=db_path)
     if predictor is not None:
         try:
@@ -243,8 +238,6 @@ def _speed_model(pending: pd.DataFrame, as_of, db_path=None, data_dir=None):
 
 def _forecasts(fleet, plan_time: pd.Timestamp, horizon_h: int, db_path=None, data_dir=None):
     """forecast.forecasts (latest issue at or before plan_time), else the seasonal naive from actuals."""
-    from scheduling.planning.forecasts import make_forecasts
-
     zones = fleet.zones
     end = plan_time + pd.Timedelta(hours=horizon_h + 24)
     grid = _grid(zones, plan_time, horizon_h, db_path, data_dir)
@@ -258,19 +251,13 @@ def _forecasts(fleet, plan_time: pd.Timestamp, horizon_h: int, db_path=None, dat
 def make_plan_for(as_of, *, policy: str = DEFAULT_POLICY, regions=None, horizon_hours: int = DEFAULT_HORIZON_H,
                   db_path=None, data_dir=None, n_per_day: int | None = None):
     """(Plan, info) for the planning time `as_of`, without writing anything."""
-    from scheduling.planning.session import HourlyPlanner
-    from scheduling.planning.problem import abs_hours
-
     plan_time = utc(as_of).floor("h")
     fleet = _fleet(regions, data_dir)
     pending, running, arrived, info = pending_and_running(plan_time, policy, fleet, db_path, data_dir, n_per_day)
     forecasts = _forecasts(fleet, plan_time, horizon_hours, db_path, data_dir)
     info["forecast_source"] = forecasts.name
     if pending.empty:
-        from scheduling.domain.plan import Plan
-
         return Plan(plan_time=plan_time, policy=policy, forecast_version=None), info
-    from scheduling.planning.problem import JobTable
 
     power_table = _power_table(fleet, db_path, data_dir, as_of=plan_time)
     # the arrivals already dispatched join the job table as history (marked started, never planned again): the
@@ -282,9 +269,7 @@ def make_plan_for(as_of, *, policy: str = DEFAULT_POLICY, regions=None, horizon_
                        data_dir=data_dir)
     hp.started[table.jobs["job_id"].isin(set(arrived["job_id"])).to_numpy()] = True
     if len(running):
-        from scheduling.planning.session import _apply_running  # the core's helper for running jobs
-
-        _apply_running(hp, running, plan_time)
+        apply_running(hp, running, plan_time)
     idx = np.flatnonzero((hp.table.submit_h <= abs_hours(plan_time)) & ~hp.started)
     plan = hp.plan(plan_time, idx)
     # the model versions behind every decision go into its explanation record (plan.explanations.record.models)
@@ -307,8 +292,6 @@ def _model_ref(info: dict) -> dict:
 
 def validate_inputs(as_of, policy: str, regions=None, horizon_hours: int = DEFAULT_HORIZON_H) -> dict:
     """Check the run's settings before any work; ValueError naming the bad value."""
-    from scheduling.planning.policies.registry import POLICY_NAMES
-
     if as_of is None or str(as_of).strip() == "":
         raise ValueError("as_of is required (an ISO time, e.g. 2021-07-15T12:00Z)")
     try:
@@ -321,9 +304,7 @@ def validate_inputs(as_of, policy: str, regions=None, horizon_hours: int = DEFAU
             or not MIN_HORIZON_H <= int(horizon_hours) <= MAX_HORIZON_H:
         raise ValueError(f"horizon_hours {horizon_hours!r} must be an integer in [{MIN_HORIZON_H}, {MAX_HORIZON_H}]")
     if regions:
-        import yaml
 
-        from scheduling.domain.fleet import DEFAULT_FLEET_PATH
 
         known = list(yaml.safe_load(DEFAULT_FLEET_PATH.read_text())["regions"])
         bad = [r for r in regions if r not in known]
@@ -341,9 +322,6 @@ def plan_hourly(as_of, *, policy: str = DEFAULT_POLICY, dry_run: bool = False, r
     n_running, n_arrived_dispatched (recent arrivals already dispatched: history for demand forecasts),
     expected_kgco2e, schedule_dir, files, tables, models (power/predictor version used, or the
     flagged fallback), seconds."""
-    from scheduling.output import plan_store, schedules
-    from scheduling.explain.registry import make_explainer
-
     t0 = time.perf_counter()
     checked = validate_inputs(as_of, policy, regions, horizon_hours)
     plan_time = utc(checked["as_of"])

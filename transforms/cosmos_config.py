@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 
 from cosmos import ExecutionConfig, ProfileConfig, ProjectConfig, RenderConfig
@@ -70,8 +71,6 @@ _PROJECT_INPUTS = ("dbt_project.yml", "models", "macros", "seeds", "tests")
 
 def venv_dbt() -> str:
     """The dbt beside this interpreter (the project's virtual environment), else REPO/.venv/bin/dbt."""
-    import sys
-
     beside = Path(sys.executable).with_name("dbt")
     return str(beside if beside.exists() else REPO_ROOT / ".venv" / "bin" / "dbt")
 

@@ -28,6 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from warehouse.config import REPO_ROOT as WAREHOUSE_ROOT
+from warehouse.config import warehouse_path as configured
+from warehouse.db import LOCK_TIMEOUT_S, warehouse_lock
+
 PROJECT_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PROJECT_DIR.parent
 TARGET_DIR = PROJECT_DIR / "target"
@@ -80,8 +84,6 @@ def dbt_executable() -> str:
 
 def resolve_warehouse(warehouse_path: str | Path | None = None) -> Path:
     """Absolute warehouse path: the argument, else warehouse.config.warehouse_path()."""
-    from warehouse.config import REPO_ROOT as WAREHOUSE_ROOT, warehouse_path as configured
-
     if warehouse_path is None:
         return configured()
     path = Path(warehouse_path).expanduser()
@@ -146,8 +148,6 @@ def run_dbt(
     hold the exclusive warehouse lock while it runs when the command opens the warehouse (lock=None: decide from
     the command). `target_path`: dbt's artifacts folder (default transforms/target). Raises DbtError on failure if
     `check`."""
-    from warehouse.db import LOCK_TIMEOUT_S, warehouse_lock
-
     db_path = resolve_warehouse(warehouse_path)
     command = [dbt_executable(), *(_with_dirs(args) if add_dirs else args)]
     target = Path(target_path).resolve() if target_path is not None else TARGET_DIR

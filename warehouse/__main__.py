@@ -7,10 +7,13 @@ import sys
 
 from tabulate import tabulate
 
+from warehouse.db import reader
+from warehouse.ingest import ingest, summarize
+from warehouse.loaders import all_sources
+from warehouse.status import table_status
+
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    from warehouse.ingest import ingest, summarize
-    from warehouse.loaders import all_sources
 
     if args.list:
         for name, source in all_sources().items():
@@ -29,7 +32,6 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def _cmd_sql(args: argparse.Namespace) -> int:
-    from warehouse.db import reader
 
     with reader() as con:
         cursor = con.execute(args.query)
@@ -43,7 +45,6 @@ def _cmd_sql(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from warehouse.status import table_status
 
     status = table_status(breakdown=args.json)
     if args.json:

@@ -26,6 +26,7 @@ Command line (prints one JSON document):
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -33,6 +34,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
+
+import duckdb
+
+from warehouse import db
+from warehouse.config import REPO_ROOT
 
 LOCAL = "duckdb"
 DUCKLAKE = "ducklake"
@@ -221,8 +227,6 @@ def _mask(value: str | None) -> str | None:
 
 def _local_path(environ: Mapping[str, str]) -> Path:
     """warehouse.config.warehouse_path() read from `environ`, without creating folders."""
-    from warehouse.config import REPO_ROOT
-
     raw = _env(environ, "WAREHOUSE_PATH")
     path = Path(raw) if raw else Path(_env(environ, "VAR_DIR") or REPO_ROOT / "var") / "warehouse.duckdb"
     return path if path.is_absolute() else REPO_ROOT / path
@@ -431,8 +435,6 @@ def connect(target: WarehouseTarget | None = None, read_only: bool = False):
     """An open DuckDB connection to `target` (default: from_env()), the shared catalog attached and in USE.
     For the local file this is a plain duckdb.connect (the caller takes the file lock: warehouse.db does).
     Errors from DuckDB come back as CatalogConnectError with secrets redacted (DuckDB echoes DSNs)."""
-    import duckdb
-
     target = from_env() if target is None else target
     if target.is_local:
         return duckdb.connect(str(target.path), read_only=read_only, config=target.config)
@@ -459,8 +461,6 @@ def init(target: WarehouseTarget | None = None) -> dict[str, Any]:
     tables in PostgreSQL, then the warehouse's own schemas and bookkeeping tables (warehouse.db.DDL, without the
     PRIMARY KEY that DuckLake does not support). Concurrent first writers would race on creating them (the losers
     fail and are retried by Airflow). Idempotent. For the local file: warehouse.db.writer() does the same."""
-    from warehouse import db
-
     target = from_env() if target is None else target
     if target.is_local:
         with db.writer(target.path):
@@ -483,9 +483,7 @@ def install_extensions(target: WarehouseTarget | None = None) -> list[dict[str, 
     """Install the extensions `target` needs into the extension directory (once per machine or image). Uses the
     binary of a pip-installed duckdb-extension-<name> package when there is one (offline), else DuckDB's
     repository (needs network). Returns what was done per extension."""
-    import importlib.util
 
-    import duckdb
 
     target = from_env() if target is None else target
     done = []

@@ -6,8 +6,12 @@ pushes to XCom, so a run's log says exactly what was loaded.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
+import pandas as pd
+
+from warehouse.connectors.ingest import ingest_live as fetch_and_load
 from warehouse.ingest import ingest, summarize
 from warehouse.loaders import all_sources
 
@@ -57,9 +61,7 @@ def ingest_live(regions: list[str] | None, start: str, end: str) -> list[dict]:
     warehouse/connectors/feeds.yaml). With neither, nothing is fetched: live feeds need API keys and network, so
     they are opt-in. Each region uses its primary feed and falls back to the secondary; rows name their feed.
     """
-    import os
 
-    from warehouse.connectors.ingest import ingest_live as fetch_and_load
 
     if not regions:
         configured = os.environ.get("LIVE_GRID_REGIONS", "").strip()
@@ -76,8 +78,6 @@ def ingest_live(regions: list[str] | None, start: str, end: str) -> list[dict]:
 def validate_live_window(start, end) -> tuple[str, str]:
     """[start, end) as ISO UTC strings; a clear error when unparsable or reversed. A point window (manual runs)
     becomes the hour ending at it."""
-    import pandas as pd
-
     try:
         start_ts, end_ts = pd.Timestamp(start), pd.Timestamp(end)
     except (ValueError, TypeError) as exc:

@@ -8,6 +8,17 @@ import os
 import sys
 from pathlib import Path
 
+from scheduling.evaluation.power_eval import power_eval, power_eval_markdown
+from scheduling.evaluation.predictor_eval import EvalConfig, results_markdown, run_all
+from scheduling.models.measured import (
+    energy_profiles_from_files,
+    load_energy_profiles,
+    load_throughput,
+    throughput_from_files,
+)
+from scheduling.tasks import train_models
+from warehouse.config import REPO_ROOT
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 DEFAULT_REPORT = Path("var/reports/predictor/results.md")
@@ -26,17 +37,14 @@ def _emit(result: dict, as_json: bool, summary: str) -> None:
 
 
 def _resolve(path: str | Path) -> Path:
-    from warehouse.config import REPO_ROOT
 
     path = Path(path)
     return path if path.is_absolute() else REPO_ROOT / path
 
 
 def cmd_predictor_eval(args) -> int:
-    import torch
+    import torch  # noqa: PLC0415 - torch loads in seconds; only training/prediction paths need it
 
-    from scheduling.models.measured import load_throughput, throughput_from_files
-    from scheduling.evaluation.predictor_eval import EvalConfig, results_markdown, run_all
 
     torch.set_num_threads(1)
     throughput = throughput_from_files(args.data_dir) if args.from_files else load_throughput(args.db)
@@ -56,8 +64,6 @@ def cmd_predictor_eval(args) -> int:
 
 
 def cmd_power_eval(args) -> int:
-    from scheduling.models.measured import energy_profiles_from_files, load_energy_profiles
-    from scheduling.evaluation.power_eval import power_eval, power_eval_markdown
 
     profiles = energy_profiles_from_files(args.data_dir) if args.from_files else load_energy_profiles(args.db)
     result = power_eval(profiles)
@@ -71,7 +77,6 @@ def cmd_power_eval(args) -> int:
 
 
 def cmd_train_predictor(args) -> int:
-    from scheduling.tasks import train_models
 
     result = train_models(db_path=args.db, as_of=args.as_of, evaluate=not args.no_eval, log=_log)
     _emit(result, args.json, json.dumps(result, indent=2, default=str))

@@ -2,7 +2,7 @@
 
     python -m scheduling evaluate --jobs 1000 --regions 6 --start 2021-07-01 --days 14 --json
     python -m scheduling evaluate --start 2021-07-01 2021-12-01 --load 0.5 0.8 --ablations \\
-        --report-md var/reports/planner/results.md          # the README table (periods x loads x policies)
+        --report-md var/reports/planner/results.md          # the results table (periods x loads x policies)
     python -m scheduling bench-plan --jobs 1000 --hours 168 --regions 10 --json
     python -m scheduling plan --as-of 2021-07-15T12:00Z --jobs 200 --json
 
@@ -357,7 +357,7 @@ def _bench_one(n_jobs: int, hours: int, regions: int, plan_time, seed: int, repe
         "unplaced": summary["n_unplaced"], "agent_rejections": stats.get("agent_rejections"),
         "n_explanations": len(plan.explanations),
         "assignments_sha256": assignments_sha256,
-        # issue 7: 1000 jobs in under 1 s and 300 MB peak; 5000 jobs in under 5 s (no memory target)
+        # targets: 1000 jobs in under 1 s and 300 MB peak; 5000 jobs in under 5 s (no memory target)
         "targets": {"latency_s": 1.0, "peak_mb": 300.0} if n_jobs <= 1000 else {"latency_s": 5.0, "peak_mb": None},
     }
 

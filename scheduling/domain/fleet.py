@@ -25,6 +25,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from scheduling.domain.gpus import map_gpu_type
+from scheduling.packing import Cluster
+from warehouse.config import data_dir as configured
+
 DEFAULT_FLEET_PATH = Path(__file__).with_name("fleet.yaml")
 OPENB_NODES = Path("openb") / "openb_node_list_gpu_node.csv"
 PAI_NODES = Path("interference") / "cluster_specs" / "alibaba_pai2020_machine_spec.csv"
@@ -42,9 +46,7 @@ class GpuModel:
     @property
     def power_profile(self) -> str:
         """The Zeus power curve this model borrows (a Zeus gpu_type, or 'default'). Defined once, in
-        scheduling.models.power.GPU_MAP, so the planner and the power model cannot disagree."""
-        from scheduling.domain.gpus import map_gpu_type
-
+        scheduling.domain.gpus.GPU_MAP, so the planner and the power model cannot disagree."""
         return map_gpu_type(self.name).curve
 
 
@@ -191,8 +193,6 @@ class Fleet:
 
     # ------------------------------------------------------------------ packing
     def packing_cluster(self, i: int):
-        from scheduling.packing import Cluster
-
         return Cluster.from_nodes(self.clusters[i].nodes)
 
     def capacity_table(self) -> pd.DataFrame:
@@ -221,7 +221,6 @@ class Fleet:
 def _data_dir(data_dir) -> Path:
     if data_dir is not None:
         return Path(data_dir)
-    from warehouse.config import data_dir as configured
 
     return configured()
 
@@ -331,7 +330,7 @@ def load_fleet(path: str | Path | None = None, regions: int | Iterable[str] | No
         try:
             if "power_profile" in m:  # the curve mapping has one home (scheduling/models/power.py GPU_MAP)
                 raise ValueError("power_profile is not read from the fleet file; the GPU -> power-curve mapping "
-                                 "is scheduling.models.power.GPU_MAP")
+                                 "is scheduling.domain.gpus.GPU_MAP")
             models[str(name)] = GpuModel(name=str(name), idle_w=float(m["idle_w"]), peak_w=float(m["peak_w"]),
                                          gavel=m.get("gavel"), relative_speed=m.get("relative_speed"))
         except (KeyError, TypeError, ValueError) as exc:

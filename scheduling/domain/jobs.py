@@ -38,8 +38,8 @@ import numpy as np
 import pandas as pd
 
 from common.timeutil import utc_hour
-
 from scheduling.packing.pods import MILLI, normalize_gpu_spec
+from warehouse.config import data_dir as configured
 
 WORKLOAD_CLASSES: dict[str, tuple[float, float]] = {
     "language": (0.20, 0.40),
@@ -85,7 +85,6 @@ def job_class(job_type: str) -> str:
 def _data_dir(data_dir) -> Path:
     if data_dir is not None:
         return Path(data_dir)
-    from warehouse.config import data_dir as configured
 
     return configured()
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
 from scheduling.models.performance.features import FAMILIES, GPU_TYPES, PerfTables
 
 LGB_PARAMS = dict(n_estimators=400, learning_rate=0.03, num_leaves=15, min_child_samples=5, subsample=0.8,
@@ -24,7 +25,7 @@ LGB_PARAMS = dict(n_estimators=400, learning_rate=0.03, num_leaves=15, min_child
 
 
 def _lgbm(seed: int):
-    import lightgbm
+    import lightgbm  # noqa: PLC0415 - LightGBM loads only for its forecaster
 
     return lightgbm.LGBMRegressor(random_state=seed, deterministic=True, force_row_wise=True, **LGB_PARAMS)
 

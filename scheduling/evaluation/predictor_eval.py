@@ -6,7 +6,7 @@ Protocol 1 — held-out co-location pairs (simulation set). The unordered pairs 
   predicted as isolated(A, gpu) x normalized(A | B, gpu).
 Protocol 2 — held-out GPU type (simulation set). For GPU type g, a fold of jobs is hidden on g (isolated rows and
   every co-location on g), while the model still sees these jobs on the other two GPU types and the other jobs
-  on g. Two groupings: `job` = (job type, scale factor, resource shape), the issue's definition of a job, and
+  on g. Two groupings: `job` = (job type, scale factor, resource shape), the definition of a job the targets use, and
   `job type` = a job type with all its scale factors and shapes hidden together (strict: nothing of that model/
   batch size on g). 5 folds per grouping; one training run hides fold f on GPU (f + r) mod 5 (for the 3 GPUs),
   so every (fold, GPU) is hidden exactly once in 5 runs. Metric: MAPE of isolated throughput on the hidden cells.
@@ -263,8 +263,8 @@ def _fit_lgb_refiner(train: pd.DataFrame, cfg: EvalConfig, rng_seed: int):
 # --- all -------------------------------------------------------------------------------------------------------
 
 def environment() -> dict:
-    import lightgbm
-    import torch
+    import lightgbm  # noqa: PLC0415 - LightGBM loads only for its forecaster
+    import torch  # noqa: PLC0415 - torch loads in seconds; only training/prediction paths need it
 
     return {
         "cpu_count": os.cpu_count(),
@@ -279,7 +279,7 @@ def environment() -> dict:
 
 
 def run_all(throughput: pd.DataFrame, cfg: EvalConfig | None = None, log=print) -> dict:
-    import torch
+    import torch  # noqa: PLC0415 - torch loads in seconds; only training/prediction paths need it
 
     torch.set_num_threads(1)
     cfg = cfg or EvalConfig()

@@ -26,19 +26,32 @@ cards/*.png, data.json (the numbers behind the charts).
 """
 from __future__ import annotations
 
+import argparse
 import html
 import json
 import logging
 import math
 import re
+import sys
+import time as _time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from common.jsonutil import canonical_json, to_jsonable
 from common.timeutil import utc
+from scheduling.domain.fleet import DEFAULT_FLEET_PATH
+from scheduling.evaluation import simulator
+from scheduling.evaluation.simulator import REFERENCE_RUNS, over_seeds
+from scheduling.explain.registry import make_explainer
+from scheduling.explain.template import TemplateExplainer
+from scheduling.planning.policies.registry import POLICY_NAMES, make_policy
+from scheduling.planning.problem import abs_hours
+from scheduling.planning.session import HourlyPlanner
+from warehouse.config import var_dir
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +76,6 @@ class ReportResult:
 
 
 def default_report_dir(run_id: str) -> Path:
-    from warehouse.config import var_dir
 
     return var_dir() / "reports" / "evaluate" / safe_run_id(run_id)
 
@@ -74,10 +86,10 @@ def safe_run_id(run_id: str) -> str:
 
 
 def _plt():
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 - plotting loads only when a chart is drawn
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - plotting loads only when a chart is drawn
 
     return plt
 
@@ -126,9 +138,7 @@ SUMMARY_ORDER = ("rolling-lp", "priority", "carbon-time", "greedy-carbon", "perf
 def over_runs(reports: list[dict]) -> pd.DataFrame:
     """The numbers behind `chart_over_runs`: `simulator.over_seeds(partial=True)` without the bound and the
     reference runs (policies only), in percent, by period (month) and load, our policy first and the baselines in
-    the README's order."""
-    from scheduling.evaluation.simulator import REFERENCE_RUNS, over_seeds
-
+    the order of the results tables."""
     rows = [r for r in over_seeds(reports, partial=True) if r["policy"] != "optimum" and r["policy"] not in
             REFERENCE_RUNS]
     if not rows:
@@ -147,7 +157,7 @@ def over_runs(reports: list[dict]) -> pd.DataFrame:
 def chart_over_runs(reports: list[dict], path: Path, share_target_pct: float = 90.0,
                     deadline_target_pct: float = 98.0) -> pd.DataFrame:
     """Two panels over every period x load: each policy's share of the optimum's reduction and its deadline
-    satisfaction, bars at the mean over the runs (trace seeds), whiskers min-max, the issue's targets as lines.
+    satisfaction, bars at the mean over the runs (trace seeds), whiskers min-max, the targets as lines.
     Returns the numbers drawn (`over_runs`)."""
     table = over_runs(reports)
     if table.empty:
@@ -290,7 +300,7 @@ def chart_timeline(timeline: pd.DataFrame, forecast: pd.DataFrame, path: Path, p
             for k, row in enumerate(jobs.itertuples(index=False)):
                 start = pd.Timestamp(row.start_time)
                 width = (pd.Timestamp(row.end_time) - start) / pd.Timedelta(days=1)
-                import matplotlib.dates as mdates
+                import matplotlib.dates as mdates  # noqa: PLC0415 - plotting loads only when a chart is drawn
 
                 twin.broken_barh([(mdates.date2num(start.to_pydatetime()), width)], (k % 12, 0.8),
                                  facecolors="#fd8d3c", alpha=0.7)
@@ -350,7 +360,7 @@ def chart_card(record: dict, forecast: pd.DataFrame, path: Path, end_time=None) 
     ax.set_title(f"{record.get('job_id')}: forecast, chosen window, alternatives (red)", fontsize=9, loc="left")
     if lines or chosen:
         ax.legend(fontsize=6, loc="upper right")
-    import matplotlib.dates as mdates
+    import matplotlib.dates as mdates  # noqa: PLC0415 - plotting loads only when a chart is drawn
 
     ax.xaxis.set_major_locator(mdates.HourLocator(byhour=[0, 12], tz="UTC"))
     ax.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M", tz="UTC"))
@@ -445,7 +455,6 @@ def write_report(evaluation: dict, out_dir: str | Path | None = None, run_id: st
         savings = chart_savings(by_region, baseline, charts / "savings_per_region.png")
         result.charts.append("charts/savings_per_region.png")
 
-    from scheduling.explain.template import TemplateExplainer
 
     template = TemplateExplainer()
     shown = records[:max_cards]
@@ -556,10 +565,6 @@ def forecast_band(sc, start=None, hours: int | None = None, history_days: int = 
 def explained_run(sc, policy: str = "priority", seed: int = 0) -> list[dict]:
     """The explanation record of the decision that started each job, from a replay of `sc` with explanations
     on (the same loop as `scheduling.evaluation.simulator.simulate`, which does not keep them)."""
-    from scheduling.planning.policies.registry import make_policy
-    from scheduling.planning.problem import abs_hours
-    from scheduling.planning.session import HourlyPlanner
-
     hp = HourlyPlanner(sc.fleet, table=sc.table, policy=make_policy(policy, seed=seed), forecasts=sc.forecasts,
                        workload=sc.workload, explain=True, tentative=False, seed=seed)
     t0 = abs_hours(sc.start)
@@ -650,10 +655,7 @@ def validate_evaluation_params(params: dict) -> dict:
     """The evaluate DAG's Params checked (ValueError naming the bad value): policies (list of the planner's
     policy names), period_start (date), days (1-31), jobs (>= 1), regions (a count or a list of fleet region
     names), load (0.5 or 0.8), max_cards (0-500)."""
-    import yaml
 
-    from scheduling.domain.fleet import DEFAULT_FLEET_PATH
-    from scheduling.planning.policies.registry import POLICY_NAMES
 
     policies = params.get("policies") or []
     if isinstance(policies, str) or not isinstance(policies, (list, tuple)) or not policies:
@@ -704,10 +706,7 @@ def run_evaluation(*, start, days: int, n_jobs: int, regions, load: float, polic
                    db_path=None, data_dir=None, explainer=None) -> dict:
     """Simulate `policies` (online ones; "optimum" adds the LP bound) on one scenario and write the report.
     Returns {index, directory, run_id, metrics (per policy), optimum_kgco2e, cards, seconds}."""
-    import time as _time
 
-    from scheduling.evaluation import simulator
-    from scheduling.explain.registry import make_explainer
 
     t0 = _time.perf_counter()
     policies = list(dict.fromkeys(policies))
@@ -741,9 +740,6 @@ def run_evaluation(*, start, days: int, n_jobs: int, regions, load: float, polic
 def main(argv: list[str] | None = None) -> int:
     """`python -m scheduling.evaluation.report --start 2021-07-01 --days 2 --jobs 60 --regions 3 --load 0.5
     --policies priority,greedy-carbon,performance-first,optimum [--max-cards 50] [--run-id ID] [--json]`."""
-    import argparse
-    import sys
-
     parser = argparse.ArgumentParser(prog="python -m scheduling.evaluation.report",
                                      description="Simulate policies on one scenario and write the HTML report.")
     parser.add_argument("--start", required=True)

@@ -73,7 +73,7 @@ def load_chat_config(conn_id: str = CONN_ID) -> ChatConfig | None:
             log.warning("ignoring AIRFLOW_CONN_%s: %s", conn_id.upper(), type(exc).__name__)
     if conn is None and os.environ.get("AIRFLOW_CTX_DAG_ID"):
         try:  # inside an Airflow task: the Connection API (metadata DB, secrets backends)
-            from airflow.sdk import BaseHook
+            from airflow.sdk import BaseHook  # noqa: PLC0415 - Airflow is only there inside a task
 
             c = BaseHook.get_connection(conn_id)
             conn = {"host": c.host or "", "password": c.password, "extra": c.extra_dejson or {}}

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from warehouse.config import data_dir as configured_data_dir
+from warehouse.db import reader
 
 THROUGHPUT_COLUMNS = [
     "measurement_set",
@@ -204,7 +205,6 @@ def throughput_from_files(data_dir: Path | str | None = None, measurement_sets=(
 
 
 def _read_mart(table: str, db_path) -> pd.DataFrame:
-    from warehouse.db import reader
 
     with reader(db_path) as con:
         return con.execute(f"SELECT * FROM {table}").df()

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import nnls
 
 from scheduling.domain.gpus import DEFAULT_CURVE, GPU_MAP, GpuSpec, gpu_map_table, map_gpu_type, normalize_gpu_name
 from scheduling.models.measured import energy_profiles_from_files, load_energy_profiles
@@ -64,8 +65,6 @@ def _extrap(x0: float, xs: np.ndarray, ys: np.ndarray, flat_ends: bool = False) 
 def _three_term_fit(bs: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Non-negative c in y(bs) = c0/bs + c1 + c2*bs, least squares in relative error (exact through 3 points when
     the exact solution is non-negative)."""
-    from scipy.optimize import nnls
-
     a = np.c_[1.0 / bs, np.ones_like(bs), bs] / y[:, None]
     coef, _ = nnls(a, np.ones_like(bs))
     return coef

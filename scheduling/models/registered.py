@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from forecasting import registry
+
 PREDICTOR_NAME = "gpu-predictor"
 PREDICTOR_TARGET = "steps_per_s"
 POWER_NAME = "gpu-power"
@@ -20,7 +22,6 @@ TARGETS = {PREDICTOR_NAME: PREDICTOR_TARGET, POWER_NAME: POWER_TARGET}
 
 
 def _registry():
-    from forecasting import registry
 
     return registry
 

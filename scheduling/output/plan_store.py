@@ -27,6 +27,7 @@ Nothing written depends on the wall clock.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -38,6 +39,9 @@ import pandas as pd
 
 from common.jsonutil import canonical_json, to_jsonable
 from common.timeutil import iso_z, utc
+from scheduling.domain.plan import Plan
+from scheduling.explain.template import TemplateExplainer
+from warehouse.db import reader, writer
 
 SCHEMA = "plan"
 ASSIGNMENT_COLUMNS: dict[str, str] = {
@@ -121,10 +125,8 @@ def make_plan(**fields) -> Any:
     """A `scheduling.domain.plan.Plan` from the contract's fields, or a `StoredPlan` when that class is not
     available (or needs other arguments)."""
     try:
-        from scheduling.domain.plan import Plan  # the planner core's class
-
         return Plan(**fields)
-    except Exception:  # noqa: BLE001 - the core is optional here; fall back to the stand-in
+    except Exception:  # noqa: BLE001 - fields the planner's class does not take: fall back to the stand-in
         return StoredPlan(**fields)
 
 
@@ -229,16 +231,12 @@ def write_plan(
     the real plan of that hour, if any, keeps its own); plan.plans, plan.assignments and plan.unplaced are left
     as they are. `_fault(stage)` is a test hook called between the steps inside the
     transaction ("deleted", "plans", "assignments", "explanations", "before_commit")."""
-    from warehouse.db import writer
-
     fields = plan_fields(plan)
     plan_id = plan_id_for(fields["policy"], fields["plan_time"], dry_run=explanations_only)
     texts = dict(texts or {})
     missing = [e for e in fields["explanations"] if str(e.get("job_id")) not in texts]
     if missing:
         if explainer is None:
-            from scheduling.explain.template import TemplateExplainer
-
             explainer = TemplateExplainer()
         for record in missing:
             texts[str(record.get("job_id"))] = explainer.explain(record)
@@ -348,8 +346,6 @@ def _widen(con, table: str, frame: pd.DataFrame) -> None:
 
 def delete_plan(plan_id: str, db_path=None) -> None:
     """Remove a plan's rows from every plan.* table (one transaction)."""
-    from warehouse.db import writer
-
     with writer(db_path) as con:
         con.execute(DDL)
         con.execute("BEGIN TRANSACTION")
@@ -372,8 +368,6 @@ def _has_plans(con) -> bool:
 
 def list_plans(policy: str | None = None, as_of=None, db_path=None) -> pd.DataFrame:
     """plan.plans rows (newest plan_time first), optionally of one policy and at or before `as_of`."""
-    from warehouse.db import reader
-
     where, params = [], []
     if policy is not None:
         where.append("policy = ?")
@@ -404,8 +398,6 @@ def latest_plan(policy: str | None = None, as_of=None, db_path=None):
 
 def read_plan(plan_id: str, db_path=None, with_meta: bool = False):
     """The stored plan as a Plan (see `make_plan`). `with_meta=True` returns (plan, plans-row dict, texts)."""
-    from warehouse.db import reader
-
     with reader(db_path) as con:
         if not _has_plans(con):
             raise KeyError(f"no plan {plan_id!r}: the warehouse has no plan tables yet")
@@ -440,8 +432,6 @@ def read_plan(plan_id: str, db_path=None, with_meta: bool = False):
 
 def read_explanations(plan_id: str, db_path=None) -> pd.DataFrame:
     """plan.explanations rows of one plan (also those of a dry run, which has no plan.plans row)."""
-    from warehouse.db import reader
-
     with reader(db_path) as con:
         if not _has_plans(con):
             return pd.DataFrame(columns=["job_id", "record", "text"])
@@ -452,9 +442,7 @@ def read_explanations(plan_id: str, db_path=None) -> pd.DataFrame:
 
 def table_digest(db_path=None, plan_ids: Iterable[str] | None = None) -> dict[str, str]:
     """SHA-256 per plan.* table over its rows in a canonical order (for checking that re-runs are identical)."""
-    import hashlib
 
-    from warehouse.db import reader
 
     out = {}
     with reader(db_path) as con:

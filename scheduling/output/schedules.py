@@ -66,6 +66,7 @@ import yaml
 from common.jsonutil import canonical_json, to_jsonable
 from common.timeutil import iso_z, utc
 from scheduling.output.plan_store import plan_fields, plan_id_for, summary_of
+from warehouse.config import var_dir
 
 DOMAIN = "carbonplanner.io"
 GATE_NAME = f"{DOMAIN}/start-time"
@@ -93,7 +94,6 @@ def default_root() -> Path:
     raw = os.environ.get("SCHEDULES_DIR")
     if raw:
         return Path(raw)
-    from warehouse.config import var_dir
 
     return var_dir() / "schedules"
 

@@ -28,6 +28,8 @@ import numpy as np
 import pandas as pd
 
 from common.timeutil import utc
+from forecasting.backtest import STORED_PREFIX
+from forecasting.data import grid_hourly, load_published_forecasts
 
 HOUR = pd.Timedelta(hours=1)
 CI_COLUMN = "carbon_intensity_direct_gco2_per_kwh"
@@ -102,8 +104,6 @@ class GridSeries:
     def load(cls, zones, start, end, source: str = "auto", data_dir=None, db_path=None,
              history_days: int = 8) -> "GridSeries":
         """Actuals for [start - history_days, end) from marts.grid_hourly (`source` warehouse|files|auto)."""
-        from forecasting.data import grid_hourly
-
         lo = utc(start) - pd.Timedelta(days=history_days)
         frame = grid_hourly(list(zones), start=lo, end=utc(end), source=source, db_path=db_path, data_dir=data_dir)
         if frame.empty:
@@ -281,8 +281,6 @@ def make_forecasts(kind: str, grid: GridSeries, zones, start=None, end=None, db_
         if kind == "warehouse":
             raise ValueError("forecast.forecasts holds no carbon_intensity rows for these zones and period")
     if kind in ("dacf", "auto"):
-        from forecasting.data import load_published_forecasts
-
         pub = load_published_forecasts(zones, start=utc(start) - pd.Timedelta(days=1) if start is not None else None,
                                        end=end, source="auto", db_path=db_path, data_dir=data_dir)
         pub = pub[pub["target"] == "carbon_intensity_direct"] if len(pub) else pub
@@ -324,7 +322,6 @@ def one_version(rows: pd.DataFrame, version: str | None, model: str | None = Non
     """`rows` of the model_version asked for (see `make_forecasts`); a clear error when it is absent."""
     if version is None or rows.empty:
         return rows
-    from forecasting.backtest import STORED_PREFIX
 
     versions = rows["model_version"].astype(str)
     if version == BACKTEST:

@@ -7,7 +7,7 @@ Source, in order:
    (`marts.gpu_energy_profiles`, or the files through `scheduling.models.measured`).
 For each Zeus GPU type and workload the time and energy at each limit relative to the maximum limit; the medians
 over workloads per limit give the model's options. Which curve a fleet GPU model borrows, and its minimum
-settable limit, come from the one mapping `scheduling.models.power.GPU_MAP` (through `map_gpu_type`).
+settable limit, come from the one mapping `scheduling.domain.gpus.GPU_MAP` (through `map_gpu_type`).
 
 Of the limits, the planner keeps at most three: the default (maximum) limit, the limit with the lowest median
 energy among those slowing jobs by at most `max_slowdown` (default 25 %), and the lowest-energy limit that slows
@@ -22,6 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
+from scheduling.domain.gpus import DEFAULT_CURVE, map_gpu_type
+from scheduling.models.power import energy_profiles
+from scheduling.models.registered import POWER_NAME, resolve_registered
 
 DEFAULT_UTILISATION = 0.70  # avg board power / peak at the default limit when no sweep exists
 
@@ -52,8 +56,6 @@ class PowerTable:
             self._options[name] = self._build(model)
 
     def _build(self, model) -> list[PowerOption]:
-        from scheduling.domain.gpus import map_gpu_type
-
         spec = map_gpu_type(model.name)
         curve = self._curves.get(spec.curve)
         if curve is None:
@@ -115,7 +117,6 @@ def _curves(profiles: pd.DataFrame) -> dict:
         p0 = part.drop_duplicates("_key")["p0"].median()
         out[str(gpu).lower()] = {"p0": float(p0), "table": table}
     if out:  # GPU_MAP's "default" curve (undisclosed models): the median over the profiled types, per limit fraction
-        from scheduling.domain.gpus import DEFAULT_CURVE
 
         tables = pd.concat([c["table"] for c in out.values()])
         out[DEFAULT_CURVE] = {"p0": float(np.median([c["p0"] for c in out.values()])),
@@ -130,8 +131,6 @@ def load_power_table(fleet, data_dir=None, db_path=None, max_slowdown: float = 0
     """The fleet's power options from the latest good registered power model (cut-off at or before `as_of`;
     None = the newest), else, flagged, from the Zeus profiles fitted on the fly (warehouse mart, files as
     fallback), else default limits only. Cached per process, GPU models and model version."""
-    from scheduling.models.registered import POWER_NAME, resolve_registered
-
     model, info = resolve_registered(POWER_NAME, as_of=as_of, db_path=db_path)
     key = (tuple(sorted((m.name, m.peak_w, m.power_profile) for m in fleet.gpu_models.values())), str(data_dir),
            str(db_path), max_slowdown, info.get("version"))
@@ -150,8 +149,6 @@ def _fallback_power_table(fleet, data_dir, db_path, max_slowdown, info: dict) ->
     """No registered version: fit from marts.gpu_energy_profiles (files when the mart is missing), flagged."""
     profiles = None
     try:
-        from scheduling.models.power import energy_profiles
-
         profiles = energy_profiles(db_path=db_path, data_dir=data_dir)
     except Exception:  # noqa: BLE001 - neither mart nor files: default limits only
         profiles = None

@@ -7,14 +7,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from scheduling.planning.agents import default_workload, job_pods, make_agents
 from common.timeutil import utc
+from scheduling.domain.fleet import load_fleet
+from scheduling.domain.plan import Plan
+from scheduling.packing import Pod
+from scheduling.planning.agents import default_workload, job_pods, make_agents
 from scheduling.planning.forecasts import ForecastProvider, GridSeries, make_forecasts
 from scheduling.planning.policies.base import PlacementPolicy
 from scheduling.planning.policies.registry import make_policy
-from scheduling.planning.problem import JobTable, abs_hours, horizon_for
-from scheduling.domain.plan import Plan
-from scheduling.planning.problem import PriorityWeights
+from scheduling.planning.problem import JobTable, PriorityWeights, abs_hours, horizon_for
 
 
 class HourlyPlanner:
@@ -299,8 +300,6 @@ def plan_hour(plan_time, jobs: pd.DataFrame, *, fleet=None, policy: str | Placem
     `running` (optional): jobs already running, columns job_id, cluster, gpu_milli (per device), num_gpu,
     end_time, and optionally node + gpu_devices (then they are bound on the agents' nodes too). `fleet` default:
     scheduling/domain/fleet.yaml restricted to the zones with grid data at plan_time."""
-    from scheduling.domain.fleet import load_fleet
-
     plan_time = utc(plan_time).floor("h")
     if fleet is None:
         fleet = load_fleet()
@@ -316,15 +315,13 @@ def plan_hour(plan_time, jobs: pd.DataFrame, *, fleet=None, policy: str | Placem
     jobs = jobs.reset_index(drop=True)
     hp = HourlyPlanner(fleet, jobs, policy, forecasts, explain=explain, weights=weights, data_dir=data_dir, seed=seed)
     if running is not None and len(running):
-        _apply_running(hp, running, plan_time)
+        apply_running(hp, running, plan_time)
     idx = np.flatnonzero(hp.table.submit_h <= abs_hours(plan_time))
     return hp.plan(plan_time, idx)
 
 
-def _apply_running(hp: HourlyPlanner, running: pd.DataFrame, plan_time) -> None:
+def apply_running(hp: HourlyPlanner, running: pd.DataFrame, plan_time) -> None:
     """Commit running jobs' resources until their end hour (and bind them on nodes where given)."""
-    from scheduling.packing import Pod
-
     names = {n: i for i, n in enumerate(hp.fleet.names)}
     for r in running.itertuples(index=False):
         c = names.get(getattr(r, "cluster"))

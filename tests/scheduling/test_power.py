@@ -67,7 +67,7 @@ def test_power_model_meets_the_5pct_target_per_gpu_type(profiles):
     result = power_eval(profiles)
     assert set(result["per_gpu"]) == {"a40", "p100", "rtx6000", "v100"}
     for gpu, r in result["per_gpu"].items():
-        assert r["lobo_energy_mape_pct"] < 5.0, (gpu, r)  # issue 6 target, held-out batch size never seen
+        assert r["lobo_energy_mape_pct"] < 5.0, (gpu, r)  # the < 5 % target, held-out batch size never seen
         assert r["sparse_grid_energy_mape_pct"] < 10.0, (gpu, r)  # and it degrades gracefully on a sparser grid
         assert r["energy_saved_vs_max_limit_pct"] > 5.0
 

@@ -128,7 +128,7 @@ def test_chart_over_runs_draws_the_mean_and_range_over_seeds(tmp_path):
     row = table[(table["period"] == "2021-07") & (table["policy"] == "rolling-lp")].iloc[0]
     assert (row["runs"], row["share_mean"], row["share_min"], row["share_max"]) == (2, 65.0, 60.0, 70.0)
     assert row["deadlines_min"] == pytest.approx(97.0) and row["deadlines_mean"] == pytest.approx(98.0)
-    # our policy first, then the baselines in the README's order
+    # our policy first, then the baselines in the order of the results tables
     assert table[table["period"] == "2021-12"]["policy"].tolist() == ["rolling-lp", "performance-first", "random"]
     assert "rolling-lp-perfect-information" not in set(table["policy"])  # a reference, not a policy: no bar
     with pytest.raises(ValueError, match="no evaluate reports"):

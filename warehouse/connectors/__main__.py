@@ -14,9 +14,11 @@ import logging
 import sys
 from dataclasses import asdict
 
+from warehouse.connectors.feeds import LiveFeeds, batches_for, load_feed_config
+from warehouse.connectors.ingest import LiveIngestError, ingest_live
+
 
 def _regions(args: argparse.Namespace) -> int:
-    from warehouse.connectors.feeds import load_feed_config
 
     config = load_feed_config(args.config)
     rows = [
@@ -39,8 +41,6 @@ def _regions(args: argparse.Namespace) -> int:
 
 
 def _fetch(args: argparse.Namespace) -> int:
-    from warehouse.connectors.feeds import LiveFeeds, batches_for, load_feed_config
-    from warehouse.connectors.ingest import LiveIngestError, ingest_live
 
     config = load_feed_config(args.config)
     regions = args.region or list(config.regions)

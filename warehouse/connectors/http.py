@@ -34,6 +34,8 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsp
 
 import requests
 
+from warehouse.config import var_dir
+
 log = logging.getLogger("warehouse.connectors")
 
 # Query parameter / header names whose values are secrets: left out of cache keys, masked in messages.
@@ -214,11 +216,11 @@ def _airflow_connection(conn_id: str) -> tuple[str | None, str | None, dict] | N
         return None  # not inside Airflow: do not pay for (or depend on) importing it
     try:
         try:
-            from airflow.sdk import BaseHook  # Airflow 3
+            from airflow.sdk import BaseHook  # noqa: PLC0415 - Airflow is only there inside a task
 
             conn = BaseHook.get_connection(conn_id)
         except ImportError:
-            from airflow.hooks.base import BaseHook as LegacyHook  # Airflow 2
+            from airflow.hooks.base import BaseHook as LegacyHook  # noqa: PLC0415 - Airflow 2
 
             conn = LegacyHook.get_connection(conn_id)
     except Exception as exc:  # not found, no metastore, not in a task: treat as absent
@@ -278,7 +280,6 @@ def default_cache_dir() -> Path:
     raw = os.environ.get("HTTP_CACHE_DIR")
     if raw:
         return Path(raw).expanduser()
-    from warehouse.config import var_dir
 
     return var_dir() / "cache" / "http"
 

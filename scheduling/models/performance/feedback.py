@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from scheduling.models.measured import parse_job_type
 from scheduling.models.performance.features import GPU_TYPES, job_key
 from scheduling.models.performance.prior import PriorModel
 
@@ -43,7 +44,6 @@ def attach_prior(cells: pd.DataFrame, prior: PriorModel) -> pd.DataFrame:
     if co.any():
         partners = pd.DataFrame({"job_type": cells.loc[co, "partner_job_type"].to_numpy(), "scale_factor": 1,
                                  "consolidated": True})
-        from scheduling.models.measured import parse_job_type
 
         partners["model_family"] = [parse_job_type(p)[0] for p in partners.job_type]
         partners["batch_size"] = [parse_job_type(p)[1] for p in partners.job_type]
