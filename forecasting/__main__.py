@@ -45,18 +45,6 @@ def _regions(values) -> list[str]:
     return out
 
 
-def make_any_model(name: str, target: str, **kwargs):
-    """Models of this package by name, and the registry's (prophet, tft) when it is installed."""
-    try:
-        from forecasting import registry
-
-        return registry.make_model(name, target, **kwargs)
-    except ImportError:
-        from forecasting.models import make_model
-
-        return make_model(name, target, **kwargs)
-
-
 def _quiet():
     import logging
     import warnings
@@ -69,9 +57,11 @@ def _quiet():
 # ------------------------------------------------------------------------------------------------------ backtest
 
 def backtest_command(args) -> int:
-    from forecasting.backtest import STORED_PREFIX, load_inputs, run_backtest, utc
+    from forecasting.backtest import load_inputs, run_backtest, utc
     from forecasting.data import STANDARD_REGIONS
     from forecasting.metrics import point_metric_name
+    from forecasting.models.registry import make_model
+    from forecasting.store import STORED_PREFIX
 
     _quiet()
     target = _target(args.target)
@@ -79,8 +69,8 @@ def backtest_command(args) -> int:
     out_stream = sys.stderr if args.json else sys.stdout
     with contextlib.redirect_stdout(sys.stderr):
         data, published = load_inputs(regions, source=args.source)
-        model = make_any_model(args.model, target, horizon=max(args.horizon, 24)) if args.model in (
-            "lgbm", "mix", "ensemble") else make_any_model(args.model, target)
+        model = make_model(args.model, target, horizon=max(args.horizon, 24)) if args.model in (
+            "lgbm", "mix", "ensemble") else make_model(args.model, target)
         results = run_backtest(model, target, regions, data, published, start=args.start, end=args.end,
                                horizon=args.horizon, train_end=args.train_end, context_days=args.context_days)
         stored = None

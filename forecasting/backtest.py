@@ -28,14 +28,13 @@ from forecasting.data import (
     mask_known,
 )
 from forecasting.metrics import DAY_AHEAD, error_pct_of_mean, mape, point_metric_name, summarize
+from forecasting.store import write_forecasts
 
 HOUR = pd.Timedelta(hours=1)
 # Days of data before each issue handed to predict (the ensemble's weights are re-fitted on its last 28 days; the
 # mix composite looks back further). One default for every entry point: the CLI and the results job used 70, the
 # functions 35, so the same backtest gave other forecasts from Python than from the command line.
 CONTEXT_DAYS = 70
-# model_version of stored backtests (`store_forecasts` via `backtest --store`): the planner's evaluation prefers them.
-STORED_PREFIX = "backtest-"
 # Weather features look up to a day past the target hour (its daily mean, t + 1, t + 2): give predict that much.
 LOOKAHEAD_H = 24
 STANDARD = {
@@ -216,8 +215,6 @@ def store_forecasts(results: list[BacktestResult], model: str, version: str, db_
     """Write the backtest's issued forecasts (every issue, every horizon) into forecast.forecasts as `model` with
     model_version `version`, so that the planner's simulator can replay them as the forecasts known at each hour
     (`scheduling.planner.forecasts.WarehouseForecast`). Returns the number of rows written."""
-    from forecasting.registry import write_forecasts
-
     parts = [r.issued.assign(target=r.target) for r in results if r.issued is not None and len(r.issued)]
     if not parts:
         return 0
@@ -282,13 +279,14 @@ def results_job(spec: dict) -> dict:
     import warnings
 
     warnings.filterwarnings("ignore")
-    from forecasting.__main__ import make_any_model, write_plot
+    from forecasting.__main__ import write_plot
+    from forecasting.models.registry import make_model
 
     target, name = spec["target"], spec["model"]
     regions = target_regions(target, spec["regions"])
     data, published = load_inputs(regions, source=spec.get("source", "auto"))
     kwargs = {"horizon": spec["horizon"]} if name in ("lgbm", "mix", "ensemble") else {}
-    model = make_any_model(name, target, **kwargs)
+    model = make_model(name, target, **kwargs)
     train_end = utc(spec.get("train_end") or spec["start"])
     c0, w0 = time.process_time(), time.perf_counter()
     model.fit(data[data["hour_utc"] < train_end], target)

@@ -37,9 +37,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from forecasting import registry
+from common.model_registry import latest_good, register_model
 from forecasting.backtest import applicable
 from forecasting.base import TARGET_COLUMNS, known_at
+from forecasting.models.registry import MODEL_NAMES, ModelUnavailable, make_model
+from forecasting.store import FORECAST_COLUMNS, forecast_frame, last_good_forecast, write_forecasts
 
 HOUR = pd.Timedelta(hours=1)
 DEFAULT_REGIONS = ("CISO", "PJM", "ERCO", "ISNE", "SE", "DE")
@@ -251,8 +253,8 @@ def train(
         trained_at = cutoff
         try:
             try:
-                model = registry.make_model(name, target, tiny=tiny)
-            except registry.ModelUnavailable as exc:
+                model = make_model(name, target, tiny=tiny)
+            except ModelUnavailable as exc:
                 results.append(TrainResult(name, target, "skipped", message=str(exc)))
                 say(f"{name}/{target}: skipped ({exc})")
                 continue
@@ -281,7 +283,7 @@ def train(
                     refit == "auto" and (share is None or used + fit_s <= share or fit_cpu_s <= CHEAP_REFIT_S)
                 )
                 if do_refit:
-                    final = registry.make_model(name, target, tiny=tiny)
+                    final = make_model(name, target, tiny=tiny)
                     if hasattr(final, "offer_fitted"):
                         final.offer_fitted(fitted_so_far)
                     _fit(final, data, target, fit_budget)
@@ -300,7 +302,7 @@ def train(
                 params["model"] = final.get_params()
             except Exception:  # noqa: BLE001
                 pass
-            record = registry.register_model(final, name, target, trained_at, params=params, metrics=metrics,
+            record = register_model(final, name, target, trained_at, params=params, metrics=metrics,
                                              db_path=db_path)
             results.append(TrainResult(name, target, "good", record.version, trained_at.isoformat(), round(seconds, 2),
                                        round(time.process_time() - c0, 2), metrics))
@@ -310,7 +312,7 @@ def train(
             message = f"{type(exc).__name__}: {exc}"
             log.debug("training %s/%s failed\n%s", name, target, traceback.format_exc())
             try:
-                record = registry.register_model(None, name, target, cutoff, params={"tiny": tiny, "regions": regions},
+                record = register_model(None, name, target, cutoff, params={"tiny": tiny, "regions": regions},
                                                  metrics={"error": message}, status="failed", db_path=db_path)
                 version = record.version
             except Exception:  # noqa: BLE001
@@ -428,7 +430,7 @@ def _fallback_rows(model_name: str, target: str, reason: str, missing: dict[str,
     regions = sorted(missing)
     end = issued + horizon * HOUR
     parts = []
-    previous = registry.last_good_forecast(model_name, target, regions, before=issued, target_from=issued,
+    previous = last_good_forecast(model_name, target, regions, before=issued, target_from=issued,
                                            target_until=end, db_path=db_path)
     covered: dict[str, set] = {r: set() for r in regions}
     if len(previous):
@@ -505,7 +507,7 @@ def predict(
     all_rows, summary = [], []
     for target in targets:
         names = list(models) if models else [
-            n for n in registry.ALL_MODELS if registry.latest_good(n, target, issued, db_path) is not None
+            n for n in MODEL_NAMES if latest_good(n, target, issued, db_path) is not None
         ]
         if not names:
             raise ValueError(
@@ -513,11 +515,11 @@ def predict(
                 "first or name --models"
             )
         for name in names:
-            record = registry.latest_good(name, target, issued, db_path)
+            record = latest_good(name, target, issued, db_path)
             if record is None and bootstrap_tiny:
                 train([name], [target], regions, issued.isoformat(), budget_s=300, tiny=True, val_days=7,
                       source=source, db_path=db_path)
-                record = registry.latest_good(name, target, issued, db_path)
+                record = latest_good(name, target, issued, db_path)
             good = pd.DataFrame()
             problems: dict[str, str] = {}
             reason = None
@@ -567,10 +569,10 @@ def predict(
                     reasons=reasons,
                 )
             )
-    out = pd.concat(all_rows, ignore_index=True) if all_rows else pd.DataFrame(columns=list(registry.FORECAST_COLUMNS))
-    out = registry._forecast_frame(out) if len(out) else out
+    out = pd.concat(all_rows, ignore_index=True) if all_rows else pd.DataFrame(columns=list(FORECAST_COLUMNS))
+    out = forecast_frame(out) if len(out) else out
     if write and len(out):
-        registry.write_forecasts(out, db_path=db_path)
+        write_forecasts(out, db_path=db_path)
     return out, summary
 
 

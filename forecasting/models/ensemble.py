@@ -537,25 +537,3 @@ class PublishedBlendForecaster(Forecaster):
         out["p10"], out["p50"], out["p90"] = p10[idx], p50[idx], p90[idx]
         return out
 
-
-def default_ensemble(target: str = "carbon_intensity", tiny: bool = False, **kwargs) -> Forecaster:
-    """The configured ensemble per target.
-
-    carbon intensity: LightGBM + mix composite + seasonal naive, weights and calibration on the validation window,
-    re-fitted at every issue on the previous `rolling_days` (see the module docstring for why);
-    solar, wind: the operator blend over the same kind of ensemble of LightGBM and seasonal naive."""
-    from forecasting.models.lgbm import LGBMForecaster
-    from forecasting.models.mix import MixCompositeForecaster
-    from forecasting.models.naive import SeasonalNaive
-
-    horizon = kwargs.pop("horizon", 96)
-    boost = {"n_estimators": 60} if tiny else {}
-    windows = {"validation_days": 14, "rolling_days": 14} if tiny else {}
-    windows.update({k: kwargs.pop(k) for k in ("validation_days", "rolling_days", "weighting", "refit") if k in kwargs})
-    if target == "carbon_intensity":
-        members = [LGBMForecaster(horizon=horizon, **boost), MixCompositeForecaster(horizon=horizon, **boost),
-                   SeasonalNaive(24)]
-        return EnsembleForecaster(members, horizon=horizon, **windows, **kwargs)
-    members = [LGBMForecaster(horizon=horizon, **boost), SeasonalNaive(24)]
-    inner = EnsembleForecaster(members, horizon=horizon, name="ensemble-base", **windows)
-    return PublishedBlendForecaster(inner, name="ensemble", **kwargs)

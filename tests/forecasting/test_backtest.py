@@ -112,7 +112,7 @@ def test_results_table_renders_every_bucket_and_the_baselines(grid_dir, tmp_path
 def test_ensemble_backtest_is_reproducible(grid_frame):
     """The planner's evaluation replays stored backtest forecasts, so a backtest must give the same forecasts each
     time it runs (no wall-clock budget, seeded single-threaded boosting): two runs, equal rows."""
-    from forecasting.models import make_model
+    from forecasting.models.registry import make_model
 
     runs = []
     for _ in range(2):
