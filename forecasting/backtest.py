@@ -24,10 +24,12 @@ from forecasting.data import (
     OPERATOR_SERIES,
     attach_published,
     grid_hourly,
+    issue_times,
     load_published_forecasts,
     mask_known,
 )
 from forecasting.metrics import DAY_AHEAD, error_pct_of_mean, mape, point_metric_name, summarize
+from forecasting.models.registry import applicable, make_model
 from forecasting.store import write_forecasts
 
 HOUR = pd.Timedelta(hours=1)
@@ -52,13 +54,6 @@ PUBLISHED_OPERATOR_ERROR = {("CISO", "solar"): 14.4, ("CISO", "wind"): 21.5, ("D
 def utc(value) -> pd.Timestamp:
     t = pd.Timestamp(value)
     return t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")
-
-
-def issue_times(start, end, hour: int = 0) -> pd.DatetimeIndex:
-    """Daily issue times at `hour`:00 UTC on every date from `start` to `end` inclusive."""
-    first = utc(start).floor("D") + pd.Timedelta(hours=hour)
-    last = utc(end).floor("D") + pd.Timedelta(hours=hour)
-    return pd.date_range(first, last, freq="D")
 
 
 def window_end(end) -> pd.Timestamp:
@@ -263,14 +258,6 @@ def baseline_by_bucket(published: pd.DataFrame, data: pd.DataFrame, target: str,
     return out
 
 
-CI_ONLY_MODELS = ("mix",)
-
-
-def applicable(model: str, target: str) -> bool:
-    """The mix composite forecasts carbon intensity only; every other model forecasts every target."""
-    return target == "carbon_intensity" or model not in CI_ONLY_MODELS
-
-
 def results_job(spec: dict) -> dict:
     """One (target, model) backtest over its regions: metrics per region, timings (wall and CPU)."""
     import os
@@ -280,7 +267,6 @@ def results_job(spec: dict) -> dict:
 
     warnings.filterwarnings("ignore")
     from forecasting.__main__ import write_plot
-    from forecasting.models.registry import make_model
 
     target, name = spec["target"], spec["model"]
     regions = target_regions(target, spec["regions"])

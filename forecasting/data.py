@@ -33,12 +33,13 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from forecasting.base import KNOWN_FUTURE_COLUMNS, known_at
+from common.timeutil import utc
+from forecasting.base import KNOWN_FUTURE_COLUMNS
 
 # the contract's fuel names and one table of emission factors (gCO2eq/kWh, identified by exact regression on the
 # files, SOURCE.md), shared with the loaders and the live connectors
 from warehouse.loaders.grid_factors import CARBONCAST_DIRECT as DIRECT_FACTORS
-from warehouse.loaders.grid_factors import CARBONCAST_LIFECYCLE as LIFECYCLE_FACTORS
+from warehouse.loaders.grid_factors import CARBONCAST_LIFECYCLE as LIFECYCLE_FACTORS  # noqa: F401 - for the mix
 from warehouse.loaders.grid_factors import FUELS
 
 FUEL_COLUMNS = tuple(f"{f}_mw" for f in FUELS)
@@ -74,6 +75,7 @@ OPERATOR_SERIES = frozenset(
 OPERATOR_PUBLISHER = {"CISO": "CAISO OASIS", "DE": "ENTSO-E", "SE": "ENTSO-E"}
 # Columns attached to the grid frame for the operator forecasts; see `attach_published` and `mask_known`.
 PUBLISHED_COLUMNS = ("published_solar_mw", "published_wind_mw")
+PUBLISHED_FOR = {"solar_mw": "published_solar_mw", "wind_mw": "published_wind_mw"}  # grid column → its forecast
 
 # The weather files label each GFS forecast one day before the hour it is valid for: daily means of generation
 # correlate best with the weather one row-day earlier (DE wind 0.88 vs 0.65 unshifted, SE wind 0.90 vs 0.60, ERCO wind
@@ -285,6 +287,20 @@ def grid_hourly(regions=None, start=None, end=None, source: str = "auto", db_pat
             if source == "warehouse":
                 raise
     return grid_hourly_from_files(data_dir, regions, start, end)
+
+
+# ------------------------------------------------------------------------------------------------------ issue times
+
+def issue_hour(issued_at) -> pd.Timestamp:
+    """`issued_at` in UTC, rounded up to the hour: a forecast issued at 12:20 covers the hours from 13:00."""
+    return utc(issued_at).ceil("h")
+
+
+def issue_times(start, end, hour: int = 0) -> pd.DatetimeIndex:
+    """Daily issue times at `hour`:00 UTC on every date from `start` to `end` inclusive."""
+    first = utc(start).floor("D") + pd.Timedelta(hours=hour)
+    last = utc(end).floor("D") + pd.Timedelta(hours=hour)
+    return pd.date_range(first, last, freq="D")
 
 
 # ---------------------------------------------------------------------------------------------- published forecasts

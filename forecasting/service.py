@@ -38,9 +38,8 @@ import numpy as np
 import pandas as pd
 
 from common.model_registry import latest_good, register_model
-from forecasting.backtest import applicable
 from forecasting.base import TARGET_COLUMNS, known_at
-from forecasting.models.registry import MODEL_NAMES, ModelUnavailable, make_model
+from forecasting.models.registry import MODEL_NAMES, ModelUnavailable, applicable, make_model
 from forecasting.store import FORECAST_COLUMNS, forecast_frame, last_good_forecast, write_forecasts
 
 HOUR = pd.Timedelta(hours=1)

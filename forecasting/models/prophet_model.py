@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from forecasting.base import KNOWN_FUTURE_COLUMNS, TARGET_COLUMNS, Forecaster, known_at
+from forecasting.base import Forecaster, known_at, target_column
+from forecasting.data import WEATHER_COLUMNS, issue_hour
 
-WEATHER_COLUMNS = tuple(c for c in KNOWN_FUTURE_COLUMNS if c.endswith(("_per_s", "_k", "_per_m2")))
 _NONNEGATIVE_TARGETS = {"carbon_intensity", "solar", "wind"}
 
 
@@ -46,21 +46,6 @@ def _mute_stan_logging() -> None:
         logger.propagate = False
     logging.getLogger("prophet.plot").setLevel(logging.CRITICAL)
     logging.getLogger("cmdstanpy").disabled = True
-
-
-def issue_hour(issued_at) -> pd.Timestamp:
-    """`issued_at` as a UTC timestamp on the hour (a forecast issued at 12:20 covers hours from 13:00)."""
-    ts = pd.Timestamp(issued_at)
-    ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
-    return ts.ceil("h")
-
-
-def target_column(target: str) -> str:
-    if target in TARGET_COLUMNS:
-        return TARGET_COLUMNS[target]
-    if target in TARGET_COLUMNS.values():
-        return target
-    raise ValueError(f"unknown target {target!r}; expected one of {sorted(TARGET_COLUMNS)}")
 
 
 def _naive(ts: pd.Series) -> pd.Series:
@@ -116,7 +101,7 @@ class ProphetForecaster(Forecaster):
 
         _mute_stan_logging()  # prophet sets its logger to INFO when first imported
 
-        column = target_column(target)
+        column = target_column(target, strict=True)
         self.target = target
         self._models.clear()
         self.skipped_ = {}
@@ -215,7 +200,7 @@ class ProphetForecaster(Forecaster):
         if horizon < 1:
             raise ValueError("horizon must be ≥ 1")
         issued = issue_hour(issued_at)
-        column = target_column(self.target)
+        column = target_column(self.target, strict=True)
         lookback = max(self._windows())
         span = (data["hour_utc"] >= issued - pd.Timedelta(hours=lookback)) & (
             data["hour_utc"] < issued + pd.Timedelta(hours=horizon)

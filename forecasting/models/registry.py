@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from forecasting.base import Forecaster
-from forecasting.models.ensemble import EnsembleForecaster, PublishedBlendForecaster
+from forecasting.models.blend import PublishedBlendForecaster
+from forecasting.models.ensemble import EnsembleForecaster
 from forecasting.models.lgbm import LGBMForecaster
 from forecasting.models.mix import MixCompositeForecaster
 from forecasting.models.naive import SeasonalNaive
@@ -25,11 +26,17 @@ from forecasting.models.tft_model import TFTForecaster, TFTSettings
 
 MODEL_NAMES = ("naive-24", "naive-168", "lgbm", "mix", "ensemble", "prophet", "tft")
 ALIASES = {"naive": "naive-24", "seasonal-naive-24": "naive-24", "seasonal-naive-168": "naive-168"}
+CI_ONLY_MODELS = ("mix",)  # models that forecast carbon intensity only
 TINY = {"n_estimators": 60}  # the boosted models' tiny setting
 
 
 class ModelUnavailable(RuntimeError):
     """A model name that `make_model` does not know."""
+
+
+def applicable(model: str, target: str) -> bool:
+    """The mix composite forecasts carbon intensity only; every other model forecasts every target."""
+    return target == "carbon_intensity" or model not in CI_ONLY_MODELS
 
 
 def _naive(period: int) -> Callable[..., Forecaster]:

@@ -29,19 +29,18 @@ import logging
 import math
 import time
 import warnings
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from forecasting.base import TARGET_COLUMNS, Forecaster, known_at
-from forecasting.data import WEATHER_COLUMNS
+from forecasting.base import OUTPUT_COLUMNS, Forecaster, known_at, target_column
+from forecasting.data import WEATHER_COLUMNS, issue_hour
 
 CALENDAR_FEATURES = ("hour_sin", "hour_cos", "dow_sin", "dow_cos", "doy_sin", "doy_cos", "weekend")
 _EPOCH = pd.Timestamp("2000-01-01", tz="UTC")
 _NONNEGATIVE_TARGETS = {"carbon_intensity", "solar", "wind"}
-_OUTPUT = ["region", "issued_at", "target_time", "horizon_h", "p10", "p50", "p90", "model"]
 
 
 @dataclass
@@ -108,20 +107,6 @@ class TFTSettings:
         d["observed_columns"] = tuple(d.get("observed_columns", ()))
         d["target_lags"] = tuple(d.get("target_lags", ()))
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
-
-
-def _target_column(target: str) -> str:
-    if target in TARGET_COLUMNS:
-        return TARGET_COLUMNS[target]
-    if target in TARGET_COLUMNS.values():
-        return target
-    raise ValueError(f"unknown target {target!r}; expected one of {sorted(TARGET_COLUMNS)}")
-
-
-def _issue_hour(issued_at) -> pd.Timestamp:
-    ts = pd.Timestamp(issued_at)
-    ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
-    return ts.ceil("h")
 
 
 def _quiet():
@@ -264,7 +249,7 @@ class TFTForecaster(Forecaster):
         started = time.monotonic()
         cpu_started = time.process_time()
         torch.set_num_threads(s.num_threads)
-        column = _target_column(target)
+        column = target_column(target, strict=True)
         self.target = target
         with _quiet():
             pl.seed_everything(s.seed, workers=True, verbose=False)
@@ -384,8 +369,8 @@ class TFTForecaster(Forecaster):
         if not 1 <= horizon <= s.max_prediction_length:
             raise ValueError(f"tft: horizon must be 1..{s.max_prediction_length}, got {horizon}")
         torch.set_num_threads(s.num_threads)
-        issued = _issue_hour(issued_at)
-        column = _target_column(self.target)
+        issued = issue_hour(issued_at)
+        column = target_column(self.target, strict=True)
         lag = max(s.target_lags, default=0)
         enc = s.max_encoder_length + lag
         start = issued - pd.Timedelta(hours=enc)
@@ -404,7 +389,7 @@ class TFTForecaster(Forecaster):
             rows["region"] = region
             parts.append(rows)
         if not parts:
-            return pd.DataFrame(columns=_OUTPUT)
+            return pd.DataFrame(columns=list(OUTPUT_COLUMNS))
         full = pd.concat(parts, ignore_index=True)
         frame = self._fill_observed(self._frame(full, column))
         frame["weight"] = 1.0
