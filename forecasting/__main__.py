@@ -57,9 +57,11 @@ def _quiet():
 # ------------------------------------------------------------------------------------------------------ backtest
 
 def backtest_command(args) -> int:
-    from forecasting.backtest import load_inputs, run_backtest, utc
+    from common.timeutil import utc
+    from forecasting.evaluation.backtest import load_inputs, run_backtest
     from forecasting.data import STANDARD_REGIONS
-    from forecasting.metrics import point_metric_name
+    from forecasting.evaluation.metrics import point_metric_name
+    from forecasting.evaluation.plots import write_plot
     from forecasting.models.registry import make_model
     from forecasting.store import STORED_PREFIX
 
@@ -75,7 +77,7 @@ def backtest_command(args) -> int:
                                horizon=args.horizon, train_end=args.train_end, context_days=args.context_days)
         stored = None
         if args.store:
-            from forecasting.backtest import store_forecasts
+            from forecasting.evaluation.backtest import store_forecasts
 
             label = args.store_version or f"{STORED_PREFIX}{utc(args.train_end or args.start).date().isoformat()}"
             stored = {"model": args.model, "model_version": label,
@@ -108,28 +110,10 @@ def backtest_command(args) -> int:
     return 0
 
 
-def write_plot(res, published, plot_dir: Path) -> Path:
-    from forecasting.plots import plot_forecast
-
-    baseline = None
-    label = "published"
-    if published is not None and len(published):
-        pub_target = "carbon_intensity_direct" if res.target == "carbon_intensity" else f"{res.target}_mw"
-        part = published[(published["region"] == res.region) & (published["target"] == pub_target)]
-        if len(part):
-            baseline = part.set_index("hour_utc")["value"]
-            label = f"published day-ahead ({part['publisher'].iloc[0]})"
-    path = plot_dir / f"{res.target}_{res.model}_{res.region}.png"
-    metric = res.metrics.get("day_ahead_mape", res.metrics.get("day_ahead_error_pct_of_mean"))
-    title = (f"{res.region} {res.target}: {res.model} day-ahead (issued 00:00 UTC, h 1–24), "
-             f"error {metric} %, P10–P90 coverage {res.metrics.get('day_ahead_coverage_p10_p90')} %")
-    return plot_forecast(res.forecasts, path, title, target=res.target, baseline=baseline, baseline_label=label)
-
-
 # ------------------------------------------------------------------------------------------------------- results
 
 def results_command(args) -> int:
-    from forecasting.backtest import build_results, render_markdown
+    from forecasting.evaluation.results import build_results, render_markdown
     from forecasting.data import STANDARD_REGIONS
 
     _quiet()
@@ -176,7 +160,7 @@ def results_command(args) -> int:
 
 
 def main(argv=None) -> int:
-    from forecasting.backtest import CONTEXT_DAYS
+    from forecasting.evaluation.backtest import CONTEXT_DAYS
 
     parser = argparse.ArgumentParser(prog="python -m forecasting", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)

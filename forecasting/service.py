@@ -116,7 +116,7 @@ def _naive_day_ahead(data: pd.DataFrame, column: str, scored: pd.DataFrame) -> p
 def validate(model, data: pd.DataFrame, target: str, start: pd.Timestamp, end: pd.Timestamp,
              horizon: int = 24) -> dict:
     """Day-ahead scores of a fitted model over issues at 00:00 UTC in [start, end)."""
-    from forecasting.metrics import mape, point_metric_name, summarize
+    from forecasting.evaluation.metrics import mape, point_metric_name, summarize
 
     column = TARGET_COLUMNS[target]
     frames = []
@@ -143,7 +143,7 @@ def validate(model, data: pd.DataFrame, target: str, start: pd.Timestamp, end: p
     if name == "mape":
         metrics["naive24_mape"] = round(mape(scored["actual"], naive), 3)
     else:
-        from forecasting.metrics import error_pct_of_mean
+        from forecasting.evaluation.metrics import error_pct_of_mean
 
         metrics[f"naive24_{name}"] = round(error_pct_of_mean(scored["actual"], naive), 3)
     metrics["window"] = [start.isoformat(), end.isoformat()]
