@@ -28,7 +28,7 @@ with DAG(
 
     @task
     def validate_params(params=None) -> str:
-        from forecasting.orchestration import parse_time
+        from common.timeutil import parse_time
 
         return parse_time(params["as_of"] or get_current_context()["data_interval_end"], "as_of").isoformat()
 

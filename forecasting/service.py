@@ -23,13 +23,10 @@ predict(as_of, horizon, regions, targets, models)
 """
 from __future__ import annotations
 
-import argparse
-import contextlib
 import copy
 import json
 import logging
 import os
-import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -39,6 +36,7 @@ import pandas as pd
 
 from common.model_registry import latest_good, register_model
 from forecasting.base import TARGET_COLUMNS, known_at
+from forecasting.data import issue_hour
 from forecasting.models.registry import MODEL_NAMES, ModelUnavailable, applicable, make_model
 from forecasting.store import FORECAST_COLUMNS, forecast_frame, last_good_forecast, write_forecasts
 
@@ -71,10 +69,6 @@ def cutoff_from(train_end) -> pd.Timestamp:
     if len(text) <= 10 and ts == ts.floor("D"):
         return ts + pd.Timedelta(days=1)
     return ts.ceil("h")
-
-
-def issue_hour(as_of) -> pd.Timestamp:
-    return utc(as_of).ceil("h")
 
 
 # ------------------------------------------------------------------------------------------------ data
@@ -305,7 +299,7 @@ def train(
                                              db_path=db_path)
             results.append(TrainResult(name, target, "good", record.version, trained_at.isoformat(), round(seconds, 2),
                                        round(time.process_time() - c0, 2), metrics))
-            say(f"{name}/{target}: {record.version} in {seconds:.1f} s; validation {_headline(metrics)}")
+            say(f"{name}/{target}: {record.version} in {seconds:.1f} s; validation {metrics_headline(metrics)}")
         except Exception as exc:  # noqa: BLE001 - a failing model must not stop the others
             seconds = time.monotonic() - t0
             message = f"{type(exc).__name__}: {exc}"
@@ -324,8 +318,9 @@ def train(
             for doc in lane.result():
                 result = TrainResult(**doc)
                 results.append(result)
+                detail = f"; validation {metrics_headline(result.metrics)}" if result.metrics else f" ({result.message})"
                 say(f"{result.model}/{result.target}: {result.status} {result.version or ''} in {result.seconds:.1f} s"
-                    + (f"; validation {_headline(result.metrics)}" if result.metrics else f" ({result.message})"))
+                    + detail)
         except Exception as exc:  # noqa: BLE001 - the second process died
             for target in targets:
                 results.append(TrainResult("tft", target, "failed", message=f"TFT process: {type(exc).__name__}: {exc}"))
@@ -353,13 +348,20 @@ def _remember_fit(fitted_so_far: list, jobs_left, model, target: str, history: p
         fitted_so_far.append((copy.deepcopy(model), target, history["hour_utc"].max() + pd.Timedelta(hours=1)))
 
 
+def quiet_library_logs() -> None:
+    """Only errors from the libraries' loggers (cmdstanpy, Prophet, Lightning), which log every fit."""
+    for name in ("cmdstanpy", "prophet", "lightning", "lightning.pytorch", "pytorch_lightning"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def _train_lane(kwargs: dict) -> list[dict]:
     """The second process of `train(workers=2)`."""
-    _quiet_logs()
+    quiet_library_logs()
     return [r.to_dict() for r in train(**kwargs)]
 
 
-def _headline(metrics: dict) -> str:
+def metrics_headline(metrics: dict) -> str:
+    """The point metric and the naive-24 one on the same hours, for progress lines."""
     for key in ("mape", "error_pct_of_mean"):
         if metrics.get(key) is not None:
             naive = metrics.get(f"naive24_{key}")
@@ -573,143 +575,3 @@ def predict(
     if write and len(out):
         write_forecasts(out, db_path=db_path)
     return out, summary
-
-
-# ------------------------------------------------------------------------------------------------ CLI
-
-def _split(values) -> list[str] | None:
-    if not values:
-        return None
-    out = []
-    for v in values:
-        out += [x for x in v.replace(",", " ").split() if x]
-    return out
-
-
-@contextlib.contextmanager
-def _stdout_to_stderr(active: bool):
-    """With --json, stdout carries the JSON document only: anything else printed meanwhile (libraries included,
-    at the file-descriptor level) goes to stderr."""
-    if not active:
-        yield
-        return
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        os.dup2(2, 1)
-        with contextlib.redirect_stdout(sys.stderr):
-            yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
-def _quiet_logs() -> None:
-    for name in ("cmdstanpy", "prophet", "lightning", "lightning.pytorch", "pytorch_lightning"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-
-
-def _cmd_train(args: argparse.Namespace) -> int:
-    _quiet_logs()
-    say = (lambda m: print(m, file=sys.stderr)) if args.json else print
-    t0 = time.monotonic()
-    with _stdout_to_stderr(args.json):
-        results = train(
-            models=_split(args.models),
-            targets=_split(args.targets) or ["carbon_intensity"],
-            regions=_split(args.regions) or list(DEFAULT_REGIONS),
-            train_end=args.train_end,
-            budget_s=args.budget_s,
-            tiny=args.tiny,
-            val_days=args.val_days,
-            source=args.source,
-            progress=say,
-            refit=args.refit,
-            workers=args.workers,
-        )
-    doc = {
-        "train_end": args.train_end,
-        "cutoff": cutoff_from(args.train_end).isoformat(),
-        "budget_s": args.budget_s,
-        "elapsed_s": round(time.monotonic() - t0, 2),
-        "cpu_seconds": round(time.process_time(), 2),
-        "cpu_count": os.cpu_count(),
-        "results": [r.to_dict() for r in results],
-    }
-    if args.json:
-        print(json.dumps(doc, indent=2, default=str))
-    else:
-        for r in results:
-            line = f"{r.model:10s} {r.target:17s} {r.status:8s} {r.version or '-':20s} {r.seconds:7.1f} s"
-            print(line + (f"  {_headline(r.metrics)}" if r.metrics else f"  {r.message or ''}"))
-        print(f"elapsed {doc['elapsed_s']} s")
-    return 0 if all(r.status != "failed" for r in results) else 1
-
-
-def _cmd_predict(args: argparse.Namespace) -> int:
-    _quiet_logs()
-    t0 = time.monotonic()
-    with _stdout_to_stderr(args.json):
-        rows, summary = predict(
-            as_of=args.as_of,
-            horizon=args.horizon,
-            regions=_split(args.regions) or list(DEFAULT_REGIONS),
-            targets=_split(args.targets) or ["carbon_intensity"],
-            models=_split(args.models),
-            source=args.source,
-            write=not args.no_write,
-            bootstrap_tiny=args.tiny,
-        )
-    doc = {
-        "as_of": issue_hour(args.as_of).isoformat(),
-        "horizon": args.horizon,
-        "rows": int(len(rows)),
-        "fallback_rows": int(rows["is_fallback"].sum()) if len(rows) else 0,
-        "written": not args.no_write,
-        "elapsed_s": round(time.monotonic() - t0, 2),
-        "forecasts": [s.to_dict() for s in summary],
-    }
-    if args.json:
-        print(json.dumps(doc, indent=2, default=str))
-    else:
-        for s in summary:
-            print(f"{s.model:10s} {s.target:17s} {s.version or '-':20s} rows {s.rows:5d} fallback {s.fallback_rows:5d}"
-                  + (f"  ({'; '.join(s.reasons)})" if s.reasons else ""))
-        print(f"{doc['rows']} rows issued at {doc['as_of']} in {doc['elapsed_s']} s")
-    return 0
-
-
-def register(subparsers) -> None:
-    """Add `train` and `predict` to `python -m forecasting`."""
-    p = subparsers.add_parser("train", help="fit, validate and register models (model.registry)")
-    p.add_argument("--models", nargs="+", metavar="NAME",
-                   help=f"models to train (default: {' '.join(DEFAULT_TRAIN_MODELS)})")
-    p.add_argument("--targets", nargs="+", metavar="TARGET", help="carbon_intensity (default), solar, wind")
-    p.add_argument("--regions", nargs="+", metavar="REGION", help=f"default: {' '.join(DEFAULT_REGIONS)}")
-    p.add_argument("--train-end", default="2021-06-30",
-                   help="last day of training data (inclusive date) or an exclusive timestamp cut-off")
-    p.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
-                   help=f"wall-clock budget per lane (s; default {DEFAULT_BUDGET_S:.0f}: all within 15 min)")
-    p.add_argument("--val-days", type=int, default=14, help="validation window before the cut-off (days)")
-    p.add_argument("--tiny", action="store_true", help="tiny settings (tests, demos)")
-    p.add_argument("--workers", type=int, default=1,
-                   help="2: train the TFT in a second single-threaded process beside the others (2 cores)")
-    p.add_argument("--refit", choices=("auto", "always", "never"), default="auto",
-                   help="refit on the validation days after scoring (auto: when the budget share allows)")
-    p.add_argument("--source", choices=("auto", "warehouse", "files"), default="auto")
-    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    p.set_defaults(func=_cmd_train)
-
-    p = subparsers.add_parser("predict", help="issue forecasts at --as-of into forecast.forecasts")
-    p.add_argument("--as-of", required=True, help="issue time, e.g. 2021-07-15T12:00Z (never the wall clock)")
-    p.add_argument("--horizon", type=int, default=96, help="hours ahead (default 96)")
-    p.add_argument("--models", nargs="+", metavar="NAME", help="default: every model with a good version")
-    p.add_argument("--targets", nargs="+", metavar="TARGET", help="carbon_intensity (default), solar, wind")
-    p.add_argument("--regions", nargs="+", metavar="REGION", help=f"default: {' '.join(DEFAULT_REGIONS)}")
-    p.add_argument("--tiny", action="store_true",
-                   help="when a named model has no version yet, train a tiny one on data before --as-of first")
-    p.add_argument("--no-write", action="store_true", help="do not store the rows")
-    p.add_argument("--source", choices=("auto", "warehouse", "files"), default="auto")
-    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    p.set_defaults(func=_cmd_predict)

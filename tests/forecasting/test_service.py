@@ -1,8 +1,6 @@
-"""forecasting.service: train → model registry → predict → forecast store, fallbacks, idempotency, CLI."""
+"""forecasting.service: train → model registry → predict → forecast store, fallbacks, idempotency."""
 from __future__ import annotations
 
-import argparse
-import json
 import os
 from pathlib import Path
 
@@ -137,27 +135,6 @@ def test_without_refit_the_validated_fit_keeps_its_own_cutoff(warehouse, frame):
     assert results[0].status == "good" and record.metrics["refit"] is False
     assert record.trained_at == pd.Timestamp("2021-06-24", tz="UTC")  # the data it saw ends where validation starts
     assert record.version == "20210624T0000Z.1"
-
-
-def test_cli_train_and_predict_print_json_only(warehouse, capfd, data_dir, monkeypatch):
-    monkeypatch.setenv("DATA_DIR", str(data_dir))
-    parser = argparse.ArgumentParser(prog="python -m forecasting")
-    sub = parser.add_subparsers(dest="command", required=True)
-    service.register(sub)
-
-    args = parser.parse_args(["train", "--models", "naive-24", "--regions", "SE", "--train-end", "2021-06-30",
-                              "--val-days", "3", "--tiny", "--source", "files", "--json"])
-    assert args.func(args) == 0
-    out = json.loads(capfd.readouterr().out)
-    assert out["cutoff"] == "2021-07-01T00:00:00+00:00"
-    assert [(r["model"], r["status"]) for r in out["results"]] == [("naive-24", "good")]
-
-    args = parser.parse_args(["predict", "--as-of", "2021-07-15T12:00Z", "--horizon", "24", "--regions", "SE",
-                              "--source", "files", "--json"])
-    assert args.func(args) == 0
-    out = json.loads(capfd.readouterr().out)
-    assert out["as_of"] == "2021-07-15T12:00:00+00:00" and out["rows"] == 24 and out["fallback_rows"] == 0
-    assert out["forecasts"][0]["model"] == "naive-24"
 
 
 def test_tft_trains_in_a_second_process(warehouse, frame):

@@ -1,7 +1,5 @@
-"""Rolling-origin backtests, scoring, the published baselines and the command line."""
+"""Rolling-origin backtests, scoring and the published baselines."""
 from __future__ import annotations
-
-import json
 
 import pandas as pd
 import pytest
@@ -64,25 +62,6 @@ def test_run_backtest_metrics_and_baseline(grid_dir):
     assert set(doc["by_horizon"]) == {"1-6", "7-24"}
     assert 0 < doc["mape"] < 100 and 0 <= doc["coverage_p10_p90"] <= 100
     assert len(res[0].forecasts) == 14 * 24
-
-
-def test_cli_backtest_prints_one_json_document(grid_dir, tmp_path, capsys):
-    from forecasting.__main__ import main
-
-    rc = main(["backtest", "--region", "CISO", "--target", "carbon_intensity", "--model", "naive-24",
-               "--start", "2021-07-01", "--end", "2021-07-10", "--horizon", "24", "--json", "--source", "files",
-               "--plot-dir", str(tmp_path)])
-    assert rc == 0
-    out = capsys.readouterr().out
-    doc = json.loads(out)  # stdout holds exactly one JSON document
-    assert {"mape", "coverage_p10_p90", "by_horizon", "baseline_dacf_mape"} <= set(doc)
-    assert doc["baseline_dacf_mape"] > 0
-    assert (tmp_path / "carbon_intensity_naive-24_CISO.png").stat().st_size > 10_000
-
-    rc = main(["backtest", "--region", "SE", "--target", "wind", "--model", "naive-24", "--start", "2021-07-01",
-               "--end", "2021-07-05", "--json", "--source", "files", "--no-plot"])
-    doc = json.loads(capsys.readouterr().out)
-    assert {"error_pct_of_mean", "baseline_operator_error_pct_of_mean"} <= set(doc)
 
 
 def test_ensemble_backtest_is_reproducible(grid_frame):
