@@ -27,6 +27,7 @@ forecasts and serve only as the published baseline, and DACF's carbon-intensity 
 """
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import Iterable
 
@@ -35,6 +36,8 @@ import pandas as pd
 
 from common.timeutil import utc
 from forecasting.base import KNOWN_FUTURE_COLUMNS
+from warehouse.config import data_dir as configured_data_dir
+from warehouse.db import reader
 
 # the contract's fuel names and one table of emission factors (gCO2eq/kWh, identified by exact regression on the
 # files, SOURCE.md), shared with the loaders and the live connectors
@@ -92,9 +95,7 @@ _WEATHER_RENAME = {
 
 
 def default_grid_dir() -> Path:
-    from warehouse.config import data_dir
-
-    return data_dir() / "grid"
+    return configured_data_dir() / "grid"
 
 
 def _grid_dir(data_dir: str | Path | None) -> Path:
@@ -107,31 +108,26 @@ def _grid_dir(data_dir: str | Path | None) -> Path:
     return path
 
 
-def _utc(series: pd.Series) -> pd.Series:
+def _parse_utc(series: pd.Series) -> pd.Series:
+    """The files' UTC time column (text, with or without +00:00) as tz-aware timestamps."""
     text = series.astype(str).str.replace("+00:00", "", regex=False)
     return pd.to_datetime(text, format="mixed").dt.tz_localize("UTC").dt.as_unit("us")
 
 
 def _bounds(start, end) -> tuple[pd.Timestamp | None, pd.Timestamp | None]:
-    def ts(value):
-        if value is None:
-            return None
-        t = pd.Timestamp(value)
-        return t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")
-
-    return ts(start), ts(end)
+    return (None if start is None else utc(start)), (None if end is None else utc(end))
 
 
 def _read_emissions(path: Path) -> pd.DataFrame:
     frame = pd.read_csv(path)
     frame = frame.drop(columns=[c for c in frame.columns if c == "" or c.startswith("Unnamed")])
-    frame["hour_utc"] = _utc(frame.pop("UTC time"))
+    frame["hour_utc"] = _parse_utc(frame.pop("UTC time"))
     return frame
 
 
 def _read_weather(path: Path) -> pd.DataFrame:
     frame = pd.read_csv(path).rename(columns=_WEATHER_RENAME)
-    frame["hour_utc"] = _utc(frame.pop("datetime"))
+    frame["hour_utc"] = _parse_utc(frame.pop("datetime"))
     return frame[["hour_utc", *WEATHER_COLUMNS]]
 
 
@@ -253,8 +249,6 @@ def grid_hourly_from_files(
 
 def load_grid_hourly(regions=None, start=None, end=None, db_path=None) -> pd.DataFrame:
     """`marts.grid_hourly` rows for `regions` with start <= hour_utc < end, read through `warehouse.db.reader`."""
-    from warehouse.db import reader
-
     start, end = _bounds(start, end)
     where, params = [], []
     if regions is not None:
@@ -356,8 +350,6 @@ def load_published_forecasts(
     frame = None
     if source in ("auto", "warehouse"):
         try:
-            from warehouse.db import reader
-
             with reader(db_path) as con:
                 frame = con.execute(
                     "SELECT region, hour_utc, target, value, unit, publisher, data_source "
@@ -423,10 +415,7 @@ DEFAULT_PUBLICATION = ("UTC", 12)
 
 def published_known_until(issued_at, region: str | None = None) -> pd.Timestamp:
     """The first hour whose operator forecast is *not* yet published at `issued_at` (see the module docstring)."""
-    import datetime as dt
-
-    issued_at = pd.Timestamp(issued_at)
-    issued_at = issued_at.tz_localize("UTC") if issued_at.tzinfo is None else issued_at
+    issued_at = utc(issued_at)
     tz, hour = PUBLICATION.get(region, DEFAULT_PUBLICATION)
     local = issued_at.tz_convert(tz)
     last_day = local.date() + dt.timedelta(days=1 if local.hour >= hour else 0)
@@ -437,8 +426,7 @@ def mask_known(data: pd.DataFrame, issued_at: pd.Timestamp) -> pd.DataFrame:
     """`base.known_at`, plus the operator forecasts kept for the hours already published at `issued_at`.
 
     Idempotent: masking masked data again changes nothing."""
-    issued_at = pd.Timestamp(issued_at)
-    issued_at = issued_at.tz_localize("UTC") if issued_at.tzinfo is None else issued_at
+    issued_at = utc(issued_at)
     if data.attrs.get("known_at") == issued_at:
         return data  # masked at this very issue time already (masking is idempotent)
     masked = _known_at_fast(data, issued_at)

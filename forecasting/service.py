@@ -24,23 +24,28 @@ predict(as_of, horizon, regions, targets, models)
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import logging
+import multiprocessing
 import os
 import time
 import traceback
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from common.model_registry import latest_good, register_model
-from forecasting.base import TARGET_COLUMNS, known_at
-from forecasting.data import issue_hour
+from common.timeutil import HOUR, utc
+from forecasting.base import TARGET_COLUMNS
+from forecasting.data import attach_published, grid_hourly, issue_hour, load_published_forecasts, mask_known
+from forecasting.evaluation.metrics import error_pct_of_mean, mape, point_metric_name, summarize
+from forecasting.models.naive import SeasonalNaive
 from forecasting.models.registry import MODEL_NAMES, ModelUnavailable, applicable, make_model
 from forecasting.store import FORECAST_COLUMNS, forecast_frame, last_good_forecast, write_forecasts
 
-HOUR = pd.Timedelta(hours=1)
 DEFAULT_REGIONS = ("CISO", "PJM", "ERCO", "ISNE", "SE", "DE")
 # Cheap models first, the TFT (which stops itself on its budget share) last so that it gets what is left.
 # Each lane's wall-clock budget: 14 min, leaving a minute of the 15-minute target for loading and registering.
@@ -54,11 +59,6 @@ PREDICT_CONTEXT_DAYS = 60  # history handed to predict (the longest look-back is
 FALLBACK_NAIVE = "naive-24"
 
 log = logging.getLogger(__name__)
-
-
-def utc(value) -> pd.Timestamp:
-    ts = pd.Timestamp(value)
-    return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
 
 
 def cutoff_from(train_end) -> pd.Timestamp:
@@ -75,24 +75,13 @@ def cutoff_from(train_end) -> pd.Timestamp:
 
 def load_frame(regions, start=None, end=None, source: str = "auto", db_path=None) -> pd.DataFrame:
     """grid_hourly for `regions` in [start, end), with the operators' published forecasts attached when available."""
-    from forecasting import data as fdata
-
-    frame = fdata.grid_hourly(list(regions), start=start, end=end, source=source, db_path=db_path)
+    frame = grid_hourly(list(regions), start=start, end=end, source=source, db_path=db_path)
     try:
-        published = fdata.load_published_forecasts(list(regions), start=start, end=end, source=source,
-                                                   db_path=db_path)
-        frame = fdata.attach_published(frame, published)
+        published = load_published_forecasts(list(regions), start=start, end=end, source=source, db_path=db_path)
+        frame = attach_published(frame, published)
     except Exception as exc:  # noqa: BLE001 - published forecasts are optional inputs
         log.info("published forecasts not attached: %s", exc)
     return frame
-
-
-def _mask(frame: pd.DataFrame, issued: pd.Timestamp) -> pd.DataFrame:
-    try:
-        from forecasting.data import mask_known
-    except ImportError:  # pragma: no cover
-        return known_at(frame, issued)
-    return mask_known(frame, issued)
 
 
 # ------------------------------------------------------------------------------------------------ validation
@@ -110,14 +99,12 @@ def _naive_day_ahead(data: pd.DataFrame, column: str, scored: pd.DataFrame) -> p
 def validate(model, data: pd.DataFrame, target: str, start: pd.Timestamp, end: pd.Timestamp,
              horizon: int = 24) -> dict:
     """Day-ahead scores of a fitted model over issues at 00:00 UTC in [start, end)."""
-    from forecasting.evaluation.metrics import mape, point_metric_name, summarize
-
     column = TARGET_COLUMNS[target]
     frames = []
     for issued in pd.date_range(start.ceil("D"), end - HOUR, freq="D"):
         window = data[(data["hour_utc"] >= issued - pd.Timedelta(days=PREDICT_CONTEXT_DAYS))
                       & (data["hour_utc"] < issued + horizon * HOUR)]
-        out = model.predict(issued, horizon, _mask(window, issued))
+        out = model.predict(issued, horizon, mask_known(window, issued))
         if out is not None and len(out):
             frames.append(out)
     if not frames:
@@ -137,8 +124,6 @@ def validate(model, data: pd.DataFrame, target: str, start: pd.Timestamp, end: p
     if name == "mape":
         metrics["naive24_mape"] = round(mape(scored["actual"], naive), 3)
     else:
-        from forecasting.evaluation.metrics import error_pct_of_mean
-
         metrics[f"naive24_{name}"] = round(error_pct_of_mean(scored["actual"], naive), 3)
     metrics["window"] = [start.isoformat(), end.isoformat()]
     return metrics
@@ -168,8 +153,6 @@ def _budget_share(name: str, remaining_jobs: list[str], remaining_s: float) -> f
 
 
 def _fit(model, history: pd.DataFrame, target: str, budget_s: float | None):
-    import inspect
-
     if budget_s is not None and "budget_s" in inspect.signature(model.fit).parameters:
         return model.fit(history, target, budget_s=budget_s)
     return model.fit(history, target)
@@ -215,9 +198,6 @@ def train(
         raise ValueError(f"no grid data before {cutoff.isoformat()} for regions {regions}")
     lane, pool = None, None
     if workers >= 2 and "tft" in models and len(models) > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
         pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
         lane = pool.submit(
             _train_lane,
@@ -318,7 +298,8 @@ def train(
             for doc in lane.result():
                 result = TrainResult(**doc)
                 results.append(result)
-                detail = f"; validation {metrics_headline(result.metrics)}" if result.metrics else f" ({result.message})"
+                detail = (f"; validation {metrics_headline(result.metrics)}" if result.metrics
+                          else f" ({result.message})")
                 say(f"{result.model}/{result.target}: {result.status} {result.version or ''} in {result.seconds:.1f} s"
                     + detail)
         except Exception as exc:  # noqa: BLE001 - the second process died
@@ -345,7 +326,7 @@ def _remember_fit(fitted_so_far: list, jobs_left, model, target: str, history: p
     """Keep a copy of a just-fitted model for the ensembles still to train (taken before validation: predicting
     fills forecast caches that a fresh fit would not have)."""
     if any(name == "ensemble" and t == target for name, t in jobs_left):
-        fitted_so_far.append((copy.deepcopy(model), target, history["hour_utc"].max() + pd.Timedelta(hours=1)))
+        fitted_so_far.append((copy.deepcopy(model), target, history["hour_utc"].max() + HOUR))
 
 
 def quiet_library_logs() -> None:
@@ -386,9 +367,7 @@ class PredictResult:
 
 
 def _seasonal_naive(data: pd.DataFrame, target: str, issued: pd.Timestamp, horizon: int, regions) -> pd.DataFrame:
-    """The fallback's seasonal naive (the other package's SeasonalNaive, period 24), fitted on the known history."""
-    from forecasting.models.naive import SeasonalNaive
-
+    """The fallback's seasonal naive (period 24), fitted on the known history."""
     history = data[(data["hour_utc"] < issued) & data["region"].isin(list(regions))]
     model = SeasonalNaive(period=24, max_horizon=max(horizon, 24)).fit(history, target)
     out = model.predict(issued, horizon, data[data["region"].isin(list(regions))])
@@ -503,7 +482,7 @@ def predict(
             "the issue time is outside what the warehouse holds (see `python -m warehouse status`), or the regions "
             "have not been ingested"
         )
-    data = _mask(data.sort_values(["region", "hour_utc"]).reset_index(drop=True), issued)
+    data = mask_known(data.sort_values(["region", "hour_utc"]).reset_index(drop=True), issued)
     hours = pd.date_range(issued, periods=horizon, freq="h")
     all_rows, summary = [], []
     for target in targets:

@@ -30,6 +30,7 @@ import math
 import time
 import warnings
 from dataclasses import asdict, dataclass, replace
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -338,8 +339,6 @@ class TFTForecaster(Forecaster):
                 deterministic=True,
             )
             if remaining is not None:
-                from datetime import timedelta
-
                 trainer_kwargs["max_time"] = timedelta(seconds=max(remaining, 1.0))
             trainer = pl.Trainer(**trainer_kwargs)
             with contextlib.redirect_stdout(io.StringIO()):
