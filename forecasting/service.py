@@ -1,25 +1,18 @@
-"""Training and forecast issuing: `python -m forecasting train` and `python -m forecasting predict`.
+"""Training and issuing forecasts: the work behind `python -m forecasting train|predict` and the forecast DAGs.
 
-train(models, targets, regions, train_end, budget_s)
-    For every (model, target): fit on the history before `train_end − val_days`, score day-ahead forecasts issued
-    daily at 00:00 UTC over the last `val_days` before the cut-off (forecasting.metrics.summarize, plus the seasonal
-    naive's MAPE on the same hours), refit on the whole history before the cut-off and register the version with
-    those validation metrics (`model.registry`, `trained_at` = the cut-off). With `refit="auto"` the refit is
-    skipped when it would not fit in the job's budget share; the validated fit is then registered with its own
-    cut-off (`trained_at` = the start of the validation window). The TFT is trained once: its own `val_days` window
-    (the same hours) selects the best epoch and is then scored, so it is never trained on them.
-    Models of the other package (naive-24, naive-168, lgbm, mix, ensemble) are imported lazily; a missing one is
-    skipped with a message. The total wall-clock `budget_s` is shared out by weight over the jobs still to run,
-    cheap models first and the TFT last (it stops itself through Lightning's `max_time` and so takes what is left);
-    a job that cannot start within the budget is skipped.
+`train` fits each (model, target) on the history before the validation window (the last `val_days` before the
+cut-off), scores its day-ahead forecasts over that window (and the seasonal naive's on the same hours), refits it on
+the whole history when `refit` and the budget share allow, and registers the version with those metrics; `trained_at`
+is the data cut-off, never the wall clock. The TFT is fitted once and picks its best epoch on the same window, so it
+never trains on the hours it is scored on. The wall-clock `budget_s` is shared by weight over the jobs still to run,
+cheap models first and the TFT (which stops itself) last; an unknown model, or a job that cannot start within the
+budget, is skipped.
 
-predict(as_of, horizon, regions, targets, models)
-    Issues forecasts at `as_of` (explicit, never the wall clock; rounded up to the hour) with the newest good
-    version of each model whose training cut-off is ≤ as_of, from data masked as known at as_of. When a model has
-    no usable version, fails, or leaves regions/hours out, the missing rows are filled from the most recent earlier
-    non-fallback forecast of that model covering the hours, else from the seasonal naive (same hour on the last
-    known day), and flagged `is_fallback` with `fallback_reason`. Rows go to `forecast.forecasts` by delete-insert
-    per (issued_at, region, target, model), so issuing twice gives identical rows.
+`predict` issues forecasts at an explicit `as_of` (rounded up to the hour) with the newest good version of each model
+trained before it, from data masked as known at `as_of`. Rows it cannot give (no version, a failure, regions or
+hours left out) come from that model's last earlier non-fallback forecast, else the seasonal naive, flagged
+`is_fallback` with a `fallback_reason`. Rows are stored by delete-insert per (issued_at, region, target, model), so
+issuing twice gives identical rows.
 """
 from __future__ import annotations
 
@@ -177,7 +170,7 @@ def train(
     """Fit, validate and register each (model, target). Returns one TrainResult per job (see module docstring).
 
     `workers=2` trains the TFT in a second (single-threaded) process beside the other models, each lane with the
-    whole wall-clock budget: on two cores that halves the time of a full training."""
+    whole wall-clock budget (two cores train both lanes at once)."""
     import torch
 
     if refit not in ("auto", "always", "never"):

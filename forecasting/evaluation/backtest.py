@@ -31,8 +31,7 @@ from forecasting.evaluation.metrics import DAY_AHEAD, error_pct_of_mean, mape, p
 from forecasting.store import write_forecasts
 
 # Days of data before each issue handed to predict (the ensemble's weights are re-fitted on its last 28 days; the
-# mix composite looks back further). One default for every entry point: the CLI and the results job used 70, the
-# functions 35, so the same backtest gave other forecasts from Python than from the command line.
+# mix composite looks back further). One default for every entry point, so Python and the command line agree.
 CONTEXT_DAYS = 70
 # Weather features look up to a day past the target hour (its daily mean, t + 1, t + 2): give predict that much.
 LOOKAHEAD_H = 24

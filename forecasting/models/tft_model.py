@@ -10,9 +10,7 @@
   computed in real units, does not let the dirtiest grid dominate (a relative error, which is what MAPE measures);
 * target normalization per series: `normalizer="encoder"` (default) scales each sample by its own encoder window's
   mean/std (EncoderNormalizer; the scale of the region at that time, which follows level shifts such as DE's 2021
-  move to coal), `normalizer="group"` by the region's training mean/std (GroupNormalizer by region). Measured on
-  the standard comparison with equal training batches the encoder normalizer was better (MAPE 11.4 vs 12.5 %), and
-  in the tiny setting 9.6 vs 12.8 %.
+  move to coal), `normalizer="group"` by the region's training mean/std (GroupNormalizer by region).
 
 Training is seeded and single-threaded, runs for `max_epochs` × `limit_train_batches` or until `max_time_s`, and
 keeps the weights of the epoch with the lowest validation loss (the last `val_days` of the history) when there is
@@ -77,14 +75,14 @@ class TFTSettings:
 
     @classmethod
     def full(cls, **overrides) -> "TFTSettings":
-        """Real training: 8 × 50 batches of 64 (≈ 0.9 s of CPU each on one thread, ≈ 6–7 min), capped by
-        `max_time_s` of wall clock (and by the service's budget share), best epoch on the last 21 days."""
+        """Real training: 8 × 50 batches of 64, capped by `max_time_s` of wall clock (and by the service's budget
+        share), best epoch on the last 21 days."""
         base = cls(
             hidden_size=32,
             attention_head_size=2,
             hidden_continuous_size=16,
             dropout=0.1,
-            learning_rate=0.01,  # 0.003 / 0.01 / 0.03 at 100 batches: MAPE 9.9 / 9.6 / 11.8 % (Jul–Sep 2021)
+            learning_rate=0.01,
             batch_size=64,
             max_epochs=8,
             limit_train_batches=50,
