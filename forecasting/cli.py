@@ -253,6 +253,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
 
 def _add_train_and_predict(subparsers) -> None:
+    """The `train` and `predict` sub-commands (forecasting.service)."""
     p = subparsers.add_parser("train", help="fit, validate and register models (model.registry)")
     p.add_argument("--models", nargs="+", metavar="NAME",
                    help=f"models to train (default: {' '.join(service.DEFAULT_TRAIN_MODELS)})")

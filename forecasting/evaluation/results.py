@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 
 from common.timeutil import utc
-from forecasting.base import TARGET_COLUMNS
+from forecasting.base import HORIZON_BUCKETS, TARGET_COLUMNS
 from forecasting.data import OPERATOR_SERIES
 from forecasting.evaluation.backtest import CONTEXT_DAYS, load_inputs, run_backtest, window_end
-from forecasting.evaluation.metrics import HORIZON_BUCKETS, bucket_label, error_pct_of_mean, mape
+from forecasting.evaluation.metrics import bucket_label, error_pct_of_mean, mape
 from forecasting.evaluation.plots import write_plot
 from forecasting.models.registry import applicable, make_model
 

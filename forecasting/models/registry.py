@@ -8,8 +8,8 @@
 - `prophet`: Prophet per region with a residual correction;
 - `tft`: one Temporal Fusion Transformer across regions.
 
-`tiny=True` shrinks every model (fewer trees, shorter windows, a small TFT) for tests and demos. Heavy libraries
-(LightGBM, Prophet, torch) are imported only when a model is fitted or loaded, so building one is cheap.
+`tiny=True` shrinks the models for tests and demos (fewer trees, shorter windows and history, a small TFT). Heavy
+libraries (LightGBM, Prophet, torch) are imported only when a model is fitted or loaded, so building one is cheap.
 """
 from __future__ import annotations
 
