@@ -25,3 +25,15 @@ def utc_hour(value) -> pd.Timestamp:
 def iso_z(value) -> str:
     """ISO 8601 in UTC with a `Z`, seconds precision: 2021-07-15T12:00:00Z."""
     return utc(value).floor("s").strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value, name: str) -> pd.Timestamp:
+    """`utc(value)` for user input (CLI arguments, DAG Params): a ValueError naming `name` when `value` is empty or
+    not a date/time."""
+    try:
+        ts = pd.Timestamp(value)
+    except (ValueError, TypeError):
+        raise ValueError(f"{name} must be an ISO date/time such as 2021-07-15T12:00Z, got {value!r}") from None
+    if ts is pd.NaT:
+        raise ValueError(f"{name} is empty")
+    return utc(ts)

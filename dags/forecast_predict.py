@@ -33,13 +33,13 @@ with DAG(
 
     @task
     def validate_params(params=None) -> dict:
-        from forecasting.orchestration import validate
+        from forecasting.tasks import validate
 
         return validate(dict(params), get_current_context()["data_interval_end"])
 
     @task(pool="warehouse", inlets=[MARTS], outlets=[FORECASTS])
     def predict(choice: dict) -> dict:
-        from forecasting.orchestration import predict as issue
+        from forecasting.tasks import predict as issue
 
         return issue(choice)
 

@@ -32,13 +32,13 @@ with DAG(
 
     @task
     def validate_params(params=None) -> dict:
-        from forecasting.orchestration import validate
+        from forecasting.tasks import validate
 
         return validate(dict(params), get_current_context()["data_interval_end"])
 
     @task(pool="warehouse", inlets=[MARTS], execution_timeout=pendulum.duration(hours=2))
     def train(choice: dict) -> list[dict]:
-        from forecasting.orchestration import train as fit
+        from forecasting.tasks import train as fit
 
         return fit(choice)
 

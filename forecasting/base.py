@@ -15,6 +15,10 @@ import pandas as pd
 
 QUANTILES = (0.1, 0.5, 0.9)
 QUANTILE_COLUMNS = ("p10", "p50", "p90")
+# The columns of every frame `Forecaster.predict` returns.
+OUTPUT_COLUMNS = ("region", "issued_at", "target_time", "horizon_h", *QUANTILE_COLUMNS, "model")
+# Horizon buckets (hours ahead, inclusive) that metrics, weights and calibration are computed per.
+HORIZON_BUCKETS = ((1, 6), (7, 24), (25, 48), (49, 96))
 # Targets and the grid_hourly column each one forecasts.
 TARGET_COLUMNS = {
     "carbon_intensity": "carbon_intensity_direct_gco2_per_kwh",
@@ -34,6 +38,16 @@ KNOWN_FUTURE_COLUMNS = (
     "day_of_year",
     "is_weekend",
 )
+
+
+def target_column(target: str, strict: bool = False) -> str:
+    """The grid_hourly column that `target` forecasts. Any other name is taken as a column itself (e.g. nat_gas_mw);
+    with `strict`, it must be a target or one of their columns (ValueError otherwise)."""
+    if target in TARGET_COLUMNS:
+        return TARGET_COLUMNS[target]
+    if strict and target not in TARGET_COLUMNS.values():
+        raise ValueError(f"unknown target {target!r}; expected one of {sorted(TARGET_COLUMNS)}")
+    return target
 
 
 def known_at(data: pd.DataFrame, issued_at: pd.Timestamp) -> pd.DataFrame:

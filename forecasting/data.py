@@ -27,18 +27,22 @@ forecasts and serve only as the published baseline, and DACF's carbon-intensity 
 """
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 import pandas as pd
 
-from forecasting.base import KNOWN_FUTURE_COLUMNS, known_at
+from common.timeutil import utc
+from forecasting.base import KNOWN_FUTURE_COLUMNS
+from warehouse.config import data_dir as configured_data_dir
+from warehouse.db import reader
 
 # the contract's fuel names and one table of emission factors (gCO2eq/kWh, identified by exact regression on the
 # files, SOURCE.md), shared with the loaders and the live connectors
 from warehouse.loaders.grid_factors import CARBONCAST_DIRECT as DIRECT_FACTORS
-from warehouse.loaders.grid_factors import CARBONCAST_LIFECYCLE as LIFECYCLE_FACTORS
+from warehouse.loaders.grid_factors import CARBONCAST_LIFECYCLE as LIFECYCLE_FACTORS  # noqa: F401 - for the mix
 from warehouse.loaders.grid_factors import FUELS
 
 FUEL_COLUMNS = tuple(f"{f}_mw" for f in FUELS)
@@ -74,10 +78,10 @@ OPERATOR_SERIES = frozenset(
 OPERATOR_PUBLISHER = {"CISO": "CAISO OASIS", "DE": "ENTSO-E", "SE": "ENTSO-E"}
 # Columns attached to the grid frame for the operator forecasts; see `attach_published` and `mask_known`.
 PUBLISHED_COLUMNS = ("published_solar_mw", "published_wind_mw")
+PUBLISHED_FOR = {"solar_mw": "published_solar_mw", "wind_mw": "published_wind_mw"}  # grid column → its forecast
 
-# The weather files label each GFS forecast one day before the hour it is valid for: daily means of generation
-# correlate best with the weather one row-day earlier (DE wind 0.88 vs 0.65 unshifted, SE wind 0.90 vs 0.60, ERCO wind
-# 0.66 vs 0.45, CISO wind 0.62 vs 0.48, DE solar 0.94 vs 0.89). `hour_utc` of the weather columns is the valid hour.
+# The weather files label each GFS forecast one day before the hour it is valid for (daily means of generation
+# correlate best with the weather one row-day earlier). `hour_utc` of the weather columns is the valid hour.
 WEATHER_LABEL_SHIFT = pd.Timedelta(hours=24)
 
 _WEATHER_RENAME = {
@@ -90,9 +94,7 @@ _WEATHER_RENAME = {
 
 
 def default_grid_dir() -> Path:
-    from warehouse.config import data_dir
-
-    return data_dir() / "grid"
+    return configured_data_dir() / "grid"
 
 
 def _grid_dir(data_dir: str | Path | None) -> Path:
@@ -105,31 +107,26 @@ def _grid_dir(data_dir: str | Path | None) -> Path:
     return path
 
 
-def _utc(series: pd.Series) -> pd.Series:
+def _parse_utc(series: pd.Series) -> pd.Series:
+    """The files' UTC time column (text, with or without +00:00) as tz-aware timestamps."""
     text = series.astype(str).str.replace("+00:00", "", regex=False)
     return pd.to_datetime(text, format="mixed").dt.tz_localize("UTC").dt.as_unit("us")
 
 
 def _bounds(start, end) -> tuple[pd.Timestamp | None, pd.Timestamp | None]:
-    def ts(value):
-        if value is None:
-            return None
-        t = pd.Timestamp(value)
-        return t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")
-
-    return ts(start), ts(end)
+    return (None if start is None else utc(start)), (None if end is None else utc(end))
 
 
 def _read_emissions(path: Path) -> pd.DataFrame:
     frame = pd.read_csv(path)
     frame = frame.drop(columns=[c for c in frame.columns if c == "" or c.startswith("Unnamed")])
-    frame["hour_utc"] = _utc(frame.pop("UTC time"))
+    frame["hour_utc"] = _parse_utc(frame.pop("UTC time"))
     return frame
 
 
 def _read_weather(path: Path) -> pd.DataFrame:
     frame = pd.read_csv(path).rename(columns=_WEATHER_RENAME)
-    frame["hour_utc"] = _utc(frame.pop("datetime"))
+    frame["hour_utc"] = _parse_utc(frame.pop("datetime"))
     return frame[["hour_utc", *WEATHER_COLUMNS]]
 
 
@@ -251,8 +248,6 @@ def grid_hourly_from_files(
 
 def load_grid_hourly(regions=None, start=None, end=None, db_path=None) -> pd.DataFrame:
     """`marts.grid_hourly` rows for `regions` with start <= hour_utc < end, read through `warehouse.db.reader`."""
-    from warehouse.db import reader
-
     start, end = _bounds(start, end)
     where, params = [], []
     if regions is not None:
@@ -285,6 +280,20 @@ def grid_hourly(regions=None, start=None, end=None, source: str = "auto", db_pat
             if source == "warehouse":
                 raise
     return grid_hourly_from_files(data_dir, regions, start, end)
+
+
+# ------------------------------------------------------------------------------------------------------ issue times
+
+def issue_hour(issued_at) -> pd.Timestamp:
+    """`issued_at` in UTC, rounded up to the hour: a forecast issued at 12:20 covers the hours from 13:00."""
+    return utc(issued_at).ceil("h")
+
+
+def issue_times(start, end, hour: int = 0) -> pd.DatetimeIndex:
+    """Daily issue times at `hour`:00 UTC on every date from `start` to `end` inclusive."""
+    first = utc(start).floor("D") + pd.Timedelta(hours=hour)
+    last = utc(end).floor("D") + pd.Timedelta(hours=hour)
+    return pd.date_range(first, last, freq="D")
 
 
 # ---------------------------------------------------------------------------------------------- published forecasts
@@ -340,8 +349,6 @@ def load_published_forecasts(
     frame = None
     if source in ("auto", "warehouse"):
         try:
-            from warehouse.db import reader
-
             with reader(db_path) as con:
                 frame = con.execute(
                     "SELECT region, hour_utc, target, value, unit, publisher, data_source "
@@ -407,10 +414,7 @@ DEFAULT_PUBLICATION = ("UTC", 12)
 
 def published_known_until(issued_at, region: str | None = None) -> pd.Timestamp:
     """The first hour whose operator forecast is *not* yet published at `issued_at` (see the module docstring)."""
-    import datetime as dt
-
-    issued_at = pd.Timestamp(issued_at)
-    issued_at = issued_at.tz_localize("UTC") if issued_at.tzinfo is None else issued_at
+    issued_at = utc(issued_at)
     tz, hour = PUBLICATION.get(region, DEFAULT_PUBLICATION)
     local = issued_at.tz_convert(tz)
     last_day = local.date() + dt.timedelta(days=1 if local.hour >= hour else 0)
@@ -421,8 +425,7 @@ def mask_known(data: pd.DataFrame, issued_at: pd.Timestamp) -> pd.DataFrame:
     """`base.known_at`, plus the operator forecasts kept for the hours already published at `issued_at`.
 
     Idempotent: masking masked data again changes nothing."""
-    issued_at = pd.Timestamp(issued_at)
-    issued_at = issued_at.tz_localize("UTC") if issued_at.tzinfo is None else issued_at
+    issued_at = utc(issued_at)
     if data.attrs.get("known_at") == issued_at:
         return data  # masked at this very issue time already (masking is idempotent)
     masked = _known_at_fast(data, issued_at)

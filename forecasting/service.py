@@ -1,47 +1,44 @@
-"""Training and forecast issuing: `python -m forecasting train` and `python -m forecasting predict`.
+"""Training and issuing forecasts: the work behind `python -m forecasting train|predict` and the forecast DAGs.
 
-train(models, targets, regions, train_end, budget_s)
-    For every (model, target): fit on the history before `train_end − val_days`, score day-ahead forecasts issued
-    daily at 00:00 UTC over the last `val_days` before the cut-off (forecasting.metrics.summarize, plus the seasonal
-    naive's MAPE on the same hours), refit on the whole history before the cut-off and register the version with
-    those validation metrics (`model.registry`, `trained_at` = the cut-off). With `refit="auto"` the refit is
-    skipped when it would not fit in the job's budget share; the validated fit is then registered with its own
-    cut-off (`trained_at` = the start of the validation window). The TFT is trained once: its own `val_days` window
-    (the same hours) selects the best epoch and is then scored, so it is never trained on them.
-    Models of the other package (naive-24, naive-168, lgbm, mix, ensemble) are imported lazily; a missing one is
-    skipped with a message. The total wall-clock `budget_s` is shared out by weight over the jobs still to run,
-    cheap models first and the TFT last (it stops itself through Lightning's `max_time` and so takes what is left);
-    a job that cannot start within the budget is skipped.
+`train` fits each (model, target) on the history before the validation window (the last `val_days` before the
+cut-off), scores its day-ahead forecasts over that window (and the seasonal naive's on the same hours), refits it on
+the whole history when `refit` and the budget share allow, and registers the version with those metrics; `trained_at`
+is the data cut-off, never the wall clock. The TFT is fitted once and picks its best epoch on the same window, so it
+never trains on the hours it is scored on. The wall-clock `budget_s` is shared by weight over the jobs still to run,
+cheap models first and the TFT (which stops itself) last; an unknown model, or a job that cannot start within the
+budget, is skipped.
 
-predict(as_of, horizon, regions, targets, models)
-    Issues forecasts at `as_of` (explicit, never the wall clock; rounded up to the hour) with the newest good
-    version of each model whose training cut-off is ≤ as_of, from data masked as known at as_of. When a model has
-    no usable version, fails, or leaves regions/hours out, the missing rows are filled from the most recent earlier
-    non-fallback forecast of that model covering the hours, else from the seasonal naive (same hour on the last
-    known day), and flagged `is_fallback` with `fallback_reason`. Rows go to `forecast.forecasts` by delete-insert
-    per (issued_at, region, target, model), so issuing twice gives identical rows.
+`predict` issues forecasts at an explicit `as_of` (rounded up to the hour) with the newest good version of each model
+trained before it, from data masked as known at `as_of`. Rows it cannot give (no version, a failure, regions or
+hours left out) come from that model's last earlier non-fallback forecast, else the seasonal naive, flagged
+`is_fallback` with a `fallback_reason`. Rows are stored by delete-insert per (issued_at, region, target, model), so
+issuing twice gives identical rows.
 """
 from __future__ import annotations
 
-import argparse
-import contextlib
 import copy
+import inspect
 import json
 import logging
+import multiprocessing
 import os
-import sys
 import time
 import traceback
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from forecasting import registry
-from forecasting.backtest import applicable
-from forecasting.base import TARGET_COLUMNS, known_at
+from common.model_registry import latest_good, register_model
+from common.timeutil import HOUR, utc
+from forecasting.base import TARGET_COLUMNS
+from forecasting.data import attach_published, grid_hourly, issue_hour, load_published_forecasts, mask_known
+from forecasting.evaluation.metrics import error_pct_of_mean, mape, point_metric_name, summarize
+from forecasting.models.naive import SeasonalNaive
+from forecasting.models.registry import MODEL_NAMES, ModelUnavailable, applicable, make_model
+from forecasting.store import FORECAST_COLUMNS, forecast_frame, last_good_forecast, write_forecasts
 
-HOUR = pd.Timedelta(hours=1)
 DEFAULT_REGIONS = ("CISO", "PJM", "ERCO", "ISNE", "SE", "DE")
 # Cheap models first, the TFT (which stops itself on its budget share) last so that it gets what is left.
 # Each lane's wall-clock budget: 14 min, leaving a minute of the 15-minute target for loading and registering.
@@ -57,11 +54,6 @@ FALLBACK_NAIVE = "naive-24"
 log = logging.getLogger(__name__)
 
 
-def utc(value) -> pd.Timestamp:
-    ts = pd.Timestamp(value)
-    return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
-
-
 def cutoff_from(train_end) -> pd.Timestamp:
     """`--train-end 2021-06-30` (a date) includes that whole day: the cut-off is 2021-07-01T00:00Z. A timestamp with a
     time is the exclusive cut-off itself."""
@@ -72,32 +64,17 @@ def cutoff_from(train_end) -> pd.Timestamp:
     return ts.ceil("h")
 
 
-def issue_hour(as_of) -> pd.Timestamp:
-    return utc(as_of).ceil("h")
-
-
 # ------------------------------------------------------------------------------------------------ data
 
 def load_frame(regions, start=None, end=None, source: str = "auto", db_path=None) -> pd.DataFrame:
     """grid_hourly for `regions` in [start, end), with the operators' published forecasts attached when available."""
-    from forecasting import data as fdata
-
-    frame = fdata.grid_hourly(list(regions), start=start, end=end, source=source, db_path=db_path)
+    frame = grid_hourly(list(regions), start=start, end=end, source=source, db_path=db_path)
     try:
-        published = fdata.load_published_forecasts(list(regions), start=start, end=end, source=source,
-                                                   db_path=db_path)
-        frame = fdata.attach_published(frame, published)
+        published = load_published_forecasts(list(regions), start=start, end=end, source=source, db_path=db_path)
+        frame = attach_published(frame, published)
     except Exception as exc:  # noqa: BLE001 - published forecasts are optional inputs
         log.info("published forecasts not attached: %s", exc)
     return frame
-
-
-def _mask(frame: pd.DataFrame, issued: pd.Timestamp) -> pd.DataFrame:
-    try:
-        from forecasting.data import mask_known
-    except ImportError:  # pragma: no cover
-        return known_at(frame, issued)
-    return mask_known(frame, issued)
 
 
 # ------------------------------------------------------------------------------------------------ validation
@@ -115,14 +92,12 @@ def _naive_day_ahead(data: pd.DataFrame, column: str, scored: pd.DataFrame) -> p
 def validate(model, data: pd.DataFrame, target: str, start: pd.Timestamp, end: pd.Timestamp,
              horizon: int = 24) -> dict:
     """Day-ahead scores of a fitted model over issues at 00:00 UTC in [start, end)."""
-    from forecasting.metrics import mape, point_metric_name, summarize
-
     column = TARGET_COLUMNS[target]
     frames = []
     for issued in pd.date_range(start.ceil("D"), end - HOUR, freq="D"):
         window = data[(data["hour_utc"] >= issued - pd.Timedelta(days=PREDICT_CONTEXT_DAYS))
                       & (data["hour_utc"] < issued + horizon * HOUR)]
-        out = model.predict(issued, horizon, _mask(window, issued))
+        out = model.predict(issued, horizon, mask_known(window, issued))
         if out is not None and len(out):
             frames.append(out)
     if not frames:
@@ -142,8 +117,6 @@ def validate(model, data: pd.DataFrame, target: str, start: pd.Timestamp, end: p
     if name == "mape":
         metrics["naive24_mape"] = round(mape(scored["actual"], naive), 3)
     else:
-        from forecasting.metrics import error_pct_of_mean
-
         metrics[f"naive24_{name}"] = round(error_pct_of_mean(scored["actual"], naive), 3)
     metrics["window"] = [start.isoformat(), end.isoformat()]
     return metrics
@@ -173,8 +146,6 @@ def _budget_share(name: str, remaining_jobs: list[str], remaining_s: float) -> f
 
 
 def _fit(model, history: pd.DataFrame, target: str, budget_s: float | None):
-    import inspect
-
     if budget_s is not None and "budget_s" in inspect.signature(model.fit).parameters:
         return model.fit(history, target, budget_s=budget_s)
     return model.fit(history, target)
@@ -199,7 +170,7 @@ def train(
     """Fit, validate and register each (model, target). Returns one TrainResult per job (see module docstring).
 
     `workers=2` trains the TFT in a second (single-threaded) process beside the other models, each lane with the
-    whole wall-clock budget: on two cores that halves the time of a full training."""
+    whole wall-clock budget (two cores train both lanes at once)."""
     import torch
 
     if refit not in ("auto", "always", "never"):
@@ -220,9 +191,6 @@ def train(
         raise ValueError(f"no grid data before {cutoff.isoformat()} for regions {regions}")
     lane, pool = None, None
     if workers >= 2 and "tft" in models and len(models) > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
         pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
         lane = pool.submit(
             _train_lane,
@@ -251,8 +219,8 @@ def train(
         trained_at = cutoff
         try:
             try:
-                model = registry.make_model(name, target, tiny=tiny)
-            except registry.ModelUnavailable as exc:
+                model = make_model(name, target, tiny=tiny)
+            except ModelUnavailable as exc:
                 results.append(TrainResult(name, target, "skipped", message=str(exc)))
                 say(f"{name}/{target}: skipped ({exc})")
                 continue
@@ -281,7 +249,7 @@ def train(
                     refit == "auto" and (share is None or used + fit_s <= share or fit_cpu_s <= CHEAP_REFIT_S)
                 )
                 if do_refit:
-                    final = registry.make_model(name, target, tiny=tiny)
+                    final = make_model(name, target, tiny=tiny)
                     if hasattr(final, "offer_fitted"):
                         final.offer_fitted(fitted_so_far)
                     _fit(final, data, target, fit_budget)
@@ -300,17 +268,17 @@ def train(
                 params["model"] = final.get_params()
             except Exception:  # noqa: BLE001
                 pass
-            record = registry.register_model(final, name, target, trained_at, params=params, metrics=metrics,
+            record = register_model(final, name, target, trained_at, params=params, metrics=metrics,
                                              db_path=db_path)
             results.append(TrainResult(name, target, "good", record.version, trained_at.isoformat(), round(seconds, 2),
                                        round(time.process_time() - c0, 2), metrics))
-            say(f"{name}/{target}: {record.version} in {seconds:.1f} s; validation {_headline(metrics)}")
+            say(f"{name}/{target}: {record.version} in {seconds:.1f} s; validation {metrics_headline(metrics)}")
         except Exception as exc:  # noqa: BLE001 - a failing model must not stop the others
             seconds = time.monotonic() - t0
             message = f"{type(exc).__name__}: {exc}"
             log.debug("training %s/%s failed\n%s", name, target, traceback.format_exc())
             try:
-                record = registry.register_model(None, name, target, cutoff, params={"tiny": tiny, "regions": regions},
+                record = register_model(None, name, target, cutoff, params={"tiny": tiny, "regions": regions},
                                                  metrics={"error": message}, status="failed", db_path=db_path)
                 version = record.version
             except Exception:  # noqa: BLE001
@@ -323,8 +291,10 @@ def train(
             for doc in lane.result():
                 result = TrainResult(**doc)
                 results.append(result)
+                detail = (f"; validation {metrics_headline(result.metrics)}" if result.metrics
+                          else f" ({result.message})")
                 say(f"{result.model}/{result.target}: {result.status} {result.version or ''} in {result.seconds:.1f} s"
-                    + (f"; validation {_headline(result.metrics)}" if result.metrics else f" ({result.message})"))
+                    + detail)
         except Exception as exc:  # noqa: BLE001 - the second process died
             for target in targets:
                 results.append(TrainResult("tft", target, "failed", message=f"TFT process: {type(exc).__name__}: {exc}"))
@@ -349,16 +319,23 @@ def _remember_fit(fitted_so_far: list, jobs_left, model, target: str, history: p
     """Keep a copy of a just-fitted model for the ensembles still to train (taken before validation: predicting
     fills forecast caches that a fresh fit would not have)."""
     if any(name == "ensemble" and t == target for name, t in jobs_left):
-        fitted_so_far.append((copy.deepcopy(model), target, history["hour_utc"].max() + pd.Timedelta(hours=1)))
+        fitted_so_far.append((copy.deepcopy(model), target, history["hour_utc"].max() + HOUR))
+
+
+def quiet_library_logs() -> None:
+    """Only errors from the libraries' loggers (cmdstanpy, Prophet, Lightning), which log every fit."""
+    for name in ("cmdstanpy", "prophet", "lightning", "lightning.pytorch", "pytorch_lightning"):
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def _train_lane(kwargs: dict) -> list[dict]:
     """The second process of `train(workers=2)`."""
-    _quiet_logs()
+    quiet_library_logs()
     return [r.to_dict() for r in train(**kwargs)]
 
 
-def _headline(metrics: dict) -> str:
+def metrics_headline(metrics: dict) -> str:
+    """The point metric and the naive-24 one on the same hours, for progress lines."""
     for key in ("mape", "error_pct_of_mean"):
         if metrics.get(key) is not None:
             naive = metrics.get(f"naive24_{key}")
@@ -383,9 +360,7 @@ class PredictResult:
 
 
 def _seasonal_naive(data: pd.DataFrame, target: str, issued: pd.Timestamp, horizon: int, regions) -> pd.DataFrame:
-    """The fallback's seasonal naive (the other package's SeasonalNaive, period 24), fitted on the known history."""
-    from forecasting.models.naive import SeasonalNaive
-
+    """The fallback's seasonal naive (period 24), fitted on the known history."""
     history = data[(data["hour_utc"] < issued) & data["region"].isin(list(regions))]
     model = SeasonalNaive(period=24, max_horizon=max(horizon, 24)).fit(history, target)
     out = model.predict(issued, horizon, data[data["region"].isin(list(regions))])
@@ -428,7 +403,7 @@ def _fallback_rows(model_name: str, target: str, reason: str, missing: dict[str,
     regions = sorted(missing)
     end = issued + horizon * HOUR
     parts = []
-    previous = registry.last_good_forecast(model_name, target, regions, before=issued, target_from=issued,
+    previous = last_good_forecast(model_name, target, regions, before=issued, target_from=issued,
                                            target_until=end, db_path=db_path)
     covered: dict[str, set] = {r: set() for r in regions}
     if len(previous):
@@ -500,12 +475,12 @@ def predict(
             "the issue time is outside what the warehouse holds (see `python -m warehouse status`), or the regions "
             "have not been ingested"
         )
-    data = _mask(data.sort_values(["region", "hour_utc"]).reset_index(drop=True), issued)
+    data = mask_known(data.sort_values(["region", "hour_utc"]).reset_index(drop=True), issued)
     hours = pd.date_range(issued, periods=horizon, freq="h")
     all_rows, summary = [], []
     for target in targets:
         names = list(models) if models else [
-            n for n in registry.ALL_MODELS if registry.latest_good(n, target, issued, db_path) is not None
+            n for n in MODEL_NAMES if latest_good(n, target, issued, db_path) is not None
         ]
         if not names:
             raise ValueError(
@@ -513,11 +488,11 @@ def predict(
                 "first or name --models"
             )
         for name in names:
-            record = registry.latest_good(name, target, issued, db_path)
+            record = latest_good(name, target, issued, db_path)
             if record is None and bootstrap_tiny:
                 train([name], [target], regions, issued.isoformat(), budget_s=300, tiny=True, val_days=7,
                       source=source, db_path=db_path)
-                record = registry.latest_good(name, target, issued, db_path)
+                record = latest_good(name, target, issued, db_path)
             good = pd.DataFrame()
             problems: dict[str, str] = {}
             reason = None
@@ -567,148 +542,8 @@ def predict(
                     reasons=reasons,
                 )
             )
-    out = pd.concat(all_rows, ignore_index=True) if all_rows else pd.DataFrame(columns=list(registry.FORECAST_COLUMNS))
-    out = registry._forecast_frame(out) if len(out) else out
+    out = pd.concat(all_rows, ignore_index=True) if all_rows else pd.DataFrame(columns=list(FORECAST_COLUMNS))
+    out = forecast_frame(out) if len(out) else out
     if write and len(out):
-        registry.write_forecasts(out, db_path=db_path)
+        write_forecasts(out, db_path=db_path)
     return out, summary
-
-
-# ------------------------------------------------------------------------------------------------ CLI
-
-def _split(values) -> list[str] | None:
-    if not values:
-        return None
-    out = []
-    for v in values:
-        out += [x for x in v.replace(",", " ").split() if x]
-    return out
-
-
-@contextlib.contextmanager
-def _stdout_to_stderr(active: bool):
-    """With --json, stdout carries the JSON document only: anything else printed meanwhile (libraries included,
-    at the file-descriptor level) goes to stderr."""
-    if not active:
-        yield
-        return
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        os.dup2(2, 1)
-        with contextlib.redirect_stdout(sys.stderr):
-            yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
-def _quiet_logs() -> None:
-    for name in ("cmdstanpy", "prophet", "lightning", "lightning.pytorch", "pytorch_lightning"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-
-
-def _cmd_train(args: argparse.Namespace) -> int:
-    _quiet_logs()
-    say = (lambda m: print(m, file=sys.stderr)) if args.json else print
-    t0 = time.monotonic()
-    with _stdout_to_stderr(args.json):
-        results = train(
-            models=_split(args.models),
-            targets=_split(args.targets) or ["carbon_intensity"],
-            regions=_split(args.regions) or list(DEFAULT_REGIONS),
-            train_end=args.train_end,
-            budget_s=args.budget_s,
-            tiny=args.tiny,
-            val_days=args.val_days,
-            source=args.source,
-            progress=say,
-            refit=args.refit,
-            workers=args.workers,
-        )
-    doc = {
-        "train_end": args.train_end,
-        "cutoff": cutoff_from(args.train_end).isoformat(),
-        "budget_s": args.budget_s,
-        "elapsed_s": round(time.monotonic() - t0, 2),
-        "cpu_seconds": round(time.process_time(), 2),
-        "cpu_count": os.cpu_count(),
-        "results": [r.to_dict() for r in results],
-    }
-    if args.json:
-        print(json.dumps(doc, indent=2, default=str))
-    else:
-        for r in results:
-            line = f"{r.model:10s} {r.target:17s} {r.status:8s} {r.version or '-':20s} {r.seconds:7.1f} s"
-            print(line + (f"  {_headline(r.metrics)}" if r.metrics else f"  {r.message or ''}"))
-        print(f"elapsed {doc['elapsed_s']} s")
-    return 0 if all(r.status != "failed" for r in results) else 1
-
-
-def _cmd_predict(args: argparse.Namespace) -> int:
-    _quiet_logs()
-    t0 = time.monotonic()
-    with _stdout_to_stderr(args.json):
-        rows, summary = predict(
-            as_of=args.as_of,
-            horizon=args.horizon,
-            regions=_split(args.regions) or list(DEFAULT_REGIONS),
-            targets=_split(args.targets) or ["carbon_intensity"],
-            models=_split(args.models),
-            source=args.source,
-            write=not args.no_write,
-            bootstrap_tiny=args.tiny,
-        )
-    doc = {
-        "as_of": issue_hour(args.as_of).isoformat(),
-        "horizon": args.horizon,
-        "rows": int(len(rows)),
-        "fallback_rows": int(rows["is_fallback"].sum()) if len(rows) else 0,
-        "written": not args.no_write,
-        "elapsed_s": round(time.monotonic() - t0, 2),
-        "forecasts": [s.to_dict() for s in summary],
-    }
-    if args.json:
-        print(json.dumps(doc, indent=2, default=str))
-    else:
-        for s in summary:
-            print(f"{s.model:10s} {s.target:17s} {s.version or '-':20s} rows {s.rows:5d} fallback {s.fallback_rows:5d}"
-                  + (f"  ({'; '.join(s.reasons)})" if s.reasons else ""))
-        print(f"{doc['rows']} rows issued at {doc['as_of']} in {doc['elapsed_s']} s")
-    return 0
-
-
-def register(subparsers) -> None:
-    """Add `train` and `predict` to `python -m forecasting`."""
-    p = subparsers.add_parser("train", help="fit, validate and register models (model.registry)")
-    p.add_argument("--models", nargs="+", metavar="NAME",
-                   help=f"models to train (default: {' '.join(DEFAULT_TRAIN_MODELS)})")
-    p.add_argument("--targets", nargs="+", metavar="TARGET", help="carbon_intensity (default), solar, wind")
-    p.add_argument("--regions", nargs="+", metavar="REGION", help=f"default: {' '.join(DEFAULT_REGIONS)}")
-    p.add_argument("--train-end", default="2021-06-30",
-                   help="last day of training data (inclusive date) or an exclusive timestamp cut-off")
-    p.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
-                   help=f"wall-clock budget per lane (s; default {DEFAULT_BUDGET_S:.0f}: all within 15 min)")
-    p.add_argument("--val-days", type=int, default=14, help="validation window before the cut-off (days)")
-    p.add_argument("--tiny", action="store_true", help="tiny settings (tests, demos)")
-    p.add_argument("--workers", type=int, default=1,
-                   help="2: train the TFT in a second single-threaded process beside the others (2 cores)")
-    p.add_argument("--refit", choices=("auto", "always", "never"), default="auto",
-                   help="refit on the validation days after scoring (auto: when the budget share allows)")
-    p.add_argument("--source", choices=("auto", "warehouse", "files"), default="auto")
-    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    p.set_defaults(func=_cmd_train)
-
-    p = subparsers.add_parser("predict", help="issue forecasts at --as-of into forecast.forecasts")
-    p.add_argument("--as-of", required=True, help="issue time, e.g. 2021-07-15T12:00Z (never the wall clock)")
-    p.add_argument("--horizon", type=int, default=96, help="hours ahead (default 96)")
-    p.add_argument("--models", nargs="+", metavar="NAME", help="default: every model with a good version")
-    p.add_argument("--targets", nargs="+", metavar="TARGET", help="carbon_intensity (default), solar, wind")
-    p.add_argument("--regions", nargs="+", metavar="REGION", help=f"default: {' '.join(DEFAULT_REGIONS)}")
-    p.add_argument("--tiny", action="store_true",
-                   help="when a named model has no version yet, train a tiny one on data before --as-of first")
-    p.add_argument("--no-write", action="store_true", help="do not store the rows")
-    p.add_argument("--source", choices=("auto", "warehouse", "files"), default="auto")
-    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    p.set_defaults(func=_cmd_predict)

@@ -1,4 +1,4 @@
-"""Combining forecasters: a weighted ensemble with conformal calibration, and the operator-forecast blend.
+"""A weighted ensemble of any forecasters, with conformal calibration of its P10–P90 band.
 
 `EnsembleForecaster(members)` accepts any `Forecaster` (Prophet and TFT included). `fit(history, target)`:
 
@@ -16,19 +16,6 @@ same fit is repeated at every issue time on the `rolling_days` before it (the va
 members' own forecasts of the issues since), so the weights follow what was learnt before `issued_at` and never what
 comes after. The rolling mode exists because some inputs only exist in the test period: the operators' published
 day-ahead forecasts start on 2021-07-01, so a member that uses them cannot be weighed on any window before it.
-
-`PublishedBlendForecaster(base)` improves the operators' published solar/wind forecast where it is known at
-`issued_at` (`forecasting.data.mask_known`): per horizon, a ridge regression fitted on the previous `window_days` of
-issues (shrunk towards "the published value as is") corrects the published value with the base model's forecast,
-the last observed error of the published forecast before issued_at, and the error at the same hour one day earlier
-(a nowcast of the operator's error). For up to `ffill_hours` after the last published hour (DE/SE: 22:00–23:00 UTC
-belong to the next CET delivery day, published later) the last published value stands in, corrected the same way.
-Its band is the base model's band width scaled by conformal quantiles of the trailing residuals. Where no published
-value is known (later horizons, other regions) it returns the base model's forecast. The published forecasts start
-on 2021-07-01, so for the first `min_days` of the test window the published value is used as is.
-
-Memories: both classes keep the forecasts they issued by issue time (`ForecastMemory`), so a rolling backtest
-computes each member forecast once. They assume one dataset per fitted model; `fit` starts them afresh.
 """
 from __future__ import annotations
 
@@ -38,28 +25,13 @@ import json
 import numpy as np
 import pandas as pd
 
-from forecasting.backtest import issue_times
-from forecasting.base import QUANTILE_COLUMNS, TARGET_COLUMNS, Forecaster
-from forecasting.data import mask_known
-from forecasting.metrics import HORIZON_BUCKETS
+from common.timeutil import HOUR
+from forecasting.base import HORIZON_BUCKETS, OUTPUT_COLUMNS, Forecaster, target_column
+from forecasting.data import issue_hour, issue_times, mask_known
+from forecasting.models.blend import PublishedBlendForecaster  # noqa: F401 - older pickled artifacts name it here
+from forecasting.models.frames import ForecastMemory, HourlyArray, bucket_of
 
-HOUR = pd.Timedelta(hours=1)
 DAY = pd.Timedelta(days=1)
-FRAME_COLUMNS = ["region", "issued_at", "target_time", "horizon_h", *QUANTILE_COLUMNS, "model"]
-
-
-def _utc_hour(issued_at) -> pd.Timestamp:
-    ts = pd.Timestamp(issued_at)
-    ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
-    return ts.ceil("h")
-
-
-def _bucket_of(h: np.ndarray) -> np.ndarray:
-    out = np.full(len(h), -1)
-    for i, (lo, hi) in enumerate(HORIZON_BUCKETS):
-        out[(h >= lo) & (h <= hi)] = i
-    out[h > HORIZON_BUCKETS[-1][1]] = len(HORIZON_BUCKETS) - 1
-    return out
 
 
 def fit_weights(F: np.ndarray, y: np.ndarray, relative: bool) -> np.ndarray:
@@ -101,64 +73,6 @@ def apply_offsets(p10, p50, p90, lo, hi, floor, nonnegative=True):
     if nonnegative:
         a = np.clip(a, 0, None)
     return a, b
-
-
-class ForecastMemory:
-    """One member's forecasts by issue time: frames, plus per-region (horizon × [p10, p50, p90]) arrays."""
-
-    def __init__(self):
-        self.frames: dict[pd.Timestamp, pd.DataFrame] = {}
-        self._arrays: dict[tuple, np.ndarray] = {}
-
-    def put(self, T: pd.Timestamp, frame: pd.DataFrame) -> None:
-        self.frames[T] = frame
-        for key in [k for k in self._arrays if k[0] == T]:
-            del self._arrays[key]
-
-    def __contains__(self, T) -> bool:
-        return T in self.frames
-
-    def get(self, model: Forecaster, T: pd.Timestamp, horizon: int, data: pd.DataFrame) -> pd.DataFrame:
-        frame = self.frames.get(T)
-        if frame is None or (len(frame) and frame["horizon_h"].max() < horizon):
-            self.put(T, model.predict(T, horizon, mask_known(data, T)))
-        return self.frames[T]
-
-    def array(self, T: pd.Timestamp, region: str, H: int) -> np.ndarray:
-        key = (T, region, H)
-        arr = self._arrays.get(key)
-        if arr is None:
-            arr = np.full((H, 3), np.nan)
-            frame = self.frames.get(T)
-            if frame is not None and len(frame):
-                part = frame[(frame["region"] == region) & (frame["horizon_h"] <= H)]
-                idx = part["horizon_h"].to_numpy(dtype=int) - 1
-                arr[idx] = part[list(QUANTILE_COLUMNS)].to_numpy(dtype=float)
-            self._arrays[key] = arr
-        return arr
-
-
-class HourlyArray:
-    """One region's column as an hourly numpy array (NaN where unknown)."""
-
-    def __init__(self, part: pd.DataFrame, col: str):
-        part = part.sort_values("hour_utc")
-        self.start = part["hour_utc"].iloc[0] if len(part) else pd.Timestamp("1970-01-01", tz="UTC")
-        n = int((part["hour_utc"].iloc[-1] - self.start) / HOUR) + 1 if len(part) else 0
-        self.values = np.full(n, np.nan)
-        if n:
-            pos = ((part["hour_utc"] - self.start) / HOUR).to_numpy().astype(np.int64)
-            self.values[pos] = pd.to_numeric(part[col], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-
-    def index(self, ts) -> int:
-        return int((pd.Timestamp(ts) - self.start) / HOUR)
-
-    def take(self, idx) -> np.ndarray:
-        idx = np.atleast_1d(np.asarray(idx))
-        out = np.full(idx.shape, np.nan)
-        ok = (idx >= 0) & (idx < len(self.values))
-        out[ok] = self.values[idx[ok]]
-        return out
 
 
 def _simplex_grid(m: int, step: float = 0.05) -> np.ndarray:
@@ -252,7 +166,7 @@ class EnsembleForecaster(Forecaster):
         return str(self._target).startswith("carbon_intensity")
 
     def _col(self) -> str:
-        return TARGET_COLUMNS.get(self._target, self._target)
+        return target_column(self._target)
 
     def fit(self, history: pd.DataFrame, target: str) -> "EnsembleForecaster":
         self._target = target
@@ -310,7 +224,7 @@ class EnsembleForecaster(Forecaster):
         rel = self._relative()
         M = len(self._memory)
         h = np.arange(1, H + 1)
-        buckets = _bucket_of(h)
+        buckets = bucket_of(h)
         for region, part in data.groupby("region", sort=True):
             ya = HourlyArray(part[part["hour_utc"] < before], col)
             F = np.stack([np.stack([mem.array(T, region, H) for mem in self._memory], axis=1) for T in issues])  # W,H,M,3
@@ -341,7 +255,7 @@ class EnsembleForecaster(Forecaster):
 
     # --------------------------------------------------------------------------------------------------- predict
     def predict(self, issued_at, horizon: int, data: pd.DataFrame) -> pd.DataFrame:
-        T0 = _utc_hour(issued_at)
+        T0 = issue_hour(issued_at)
         data = mask_known(data, T0)
         col = self._col()
         preds = []
@@ -363,7 +277,7 @@ class EnsembleForecaster(Forecaster):
         M = len(preds)
         regions = sorted(set().union(*[set(p["region"]) for p in preds if len(p)])) if preds else []
         h = np.arange(1, horizon + 1)
-        buckets = _bucket_of(h)
+        buckets = bucket_of(h)
         out = []
         tmp = [ForecastMemory() for _ in preds]
         for mem, p in zip(tmp, preds):
@@ -391,171 +305,4 @@ class EnsembleForecaster(Forecaster):
                 "region": region, "issued_at": T0, "target_time": T0 + (h - 1) * HOUR, "horizon_h": h,
                 "p10": res[:, 0], "p50": res[:, 1], "p90": res[:, 2], "model": self.name,
             }))
-        return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=FRAME_COLUMNS)
-
-
-# ---------------------------------------------------------------------------------------------- operator blend
-
-PUBLISHED_FOR = {"solar_mw": "published_solar_mw", "wind_mw": "published_wind_mw"}
-
-
-class PublishedBlendForecaster(Forecaster):
-    """The operator's published day-ahead forecast, corrected online; the base model elsewhere (see module doc)."""
-
-    name = "operator-blend"
-
-    def __init__(self, base: Forecaster, window_days: int = 56, min_days: int = 7, ridge: float = 5.0,
-                 level: float = 0.8, ffill_hours: int = 6, name: str | None = None):
-        self.base = base
-        self.window_days = window_days
-        self.min_days = min_days
-        self.ridge = ridge
-        self.level = level
-        self.ffill_hours = ffill_hours
-        if name:
-            self.name = name
-        self._memory = ForecastMemory()
-        self._target = None
-
-    def fit(self, history: pd.DataFrame, target: str) -> "PublishedBlendForecaster":
-        self._target = target
-        self._memory = ForecastMemory()
-        self.base.fit(history, target)
-        return self
-
-    def offer_fitted(self, fitted: list[tuple[Forecaster, str, pd.Timestamp]]) -> None:
-        """Passed on to the base model (see `EnsembleForecaster.offer_fitted`)."""
-        if hasattr(self.base, "offer_fitted"):
-            self.base.offer_fitted(fitted)
-
-    def predict(self, issued_at, horizon: int, data: pd.DataFrame) -> pd.DataFrame:
-        T0 = _utc_hour(issued_at)
-        data = mask_known(data, T0)
-        col = TARGET_COLUMNS.get(self._target, self._target)
-        pub_col = PUBLISHED_FOR.get(col)
-        base = self._memory.get(self.base, T0, horizon, data)
-        base = base[base["horizon_h"] <= horizon].copy()
-        base["model"] = self.name
-        if pub_col is None or pub_col not in data.columns or data[pub_col].notna().sum() == 0:
-            return base
-        out = []
-        for region, bpart in base.groupby("region", sort=False):
-            part = data[data["region"] == region]
-            out.append(self._region(region, T0, horizon, bpart.sort_values("horizon_h"), part, col, pub_col, data))
-        return pd.concat(out, ignore_index=True)
-
-    def _op_feature(self, pub: HourlyArray, region: str, T: pd.Timestamp, h: np.ndarray) -> np.ndarray:
-        """The published value for T + h − 1 as known at T: itself while published, then the last published value
-        carried forward for up to `ffill_hours` (DE/SE's last UTC hours belong to the next, unpublished CET day)."""
-        from forecasting.data import published_known_until
-
-        Ti = pub.index(T)
-        t = Ti + h - 1
-        until = pub.index(published_known_until(T, region))
-        vals = pub.take(np.minimum(t, until - 1))
-        vals[(t >= until) & (t - (until - 1) > self.ffill_hours)] = np.nan
-        return vals
-
-    def _region(self, region, T0, horizon, bpart, part, col, pub_col, data) -> pd.DataFrame:
-        ya = HourlyArray(part, col)
-        pa = HourlyArray(part, pub_col)
-        if not np.isfinite(pa.values).any():
-            return bpart
-        h = np.arange(1, horizon + 1)
-        T0i = ya.index(T0)
-        base_now = self._memory.array(T0, region, horizon)
-        op_now = self._op_feature(pa, region, T0, h)
-        known = np.isfinite(op_now) & np.isfinite(base_now[:, 1])
-        if not known.any():
-            return bpart
-
-        def err(idx):
-            return ya.take(idx) - pa.take(idx)
-
-        X_list, Y_list, W_list, K = [], [], [], 0
-        for k in range(1, self.window_days + 1):
-            T = T0 - k * DAY
-            self._memory.get(self.base, T, horizon, data)
-            b = self._memory.array(T, region, horizon)
-            Ti = ya.index(T)
-            yy = ya.take(Ti + h - 1)
-            yy[Ti + h - 1 >= T0i] = np.nan
-            op = self._op_feature(pa, region, T, h)
-            e24 = np.where(h <= 24, err(Ti + h - 1 - 24), np.nan)  # the same hour a day earlier, known at T
-            feats = np.column_stack([op - b[:, 1], np.full(horizon, err(Ti - 1)), e24, np.ones(horizon)])
-            X_list.append(feats); Y_list.append(yy - b[:, 1]); W_list.append(b[:, 2] - b[:, 0])
-            K += int(np.isfinite(yy - b[:, 1] + feats[:, 0]).any())
-        X = np.stack(X_list)  # K,H,4
-        X[:, :, 1:3] = np.nan_to_num(X[:, :, 1:3])
-        Y = np.stack(Y_list)
-        Wd = np.stack(W_list)
-        b50 = base_now[:, 1]
-        p10, p50, p90 = base_now[:, 0].copy(), b50.copy(), base_now[:, 2].copy()
-        level = max(float(np.nanmean(np.abs(ya.values))), 1e-6)
-        floor = 0.02 * level
-        x_now = np.column_stack([op_now - b50, np.full(horizon, np.nan_to_num(err(T0i - 1))),
-                                 np.nan_to_num(np.where(h <= 24, err(T0i + h - 1 - 24), np.nan)), np.ones(horizon)])
-        prior = np.array([1.0, 0.0, 0.0, 0.0])  # shrink towards "the published value as is"
-        resid = np.full(Y.shape, np.nan)
-        for j in np.flatnonzero(known):
-            ok = np.isfinite(X[:, j]).all(axis=1) & np.isfinite(Y[:, j])
-            if ok.sum() < self.min_days:
-                p50[j] = op_now[j]
-                p10[j] = op_now[j] - (b50[j] - base_now[j, 0])
-                p90[j] = op_now[j] + (base_now[j, 2] - b50[j])
-                continue
-            Xj, Yj = X[ok, j], Y[ok, j]
-            scale = np.sqrt(np.mean(Xj ** 2, axis=0))
-            scale[3] = 1.0
-            scale = np.where(scale > 1e-9 * level, scale, 1.0)
-            Xs = Xj / scale
-            lam = self.ridge * len(Xs) * 0.05 * np.ones(4)
-            beta = np.linalg.solve(Xs.T @ Xs + np.diag(lam), Xs.T @ Yj + lam * prior * scale) / scale
-            p50[j] = b50[j] + x_now[j] @ beta
-            resid[ok, j] = Yj - Xj @ beta
-        # Band: the base model's width, scaled by conformal quantiles of the trailing residuals per bucket.
-        buckets = _bucket_of(h)
-        tail = (1 - self.level) / 2
-        infl = 1.15  # in-sample residuals of a 4-parameter fit understate the error a little
-        for b in np.unique(buckets[known]):
-            cols = (buckets == b) & known
-            R = resid[:, cols]
-            Wb = np.maximum(Wd[:, cols], floor)
-            ok = np.isfinite(R) & np.isfinite(Wb)
-            if ok.sum() < 20:
-                continue
-            qlo = max(infl * np.quantile((-R / Wb)[ok], 1 - tail), 0.0)
-            qhi = max(infl * np.quantile((R / Wb)[ok], 1 - tail), 0.0)
-            w_now = np.maximum(base_now[cols, 2] - base_now[cols, 0], floor)
-            p10[cols] = p50[cols] - qlo * w_now
-            p90[cols] = p50[cols] + qhi * w_now
-        p50 = np.clip(p50, 0, None)
-        p10 = np.clip(np.minimum(p10, p50), 0, None)
-        p90 = np.maximum(p90, p50)
-        out = bpart.copy()
-        idx = out["horizon_h"].to_numpy(dtype=int) - 1
-        out["p10"], out["p50"], out["p90"] = p10[idx], p50[idx], p90[idx]
-        return out
-
-
-def default_ensemble(target: str = "carbon_intensity", tiny: bool = False, **kwargs) -> Forecaster:
-    """The configured ensemble per target.
-
-    carbon intensity: LightGBM + mix composite + seasonal naive, weights and calibration on the validation window,
-    re-fitted at every issue on the previous `rolling_days` (see the module docstring for why);
-    solar, wind: the operator blend over the same kind of ensemble of LightGBM and seasonal naive."""
-    from forecasting.models.lgbm import LGBMForecaster
-    from forecasting.models.mix import MixCompositeForecaster
-    from forecasting.models.naive import SeasonalNaive
-
-    horizon = kwargs.pop("horizon", 96)
-    boost = {"n_estimators": 60} if tiny else {}
-    windows = {"validation_days": 14, "rolling_days": 14} if tiny else {}
-    windows.update({k: kwargs.pop(k) for k in ("validation_days", "rolling_days", "weighting", "refit") if k in kwargs})
-    if target == "carbon_intensity":
-        members = [LGBMForecaster(horizon=horizon, **boost), MixCompositeForecaster(horizon=horizon, **boost),
-                   SeasonalNaive(24)]
-        return EnsembleForecaster(members, horizon=horizon, **windows, **kwargs)
-    members = [LGBMForecaster(horizon=horizon, **boost), SeasonalNaive(24)]
-    inner = EnsembleForecaster(members, horizon=horizon, name="ensemble-base", **windows)
-    return PublishedBlendForecaster(inner, name="ensemble", **kwargs)
+        return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=list(OUTPUT_COLUMNS))

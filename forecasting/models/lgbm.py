@@ -16,11 +16,10 @@ is only ever read at an index < T (asserted):
 Carbon intensity is learnt as a ratio to its mean over the last week (`target_transform="ratio"`), so a level shift
 such as Germany's autumn-2021 move from gas to coal does not fall outside the trees' range. Solar and wind are learnt
 as a ratio to a capacity proxy (`"capacity"`: the 98th percentile of the output over the last 45 days, known at
-issued_at): the fleets grew fast in 2019–2021 (ERCO solar error 24 → 17 %, ERCO wind 24 → 21 % with it). Regions
-without weather (PJM, ISNE in the files) train without the weather features.
+issued_at), because the fleets grew fast in 2019–2021. Regions without weather (PJM, ISNE in the files) train
+without the weather features.
 
-The day ahead (horizons 1–24) and the later horizons (25–96, every third one in training) get separate boosters:
-one model over all 96 horizons forecast the day ahead clearly worse.
+The day ahead (horizons 1–24) and the later horizons (25–96, every third one in training) get separate boosters.
 """
 from __future__ import annotations
 
@@ -32,10 +31,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from forecasting.base import QUANTILE_COLUMNS, QUANTILES, TARGET_COLUMNS, Forecaster
-from forecasting.data import WEATHER_COLUMNS, mask_known
+from common.timeutil import HOUR
+from forecasting.base import QUANTILES, Forecaster, target_column
+from forecasting.data import PUBLISHED_FOR, WEATHER_COLUMNS, issue_hour, mask_known, published_known_until
+from forecasting.models.frames import empty_forecast, quantile_frame
 
-HOUR = pd.Timedelta(hours=1)
 REGION_TZ = {
     "CISO": "America/Los_Angeles",
     "ERCO": "America/Chicago",
@@ -51,26 +51,12 @@ REGION_TZ = {
 }
 REGION_COUNTRY = {"CISO": "US", "ERCO": "US", "PJM": "US", "ISNE": "US", "MISO": "US", "DE": "DE", "ES": "ES",
                   "NL": "NL", "PL": "PL", "SE": "SE", "GB": "GB"}
-PUBLISHED_FOR = {"solar_mw": "published_solar_mw", "wind_mw": "published_wind_mw"}
 CONTEXT_HOURS = 24 * 8 + 24  # the longest look-back of the lag features
 CAPACITY_DAYS = 45  # window of the capacity proxy (solar/wind targets): predict needs this much history
 
 
-def target_column(target: str) -> str:
-    """A target name (carbon_intensity, solar, wind) or a grid_hourly column (e.g. nat_gas_mw) → the column."""
-    if target in TARGET_COLUMNS:
-        return TARGET_COLUMNS[target]
-    return target
-
-
-def issue_hour(issued_at) -> pd.Timestamp:
-    ts = pd.Timestamp(issued_at)
-    ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
-    return ts.ceil("h")
-
-
 def lgbm_threads() -> int:
-    """LightGBM threads: FORECAST_THREADS, default 1 (many threads on 2 shared cores ran ~100× slower)."""
+    """LightGBM threads: FORECAST_THREADS, default 1 (more threads than free cores slow LightGBM down badly)."""
     return int(os.environ.get("FORECAST_THREADS", "1"))
 
 
@@ -387,8 +373,8 @@ class LGBMForecaster(Forecaster):
         return self
 
     def blocks(self) -> list[tuple[int, int]]:
-        """Horizon blocks with separate boosters: the day ahead (1–24) and beyond (25–horizon). One model over all
-        96 horizons forecast the day ahead clearly worse (ISNE mix MAPE 6.0 against 4.5 with 24-hour models)."""
+        """Horizon blocks with separate boosters: the day ahead (1–24) and beyond (25–horizon), so that the many
+        later horizons do not dilute the day ahead."""
         if self.horizon <= 24:
             return [(1, self.horizon)]
         return [(1, 24), (25, self.horizon)]
@@ -403,8 +389,6 @@ class LGBMForecaster(Forecaster):
         """Quantile arrays (alpha → values for horizons 1…horizon) for one region; `part` must already be masked.
 
         `exog` supplies values of the model's exog columns for the forecast hours (e.g. plug-in forecasts)."""
-        from forecasting.data import published_known_until
-
         model = self._models.get(region)
         if model is None or part.empty:
             return None
@@ -446,33 +430,6 @@ class LGBMForecaster(Forecaster):
         for region in self._models:
             q = self.predict_region(region, T0, horizon, data[data["region"] == region])
             if q is not None:
-                out.append(_quantile_frame(region, T0, horizon, q, self.name, nonnegative=True))
-        return pd.concat(out, ignore_index=True) if out else _empty()
+                out.append(quantile_frame(region, T0, horizon, q, self.name, nonnegative=True))
+        return pd.concat(out, ignore_index=True) if out else empty_forecast()
 
-
-def _empty() -> pd.DataFrame:
-    return pd.DataFrame(columns=["region", "issued_at", "target_time", "horizon_h", *QUANTILE_COLUMNS, "model"])
-
-
-def _quantile_frame(region, T0, horizon, q: dict, name: str, nonnegative: bool = True) -> pd.DataFrame:
-    """Assemble the contract frame; quantiles sorted per row (no crossing), optionally clipped at 0."""
-    alphas = sorted(q)
-    mat = np.vstack([q[a] for a in alphas]).T
-    mat = np.sort(mat, axis=1)
-    if nonnegative:
-        mat = np.clip(mat, 0.0, None)
-    # Missing scale (no recent history) → fall back to NaN rows, which the ensemble skips.
-    lookup = dict(zip(alphas, mat.T))
-    frame = pd.DataFrame(
-        {
-            "region": region,
-            "issued_at": T0,
-            "target_time": T0 + np.arange(horizon) * HOUR,
-            "horizon_h": np.arange(1, horizon + 1),
-            "p10": lookup.get(0.1, lookup[alphas[0]]),
-            "p50": lookup.get(0.5, lookup[alphas[len(alphas) // 2]]),
-            "p90": lookup.get(0.9, lookup[alphas[-1]]),
-            "model": name,
-        }
-    )
-    return frame

@@ -20,16 +20,18 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from forecasting.base import TARGET_COLUMNS, Forecaster
-from forecasting.data import DIRECT_FACTORS, FUELS, LIFECYCLE_FACTORS, mask_known
-from forecasting.models.lgbm import HOUR, LGBMForecaster, _empty, _quantile_frame, issue_hour
+from common.timeutil import HOUR
+from forecasting.base import Forecaster, target_column
+from forecasting.data import DIRECT_FACTORS, FUELS, LIFECYCLE_FACTORS, issue_hour, issue_times, mask_known
+from forecasting.models.blend import PublishedBlendForecaster
+from forecasting.models.frames import bucket_of, empty_forecast, quantile_frame
+from forecasting.models.lgbm import LGBMForecaster
 
 PLUGIN_FUELS = ("wind", "solar")
 
 
 def default_plugin(fuel: str, horizon: int) -> Forecaster:
-    from forecasting.models.ensemble import PublishedBlendForecaster
-
+    """The wind or solar plug-in: the operator blend over a point LightGBM."""
     base = LGBMForecaster(horizon=horizon, objective="l1", quantiles=(0.5,), issue_hours=(0,), n_estimators=250,
                           learning_rate=0.06, name=f"lgbm-{fuel}")
     # A point base: the blend needs a band width; the point model has none, so the blend's band comes from the
@@ -73,7 +75,7 @@ class MixCompositeForecaster(Forecaster):
         self._band: dict[str, np.ndarray] = {}  # region → (n_buckets, 2) relative quantiles
 
     def fit(self, history: pd.DataFrame, target: str) -> "MixCompositeForecaster":
-        col = TARGET_COLUMNS.get(target, target)
+        col = target_column(target)
         if not col.startswith("carbon_intensity"):
             raise ValueError("MixCompositeForecaster forecasts carbon intensity only")
         self._target = target
@@ -121,16 +123,13 @@ class MixCompositeForecaster(Forecaster):
         return out
 
     def _calibrate(self, history: pd.DataFrame) -> None:
-        from forecasting.backtest import issue_times
-        from forecasting.models.ensemble import _bucket_of
-
         self._band = {}
         end = history["hour_utc"].max() + HOUR
         start = (end - pd.Timedelta(days=self.calibration_days)).floor("D")
         issues = [T for T in issue_times(start, end - pd.Timedelta(days=1)) if T + self.horizon * HOUR <= end]
         if not issues:
             issues = [T for T in issue_times(start, end - pd.Timedelta(days=1))]
-        col = TARGET_COLUMNS.get(self._target, self._target)
+        col = target_column(self._target)
         rows = []
         for T in issues:
             window = history[(history["hour_utc"] >= T - pd.Timedelta(days=14))
@@ -144,7 +143,7 @@ class MixCompositeForecaster(Forecaster):
         res = pd.concat(rows, ignore_index=True).dropna()
         res = res[res["p50"] > 0]
         res["rel"] = res["actual"] / res["p50"] - 1
-        res["b"] = _bucket_of(res["h"].to_numpy())
+        res["b"] = bucket_of(res["h"].to_numpy())
         for region, part in res.groupby("region"):
             band = np.zeros((4, 2))
             for b in range(4):
@@ -198,14 +197,12 @@ class MixCompositeForecaster(Forecaster):
         return out
 
     def predict(self, issued_at, horizon: int, data: pd.DataFrame) -> pd.DataFrame:
-        from forecasting.models.ensemble import _bucket_of
-
         T0 = issue_hour(issued_at)
         composed = self._compose(T0, horizon, data)
         frames = []
         for region, (p50, h) in composed.items():
             band = self._band.get(region, np.tile([-0.1, 0.1], (4, 1)))
-            b = _bucket_of(h)
+            b = bucket_of(h)
             q = {0.1: p50 * (1 + band[b, 0]), 0.5: p50, 0.9: p50 * (1 + band[b, 1])}
-            frames.append(_quantile_frame(region, T0, horizon, q, self.name))
-        return pd.concat(frames, ignore_index=True) if frames else _empty()
+            frames.append(quantile_frame(region, T0, horizon, q, self.name))
+        return pd.concat(frames, ignore_index=True) if frames else empty_forecast()

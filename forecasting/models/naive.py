@@ -9,22 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from forecasting.base import Forecaster
-from forecasting.data import mask_known
-
-HOUR = pd.Timedelta(hours=1)
-
-
-def _target_column(target: str) -> str:
-    from forecasting.base import TARGET_COLUMNS
-
-    return TARGET_COLUMNS.get(target, target)
-
-
-def _issue_hour(issued_at) -> pd.Timestamp:
-    ts = pd.Timestamp(issued_at)
-    ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
-    return ts.ceil("h")
+from common.timeutil import HOUR
+from forecasting.base import Forecaster, target_column
+from forecasting.data import issue_hour, mask_known
+from forecasting.models.frames import empty_forecast
 
 
 class SeasonalNaive(Forecaster):
@@ -59,7 +47,7 @@ class SeasonalNaive(Forecaster):
         return out
 
     def fit(self, history: pd.DataFrame, target: str) -> "SeasonalNaive":
-        col = _target_column(target)
+        col = target_column(target)
         self._target = target
         self._relative = col.startswith("carbon_intensity")
         self._residual_q = {}
@@ -87,9 +75,9 @@ class SeasonalNaive(Forecaster):
         return self
 
     def predict(self, issued_at, horizon: int, data: pd.DataFrame) -> pd.DataFrame:
-        T0 = _issue_hour(issued_at)
+        T0 = issue_hour(issued_at)
         data = mask_known(data, T0)
-        col = _target_column(self._target)
+        col = target_column(self._target)
         out = []
         for region, qs in self._residual_q.items():
             part = data[data["region"] == region]
@@ -121,5 +109,5 @@ class SeasonalNaive(Forecaster):
                 )
             )
         if not out:
-            return pd.DataFrame(columns=["region", "issued_at", "target_time", "horizon_h", "p10", "p50", "p90", "model"])
+            return empty_forecast()
         return pd.concat(out, ignore_index=True)

@@ -1,13 +1,11 @@
 """Prophet per region, with weather-forecast regressors and a residual correction from the latest observations.
 
 Prophet alone is a curve fitter: trend + daily/weekly(/yearly) seasonality + linear regressor effects. It cannot
-see that today is dirtier than usual, which is why it loses to persistence on day-ahead carbon intensity (measured:
-day-ahead MAPE 14.5 % vs 6.2 % for the seasonal naive on 14 days of July 2021, CISO/PJM/SE). Three choices make it
-a usable forecaster under the `Forecaster` contract:
+see that today is dirtier than usual, which is why it loses to persistence on day-ahead carbon intensity. Three
+choices make it a usable forecaster under the `Forecaster` contract:
 
-* **Flat trend** (`growth="flat"`): a linear trend extrapolated from the last changepoints drifted by tens of
-  percent within months (day-ahead MAPE 15.7 % vs 9.8 % with the same correction, Jul–Dec 2021, six regions) and
-  took over ten times longer to fit; the level comes from the residual correction instead.
+* **Flat trend** (`growth="flat"`): a linear trend extrapolated from the last changepoints drifts within months and
+  is slow to fit; the level comes from the residual correction instead.
 * **Residual correction** (an AR-style level adjustment): at `issued_at` the model knows the observed target
   before it, hence Prophet's recent residuals. Their means over the last `correction_windows_h` hours (1, 6, 24,
   168) form a vector `a`; for every horizon `h` coefficients `beta_h` are learnt on the training residuals by
@@ -15,7 +13,7 @@ a usable forecaster under the `Forecaster` contract:
   `yhat + beta_h · a + median(corrected residual)`.
 * **Empirical quantiles**: P10/P90 are the 10 %/90 % quantiles of the corrected training residuals per horizon,
   which are calibrated for this correction (Prophet's own interval ignores it; `interval="prophet"` uses the
-  model's 80 % uncertainty interval instead). Coverage on Jul–Dec 2021: 80.6 %.
+  model's 80 % uncertainty interval instead).
 
 Regressors are the known-future weather columns (GFS forecasts) a region actually has in its history (≥ 95 %
 non-null); missing values are filled with the training mean. Generation-mix lags are not used as regressors:
@@ -32,9 +30,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from forecasting.base import KNOWN_FUTURE_COLUMNS, TARGET_COLUMNS, Forecaster, known_at
+from forecasting.base import Forecaster, known_at, target_column
+from forecasting.data import WEATHER_COLUMNS, issue_hour
 
-WEATHER_COLUMNS = tuple(c for c in KNOWN_FUTURE_COLUMNS if c.endswith(("_per_s", "_k", "_per_m2")))
 _NONNEGATIVE_TARGETS = {"carbon_intensity", "solar", "wind"}
 
 
@@ -46,21 +44,6 @@ def _mute_stan_logging() -> None:
         logger.propagate = False
     logging.getLogger("prophet.plot").setLevel(logging.CRITICAL)
     logging.getLogger("cmdstanpy").disabled = True
-
-
-def issue_hour(issued_at) -> pd.Timestamp:
-    """`issued_at` as a UTC timestamp on the hour (a forecast issued at 12:20 covers hours from 13:00)."""
-    ts = pd.Timestamp(issued_at)
-    ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
-    return ts.ceil("h")
-
-
-def target_column(target: str) -> str:
-    if target in TARGET_COLUMNS:
-        return TARGET_COLUMNS[target]
-    if target in TARGET_COLUMNS.values():
-        return target
-    raise ValueError(f"unknown target {target!r}; expected one of {sorted(TARGET_COLUMNS)}")
 
 
 def _naive(ts: pd.Series) -> pd.Series:
@@ -116,7 +99,7 @@ class ProphetForecaster(Forecaster):
 
         _mute_stan_logging()  # prophet sets its logger to INFO when first imported
 
-        column = target_column(target)
+        column = target_column(target, strict=True)
         self.target = target
         self._models.clear()
         self.skipped_ = {}
@@ -215,7 +198,7 @@ class ProphetForecaster(Forecaster):
         if horizon < 1:
             raise ValueError("horizon must be ≥ 1")
         issued = issue_hour(issued_at)
-        column = target_column(self.target)
+        column = target_column(self.target, strict=True)
         lookback = max(self._windows())
         span = (data["hour_utc"] >= issued - pd.Timedelta(hours=lookback)) & (
             data["hour_utc"] < issued + pd.Timedelta(hours=horizon)

@@ -10,9 +10,7 @@
   computed in real units, does not let the dirtiest grid dominate (a relative error, which is what MAPE measures);
 * target normalization per series: `normalizer="encoder"` (default) scales each sample by its own encoder window's
   mean/std (EncoderNormalizer; the scale of the region at that time, which follows level shifts such as DE's 2021
-  move to coal), `normalizer="group"` by the region's training mean/std (GroupNormalizer by region). Measured on
-  the standard comparison with equal training batches the encoder normalizer was better (MAPE 11.4 vs 12.5 %), and
-  in the tiny setting 9.6 vs 12.8 %.
+  move to coal), `normalizer="group"` by the region's training mean/std (GroupNormalizer by region).
 
 Training is seeded and single-threaded, runs for `max_epochs` × `limit_train_batches` or until `max_time_s`, and
 keeps the weights of the epoch with the lowest validation loss (the last `val_days` of the history) when there is
@@ -29,19 +27,19 @@ import logging
 import math
 import time
 import warnings
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from forecasting.base import TARGET_COLUMNS, Forecaster, known_at
-from forecasting.data import WEATHER_COLUMNS
+from forecasting.base import OUTPUT_COLUMNS, Forecaster, known_at, target_column
+from forecasting.data import WEATHER_COLUMNS, issue_hour
 
 CALENDAR_FEATURES = ("hour_sin", "hour_cos", "dow_sin", "dow_cos", "doy_sin", "doy_cos", "weekend")
 _EPOCH = pd.Timestamp("2000-01-01", tz="UTC")
 _NONNEGATIVE_TARGETS = {"carbon_intensity", "solar", "wind"}
-_OUTPUT = ["region", "issued_at", "target_time", "horizon_h", "p10", "p50", "p90", "model"]
 
 
 @dataclass
@@ -77,14 +75,14 @@ class TFTSettings:
 
     @classmethod
     def full(cls, **overrides) -> "TFTSettings":
-        """Real training: 8 × 50 batches of 64 (≈ 0.9 s of CPU each on one thread, ≈ 6–7 min), capped by
-        `max_time_s` of wall clock (and by the service's budget share), best epoch on the last 21 days."""
+        """Real training: 8 × 50 batches of 64, capped by `max_time_s` of wall clock (and by the service's budget
+        share), best epoch on the last 21 days."""
         base = cls(
             hidden_size=32,
             attention_head_size=2,
             hidden_continuous_size=16,
             dropout=0.1,
-            learning_rate=0.01,  # 0.003 / 0.01 / 0.03 at 100 batches: MAPE 9.9 / 9.6 / 11.8 % (Jul–Sep 2021)
+            learning_rate=0.01,
             batch_size=64,
             max_epochs=8,
             limit_train_batches=50,
@@ -108,20 +106,6 @@ class TFTSettings:
         d["observed_columns"] = tuple(d.get("observed_columns", ()))
         d["target_lags"] = tuple(d.get("target_lags", ()))
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
-
-
-def _target_column(target: str) -> str:
-    if target in TARGET_COLUMNS:
-        return TARGET_COLUMNS[target]
-    if target in TARGET_COLUMNS.values():
-        return target
-    raise ValueError(f"unknown target {target!r}; expected one of {sorted(TARGET_COLUMNS)}")
-
-
-def _issue_hour(issued_at) -> pd.Timestamp:
-    ts = pd.Timestamp(issued_at)
-    ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
-    return ts.ceil("h")
 
 
 def _quiet():
@@ -264,7 +248,7 @@ class TFTForecaster(Forecaster):
         started = time.monotonic()
         cpu_started = time.process_time()
         torch.set_num_threads(s.num_threads)
-        column = _target_column(target)
+        column = target_column(target, strict=True)
         self.target = target
         with _quiet():
             pl.seed_everything(s.seed, workers=True, verbose=False)
@@ -353,8 +337,6 @@ class TFTForecaster(Forecaster):
                 deterministic=True,
             )
             if remaining is not None:
-                from datetime import timedelta
-
                 trainer_kwargs["max_time"] = timedelta(seconds=max(remaining, 1.0))
             trainer = pl.Trainer(**trainer_kwargs)
             with contextlib.redirect_stdout(io.StringIO()):
@@ -384,8 +366,8 @@ class TFTForecaster(Forecaster):
         if not 1 <= horizon <= s.max_prediction_length:
             raise ValueError(f"tft: horizon must be 1..{s.max_prediction_length}, got {horizon}")
         torch.set_num_threads(s.num_threads)
-        issued = _issue_hour(issued_at)
-        column = _target_column(self.target)
+        issued = issue_hour(issued_at)
+        column = target_column(self.target, strict=True)
         lag = max(s.target_lags, default=0)
         enc = s.max_encoder_length + lag
         start = issued - pd.Timedelta(hours=enc)
@@ -404,7 +386,7 @@ class TFTForecaster(Forecaster):
             rows["region"] = region
             parts.append(rows)
         if not parts:
-            return pd.DataFrame(columns=_OUTPUT)
+            return pd.DataFrame(columns=list(OUTPUT_COLUMNS))
         full = pd.concat(parts, ignore_index=True)
         frame = self._fill_observed(self._frame(full, column))
         frame["weight"] = 1.0

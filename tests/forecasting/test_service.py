@@ -1,8 +1,6 @@
-"""forecasting.service: train → registry → predict → forecast store, fallbacks, idempotency, CLI."""
+"""forecasting.service: train → model registry → predict → forecast store, fallbacks, idempotency."""
 from __future__ import annotations
 
-import argparse
-import json
 import os
 from pathlib import Path
 
@@ -11,7 +9,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import pandas as pd
 import pytest
 
-from forecasting import registry, service
+from common import model_registry
+from forecasting import service, store
 
 REGIONS = ("SE", "CISO")
 
@@ -32,13 +31,13 @@ def frame(request) -> pd.DataFrame:
 
 
 @pytest.fixture
-def store(tmp_warehouse, tmp_path, monkeypatch):
+def warehouse(tmp_warehouse, tmp_path, monkeypatch):
     monkeypatch.setenv("MODELS_DIR", str(tmp_path / "models"))
     return tmp_warehouse
 
 
 @pytest.fixture
-def trained(store, frame):
+def trained(warehouse, frame):
     results = service.train(["naive-24", "prophet", "no-such-model"], ["carbon_intensity"], REGIONS, "2021-06-30",
                             budget_s=600, tiny=True, val_days=7, data=frame)
     return {r.model: r for r in results}
@@ -49,7 +48,7 @@ def test_train_registers_versions_with_validation_metrics(trained):
     for name in ("naive-24", "prophet"):
         result = trained[name]
         assert result.status == "good", result.message
-        record = registry.latest_good(name, "carbon_intensity")
+        record = model_registry.latest_good(name, "carbon_intensity")
         assert record.version == result.version == "20210701T0000Z.1"
         assert record.trained_at == pd.Timestamp("2021-07-01", tz="UTC")  # the data cut-off, not the wall clock
         metrics = record.metrics
@@ -61,12 +60,12 @@ def test_train_registers_versions_with_validation_metrics(trained):
     assert trained["naive-24"].metrics["mape"] == pytest.approx(trained["naive-24"].metrics["naive24_mape"], abs=1e-3)
 
 
-def test_predict_is_idempotent(trained, frame, store):
+def test_predict_is_idempotent(trained, frame, warehouse):
     as_of = "2021-07-05T12:00Z"
     rows1, summary = service.predict(as_of, 48, REGIONS, models=["naive-24", "prophet"], data=frame)
-    stored1 = registry.read_forecasts()
+    stored1 = store.read_forecasts()
     rows2, _ = service.predict(as_of, 48, REGIONS, models=["naive-24", "prophet"], data=frame)
-    stored2 = registry.read_forecasts()
+    stored2 = store.read_forecasts()
     assert len(rows1) == 2 * 48 * len(REGIONS) and not rows1["is_fallback"].any()
     assert {s.model: s.version for s in summary} == {"naive-24": "20210701T0000Z.1", "prophet": "20210701T0000Z.1"}
     pd.testing.assert_frame_equal(stored1, stored2)
@@ -74,10 +73,10 @@ def test_predict_is_idempotent(trained, frame, store):
     assert (stored1["issued_at"] == pd.Timestamp(as_of)).all()
 
 
-def test_fallback_on_corrupted_artifact_flags_rows(trained, frame, store):
+def test_fallback_on_corrupted_artifact_flags_rows(trained, frame, warehouse):
     earlier = pd.Timestamp("2021-07-05T00:00Z")
     before, _ = service.predict(earlier, 24, REGIONS, models=["prophet"], data=frame)
-    record = registry.latest_good("prophet", "carbon_intensity")
+    record = model_registry.latest_good("prophet", "carbon_intensity")
     artifact = Path(record.artifact_path) / "prophet.pkl"
     artifact.write_bytes(b"not a pickle")
 
@@ -95,11 +94,11 @@ def test_fallback_on_corrupted_artifact_flags_rows(trained, frame, store):
     merged = reused.merge(before, on=["region", "target_time"], suffixes=("", "_before"))
     assert (merged["p50"] == merged["p50_before"]).all()
     assert summary[0].fallback_rows == len(rows) and "corrupted" in summary[0].reasons[0]
-    stored = registry.read_forecasts("prophet", issued_at=later)
+    stored = store.read_forecasts("prophet", issued_at=later)
     assert stored["is_fallback"].all() and len(stored) == len(rows)
 
 
-def test_model_without_version_falls_back_to_seasonal_naive(store, frame):
+def test_model_without_version_falls_back_to_seasonal_naive(warehouse, frame):
     rows, summary = service.predict("2021-07-10T00:00Z", 24, REGIONS, models=["lgbm"], data=frame)
     assert len(rows) == 24 * len(REGIONS) and rows["is_fallback"].all()
     assert rows["fallback_reason"].str.contains("no good version of lgbm").all()
@@ -111,67 +110,46 @@ def test_model_without_version_falls_back_to_seasonal_naive(store, frame):
     assert rows["p50"].round(6).tolist() == pd.Series(expected).round(6).tolist()
 
 
-def test_predict_needs_explicit_as_of_and_a_model(store, frame):
+def test_predict_needs_explicit_as_of_and_a_model(warehouse, frame):
     with pytest.raises(ValueError, match="explicit as_of"):
         service.predict(None, 24, REGIONS, data=frame)
     with pytest.raises(ValueError, match="no good model"):
         service.predict("2021-07-10T00:00Z", 24, REGIONS, data=frame)
 
 
-def test_predict_outside_the_data_says_so(store, frame):
+def test_predict_outside_the_data_says_so(warehouse, frame):
     """An hourly run at the wall-clock hour on a warehouse holding 2021 only: a clear error, not a pandas one."""
     with pytest.raises(ValueError, match="no grid data for .* before 2030-01-01T00:00:00"):
         service.predict("2030-01-01T00:00Z", 24, REGIONS, data=frame)
 
 
-def test_budget_spent_skips_jobs(store, frame):
+def test_budget_spent_skips_jobs(warehouse, frame):
     results = service.train(["naive-24"], ["carbon_intensity"], REGIONS, "2021-06-30", budget_s=0.5, data=frame)
     assert [r.status for r in results] == ["skipped"] and "budget" in results[0].message
 
 
-def test_without_refit_the_validated_fit_keeps_its_own_cutoff(store, frame):
+def test_without_refit_the_validated_fit_keeps_its_own_cutoff(warehouse, frame):
     results = service.train(["naive-24"], ["carbon_intensity"], REGIONS, "2021-06-30", val_days=7, data=frame,
                             refit="never")
-    record = registry.latest_good("naive-24", "carbon_intensity")
+    record = model_registry.latest_good("naive-24", "carbon_intensity")
     assert results[0].status == "good" and record.metrics["refit"] is False
     assert record.trained_at == pd.Timestamp("2021-06-24", tz="UTC")  # the data it saw ends where validation starts
     assert record.version == "20210624T0000Z.1"
 
 
-def test_cli_train_and_predict_print_json_only(store, capfd, data_dir, monkeypatch):
-    monkeypatch.setenv("DATA_DIR", str(data_dir))
-    parser = argparse.ArgumentParser(prog="python -m forecasting")
-    sub = parser.add_subparsers(dest="command", required=True)
-    service.register(sub)
-
-    args = parser.parse_args(["train", "--models", "naive-24", "--regions", "SE", "--train-end", "2021-06-30",
-                              "--val-days", "3", "--tiny", "--source", "files", "--json"])
-    assert args.func(args) == 0
-    out = json.loads(capfd.readouterr().out)
-    assert out["cutoff"] == "2021-07-01T00:00:00+00:00"
-    assert [(r["model"], r["status"]) for r in out["results"]] == [("naive-24", "good")]
-
-    args = parser.parse_args(["predict", "--as-of", "2021-07-15T12:00Z", "--horizon", "24", "--regions", "SE",
-                              "--source", "files", "--json"])
-    assert args.func(args) == 0
-    out = json.loads(capfd.readouterr().out)
-    assert out["as_of"] == "2021-07-15T12:00:00+00:00" and out["rows"] == 24 and out["fallback_rows"] == 0
-    assert out["forecasts"][0]["model"] == "naive-24"
-
-
-def test_tft_trains_in_a_second_process(store, frame):
+def test_tft_trains_in_a_second_process(warehouse, frame):
     """`workers=2`: the TFT lane runs in its own process and registers its version in the same warehouse."""
     results = service.train(["naive-24", "tft"], ["carbon_intensity"], REGIONS, "2021-06-30", budget_s=300,
                             tiny=True, val_days=7, data=frame, workers=2)
     assert [(r.model, r.status) for r in results] == [("naive-24", "good"), ("tft", "good")]
-    record = registry.latest_good("tft", "carbon_intensity")
+    record = model_registry.latest_good("tft", "carbon_intensity")
     assert record.version == results[1].version and record.metrics["n"] == 7 * 24 * len(REGIONS)
     rows, _ = service.predict("2021-07-02T00:00Z", 24, REGIONS, models=["tft"], data=frame)
     assert len(rows) == 24 * len(REGIONS) and not rows["is_fallback"].any()
 
 
-def test_models_that_do_not_forecast_a_target_are_not_trained_for_it(store, frame):
+def test_models_that_do_not_forecast_a_target_are_not_trained_for_it(warehouse, frame):
     """The mix composite forecasts carbon intensity only: no failed 'mix/wind' version lands in the registry."""
     results = service.train(["mix"], ["wind"], REGIONS, "2021-06-30", budget_s=60, tiny=True, val_days=7, data=frame)
     assert results == []
-    assert registry.list_models("mix", "wind", db_path=store) == []
+    assert model_registry.list_models("mix", "wind", db_path=warehouse) == []

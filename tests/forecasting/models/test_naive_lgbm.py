@@ -5,9 +5,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from forecasting.backtest import rolling_forecasts, score
 from forecasting.data import mask_known
-from forecasting.metrics import mape
+from forecasting.evaluation.backtest import rolling_forecasts, score
+from forecasting.evaluation.metrics import mape
 from forecasting.models.lgbm import LGBMForecaster
 from forecasting.models.naive import SeasonalNaive
 

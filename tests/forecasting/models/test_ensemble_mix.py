@@ -2,15 +2,18 @@
 from __future__ import annotations
 
 import copy
+import pickle
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from forecasting.backtest import rolling_forecasts, score
 from forecasting.base import Forecaster
-from forecasting.metrics import coverage, error_pct_of_mean, mape
+from forecasting.evaluation.backtest import rolling_forecasts, score
+from forecasting.evaluation.metrics import coverage, error_pct_of_mean, mape
 from forecasting.models import ensemble as ens
+from forecasting.models.blend import PublishedBlendForecaster
+from forecasting.models.frames import ForecastMemory
 from forecasting.models.lgbm import LGBMForecaster
 from forecasting.models.mix import MixCompositeForecaster
 from forecasting.models.naive import SeasonalNaive
@@ -29,12 +32,12 @@ def fresh(model):
         seen.add(id(obj))
         if isinstance(obj, Forecaster):
             for key, value in list(vars(obj).items()):
-                if isinstance(value, ens.ForecastMemory):
-                    setattr(obj, key, ens.ForecastMemory())
-                elif isinstance(value, list) and value and all(isinstance(v, ens.ForecastMemory) for v in value):
+                if isinstance(value, ForecastMemory):
+                    setattr(obj, key, ForecastMemory())
+                elif isinstance(value, list) and value and all(isinstance(v, ForecastMemory) for v in value):
                     if key == "_memory" and isinstance(obj, ens.EnsembleForecaster):
                         continue  # the ensemble's validation forecasts are part of its fitted state
-                    setattr(obj, key, [ens.ForecastMemory() for _ in value])
+                    setattr(obj, key, [ForecastMemory() for _ in value])
                 else:
                     walk(value)
         elif isinstance(obj, dict):
@@ -162,7 +165,7 @@ def test_mix_no_leakage(fitted_mix, grid_frame):
 @pytest.fixture(scope="module")
 def operator_setup(summer_frame):
     base = LGBMForecaster(horizon=24, n_estimators=30, learning_rate=0.2, issue_hours=(0,))
-    blend = ens.PublishedBlendForecaster(base, window_days=10, min_days=5)
+    blend = PublishedBlendForecaster(base, window_days=10, min_days=5)
     blend.fit(summer_frame[summer_frame["hour_utc"] < "2021-07-01"], "wind")
     return blend
 
@@ -232,3 +235,14 @@ def test_ensemble_takes_an_offered_member_fitted_on_the_same_history(fitted_ense
                    [(offered(), "solar", end)],  # another target
                    [(offered(n_estimators=31), "carbon_intensity", end)]):  # other parameters
         assert not getattr(ensemble(offers)._fitted[0], "offered_", False)
+
+
+def test_artifacts_pickled_with_the_old_module_paths_still_load():
+    """Registered artifacts pickled while the operator blend and the forecast memory lived in ensemble.py name them
+    there: the names must still resolve."""
+    blob = pickle.dumps(PublishedBlendForecaster(SeasonalNaive(24)), protocol=0)
+    old = blob.replace(b"forecasting.models.blend\n", b"forecasting.models.ensemble\n")
+    old = old.replace(b"forecasting.models.frames\n", b"forecasting.models.ensemble\n")
+    assert b"forecasting.models.blend\n" not in old and b"forecasting.models.frames\n" not in old
+    model = pickle.loads(old)
+    assert isinstance(model, PublishedBlendForecaster) and isinstance(model._memory, ForecastMemory)

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from forecasting import metrics
+from forecasting.evaluation import metrics
 
 
 def test_mape_known_value():

@@ -9,8 +9,8 @@ import pandas as pd
 
 
 def test_backtest_store_writes_every_issue_and_the_planner_reads_them(grid_dir, tmp_warehouse, capsys):
-    from forecasting.__main__ import main
-    from forecasting.registry import read_forecasts
+    from forecasting.cli import main
+    from forecasting.store import read_forecasts
 
     rc = main(["backtest", "--region", "SE", "--model", "naive-24", "--start", "2021-07-01", "--end", "2021-07-03",
                "--horizon", "48", "--source", "files", "--no-plot", "--json", "--store"])

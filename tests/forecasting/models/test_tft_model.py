@@ -115,15 +115,15 @@ def test_beats_climatology_and_the_seasonal_naive(fitted, frame):
 
 
 def test_save_load_and_registry_artifact_roundtrip(fitted, frame, tmp_path):
-    from forecasting import registry
+    from common import model_registry
     from forecasting.models.tft_model import TFTForecaster
 
     issued = pd.Timestamp("2021-07-04T00:00Z")
     expected = fitted.predict(issued, 24, frame)
     fitted.save(tmp_path / "plain")
     pd.testing.assert_frame_equal(expected, TFTForecaster.load(tmp_path / "plain").predict(issued, 24, frame))
-    registry.save_artifact(fitted, tmp_path / "reg")
-    loaded = registry.load_artifact(tmp_path / "reg")
+    model_registry.save_artifact(fitted, tmp_path / "reg")
+    loaded = model_registry.load_artifact(tmp_path / "reg")
     assert isinstance(loaded, TFTForecaster) and loaded.train_losses_ == fitted.train_losses_
     pd.testing.assert_frame_equal(expected, loaded.predict(issued, 24, frame))
 

@@ -1,18 +1,16 @@
-"""Rolling-origin backtests, scoring, the published baselines, the command line and the results table."""
+"""Rolling-origin backtests, scoring and the published baselines."""
 from __future__ import annotations
 
-import json
-
-import numpy as np
 import pandas as pd
 import pytest
 
-from forecasting import backtest
+from forecasting.data import issue_times
+from forecasting.evaluation import backtest
 from forecasting.models.naive import SeasonalNaive
 
 
 def test_issue_times_daily_at_midnight_inclusive():
-    times = backtest.issue_times("2021-07-01", "2021-07-03")
+    times = issue_times("2021-07-01", "2021-07-03")
     assert list(times) == [pd.Timestamp(f"2021-07-0{d}", tz="UTC") for d in (1, 2, 3)]
     assert backtest.window_end("2021-07-03") == pd.Timestamp("2021-07-04", tz="UTC")
 
@@ -66,53 +64,10 @@ def test_run_backtest_metrics_and_baseline(grid_dir):
     assert len(res[0].forecasts) == 14 * 24
 
 
-def test_cli_backtest_prints_one_json_document(grid_dir, tmp_path, capsys):
-    from forecasting.__main__ import main
-
-    rc = main(["backtest", "--region", "CISO", "--target", "carbon_intensity", "--model", "naive-24",
-               "--start", "2021-07-01", "--end", "2021-07-10", "--horizon", "24", "--json", "--source", "files",
-               "--plot-dir", str(tmp_path)])
-    assert rc == 0
-    out = capsys.readouterr().out
-    doc = json.loads(out)  # stdout holds exactly one JSON document
-    assert {"mape", "coverage_p10_p90", "by_horizon", "baseline_dacf_mape"} <= set(doc)
-    assert doc["baseline_dacf_mape"] > 0
-    assert (tmp_path / "carbon_intensity_naive-24_CISO.png").stat().st_size > 10_000
-
-    rc = main(["backtest", "--region", "SE", "--target", "wind", "--model", "naive-24", "--start", "2021-07-01",
-               "--end", "2021-07-05", "--json", "--source", "files", "--no-plot"])
-    doc = json.loads(capsys.readouterr().out)
-    assert {"error_pct_of_mean", "baseline_operator_error_pct_of_mean"} <= set(doc)
-
-
-def test_results_table_renders_every_bucket_and_the_baselines(grid_dir, tmp_path, monkeypatch):
-    calls = []
-
-    def fake_job(spec):
-        calls.append(spec)
-        regions = backtest.target_regions(spec["target"], spec["regions"])
-        by = {b: {"mape": 5.0, "error_pct_of_mean": 12.0, "coverage_p10_p90": 80.0} for b in
-              ("1-6", "7-24", "25-48", "49-96")}
-        metrics = {"mape": 5.0, "day_ahead_mape": 5.0, "error_pct_of_mean": 12.0, "day_ahead_error_pct_of_mean": 12.0,
-                   "coverage_p10_p90": 80.0, "day_ahead_coverage_p10_p90": 80.0, "by_horizon": by}
-        return {"target": spec["target"], "model": spec["model"], "fit_cpu_s": 1.0, "fit_wall_s": 1.0,
-                "predict_cpu_s": 1.0, "predict_wall_s": 1.0, "regions": {r: metrics for r in regions}}
-
-    monkeypatch.setattr(backtest, "results_job", fake_job)
-    res = backtest.build_results(["naive-24", "ensemble"], ["carbon_intensity", "wind"], ["DE", "SE", "PJM"],
-                                 "2021-07-01", "2021-12-31", source="files")
-    text = backtest.render_markdown(res, "python -m forecasting results")
-    assert len(calls) == 4
-    assert "| DE | published: DACF |" in text and "49-96" in text
-    assert "**5.00**" in text  # 5 % beats DACF's DE 9.08
-    assert "DACF ANN" in text  # PJM wind is not an operator forecast
-    assert "wind SE: ensemble 12.00 vs ENTSO-E" in text  # a loss is listed
-
-
 def test_ensemble_backtest_is_reproducible(grid_frame):
     """The planner's evaluation replays stored backtest forecasts, so a backtest must give the same forecasts each
     time it runs (no wall-clock budget, seeded single-threaded boosting): two runs, equal rows."""
-    from forecasting.models import make_model
+    from forecasting.models.registry import make_model
 
     runs = []
     for _ in range(2):

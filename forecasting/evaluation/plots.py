@@ -62,3 +62,21 @@ def plot_forecast(
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def write_plot(res, published, plot_dir: Path) -> Path:
+    """The day-ahead plot of one backtest result (a `BacktestResult`) against the published forecast, as
+    `<plot_dir>/<target>_<model>_<region>.png`."""
+    baseline = None
+    label = "published"
+    if published is not None and len(published):
+        pub_target = "carbon_intensity_direct" if res.target == "carbon_intensity" else f"{res.target}_mw"
+        part = published[(published["region"] == res.region) & (published["target"] == pub_target)]
+        if len(part):
+            baseline = part.set_index("hour_utc")["value"]
+            label = f"published day-ahead ({part['publisher'].iloc[0]})"
+    path = plot_dir / f"{res.target}_{res.model}_{res.region}.png"
+    metric = res.metrics.get("day_ahead_mape", res.metrics.get("day_ahead_error_pct_of_mean"))
+    title = (f"{res.region} {res.target}: {res.model} day-ahead (issued 00:00 UTC, h 1–24), "
+             f"error {metric} %, P10–P90 coverage {res.metrics.get('day_ahead_coverage_p10_p90')} %")
+    return plot_forecast(res.forecasts, path, title, target=res.target, baseline=baseline, baseline_label=label)

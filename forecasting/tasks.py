@@ -1,9 +1,10 @@
-"""Task callables for the forecast DAGs: Param validation and the train/predict calls, JSON-able results."""
+"""What the forecast DAGs call: Param validation, then training or issuing forecasts; JSON-able results."""
 from __future__ import annotations
 
 import logging
 
-import pandas as pd
+from common.timeutil import parse_time
+from forecasting import service
 
 log = logging.getLogger(__name__)
 
@@ -14,21 +15,9 @@ def _regions_known() -> list[str]:
     return ["CISO", "ERCO", "PJM", "ISNE", "MISO", "DE", "ES", "NL", "PL", "SE", "GB"]
 
 
-def parse_time(value, name: str) -> pd.Timestamp:
-    try:
-        ts = pd.Timestamp(value)
-    except (ValueError, TypeError):
-        raise ValueError(f"{name} must be an ISO date/time such as 2021-07-15T12:00Z, got {value!r}") from None
-    if ts is pd.NaT:
-        raise ValueError(f"{name} is empty")
-    return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
-
-
 def validate(params: dict, interval_end) -> dict:
     """Check the Params before any work; the issue/training time defaults to the run's data interval end."""
-    from forecasting.service import DEFAULT_REGIONS
-
-    regions = list(params.get("regions") or DEFAULT_REGIONS)
+    regions = list(params.get("regions") or service.DEFAULT_REGIONS)
     unknown = sorted(set(regions) - set(_regions_known()))
     if unknown:
         raise ValueError(f"unknown region(s) {unknown}; choose from {_regions_known()}")
@@ -51,8 +40,7 @@ def validate(params: dict, interval_end) -> dict:
 
 
 def train(choice: dict) -> list[dict]:
-    from forecasting import service
-
+    """Train and register the chosen models (`validate`'s output); fails when every model failed."""
     results = service.train(models=choice["models"], targets=choice["targets"], regions=choice["regions"],
                             train_end=choice["train_end"], budget_s=choice["budget_s"], tiny=choice["tiny"],
                             progress=log.info)
@@ -65,8 +53,7 @@ def train(choice: dict) -> list[dict]:
 
 
 def predict(choice: dict) -> dict:
-    from forecasting import service
-
+    """Issue and store the chosen forecasts (`validate`'s output); a summary of the rows written."""
     rows, results = service.predict(choice["as_of"], horizon=choice["horizon"], regions=choice["regions"],
                                     targets=choice["targets"], models=choice["models"],
                                     bootstrap_tiny=choice["tiny"])

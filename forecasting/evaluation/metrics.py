@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-HORIZON_BUCKETS = ((1, 6), (7, 24), (25, 48), (49, 96))
+from forecasting.base import HORIZON_BUCKETS
+
 DAY_AHEAD = (1, 24)
 
 
