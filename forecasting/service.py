@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from common.model_registry import latest_good, register_model
+from warehouse.model_registry import latest_good, register_model
 from common.timeutil import HOUR, utc
 from forecasting.base import TARGET_COLUMNS
 from forecasting.data import attach_published, grid_hourly, issue_hour, load_published_forecasts, mask_known

@@ -11,7 +11,7 @@ from typing import Iterable
 import pandas as pd
 
 from common.timeutil import utc
-from warehouse.db import reader, writer
+from warehouse.db import reader, table_exists, writer
 
 DDL = """
 CREATE SCHEMA IF NOT EXISTS forecast;
@@ -52,14 +52,6 @@ def ensure_tables(con) -> None:
     """Create `forecast.forecasts` if it does not exist (idempotent)."""
     con.execute(DDL)
 
-
-def _has_table(con, schema: str, name: str) -> bool:
-    return bool(
-        con.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?",
-            [schema, name],
-        ).fetchone()[0]
-    )
 
 
 def forecast_frame(frame: pd.DataFrame) -> pd.DataFrame:
@@ -164,7 +156,7 @@ def read_forecasts(
     empty = pd.DataFrame(columns=list(FORECAST_COLUMNS))
     try:
         with reader(db_path) as con:
-            if not _has_table(con, "forecast", "forecasts"):
+            if not table_exists(con, "forecast.forecasts"):
                 return empty
             frame = con.execute(sql, params).df()
     except FileNotFoundError:

@@ -61,7 +61,7 @@ from scheduling.planning.power_options import load_power_table
 from scheduling.planning.problem import JobTable, abs_hours
 from scheduling.planning.session import HourlyPlanner, apply_running
 from warehouse.config import warehouse_path
-from warehouse.db import reader
+from warehouse.db import reader, table_exists
 
 log = logging.getLogger(__name__)
 
@@ -123,9 +123,7 @@ def plan_history(policy: str, as_of, db_path=None) -> tuple[pd.DataFrame, pd.Tim
     empty = pd.DataFrame(columns=cols)
     try:
         with reader(db_path) as con:
-            has = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'plan' "
-                              "AND table_name IN ('plans', 'assignments')").fetchone()[0]
-            if has < 2:
+            if not (table_exists(con, "plan.plans") and table_exists(con, "plan.assignments")):
                 return empty, None
             first = con.execute(
                 "SELECT min(plan_time) FROM plan.plans WHERE policy = ? AND plan_time >= ? AND plan_time < ?",
@@ -196,8 +194,7 @@ def _source_key(db_path, mart: str) -> str:
     if path.exists():
         try:
             with reader(path) as con:
-                if con.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'marts' "
-                               "AND table_name = ?", [mart]).fetchone()[0]:
+                if table_exists(con, f"marts.{mart}"):
                     return f"warehouse:{path}"
         except Exception:  # noqa: BLE001 - unreadable warehouse: the loaders fall back to files too
             pass

@@ -17,9 +17,10 @@ from scheduling.evaluation.report import run_evaluation, safe_run_id, validate_e
 from scheduling.models.measured import load_energy_profiles, load_throughput
 from scheduling.models.performance.predictor import PerformancePredictor
 from scheduling.models.power import PowerModel
-from scheduling.models.registered import POWER_NAME, POWER_TARGET, PREDICTOR_NAME, PREDICTOR_TARGET, _registry
+from scheduling.models.registered import POWER_NAME, POWER_TARGET, PREDICTOR_NAME, PREDICTOR_TARGET
 from scheduling.planning.policies.registry import DEFAULT_POLICY
 from scheduling.service import DEFAULT_HORIZON_H, plan_hourly, validate_inputs
+from warehouse import model_registry
 
 # ------------------------------------------------------------------------------------------------ plan_hourly
 
@@ -97,7 +98,6 @@ def train_models(db_path=None, as_of=None, evaluate: bool = True, eval_config=No
 
     torch.set_num_threads(1)
     log = log or (lambda message: None)
-    registry = _registry()
     trained_at = pd.Timestamp(as_of) if as_of is not None else _now_utc()
     if trained_at.tzinfo is None:
         trained_at = trained_at.tz_localize("UTC")
@@ -116,11 +116,11 @@ def train_models(db_path=None, as_of=None, evaluate: bool = True, eval_config=No
             metrics.update({k: evaluation[k] for k in evaluation if k.startswith("protocol") or k in ("targets", "timings")})
         metrics["environment"] = environment()
         params = {"prior": cfg.prior.__dict__, "refiner": cfg.refiner.__dict__, "rows": int(len(throughput))}
-        record = registry.register_model(predictor, PREDICTOR_NAME, PREDICTOR_TARGET, trained_at, params=params,
+        record = model_registry.register_model(predictor, PREDICTOR_NAME, PREDICTOR_TARGET, trained_at, params=params,
                                          metrics=metrics, db_path=db_path)
     except Exception as exc:  # noqa: BLE001 - recorded as a failed version, then re-raised after the power model
         log(f"predictor training failed: {exc}")
-        record = registry.register_model(None, PREDICTOR_NAME, PREDICTOR_TARGET, trained_at, status="failed",
+        record = model_registry.register_model(None, PREDICTOR_NAME, PREDICTOR_TARGET, trained_at, status="failed",
                                          metrics={"error": f"{type(exc).__name__}: {exc}",
                                                   "traceback": traceback.format_exc()[-4000:]}, db_path=db_path)
     result[PREDICTOR_NAME] = _summary(record)
@@ -131,12 +131,12 @@ def train_models(db_path=None, as_of=None, evaluate: bool = True, eval_config=No
         profiles = load_energy_profiles(db_path)
         power = PowerModel(profiles)
         metrics = {"power_eval": power_eval(profiles) if evaluate else None, "train_s": round(time.perf_counter() - t0, 1)}
-        record = registry.register_model(power, POWER_NAME, POWER_TARGET, trained_at,
+        record = model_registry.register_model(power, POWER_NAME, POWER_TARGET, trained_at,
                                          params={"rows": int(len(profiles)), "gpu_types": sorted(profiles.gpu_type.unique())},
                                          metrics=metrics, db_path=db_path)
     except Exception as exc:  # noqa: BLE001
         log(f"power model failed: {exc}")
-        record = registry.register_model(None, POWER_NAME, POWER_TARGET, trained_at, status="failed",
+        record = model_registry.register_model(None, POWER_NAME, POWER_TARGET, trained_at, status="failed",
                                          metrics={"error": f"{type(exc).__name__}: {exc}",
                                                   "traceback": traceback.format_exc()[-4000:]}, db_path=db_path)
     result[POWER_NAME] = _summary(record)

@@ -218,7 +218,8 @@ def _content_hash(frame: pd.DataFrame, rejections: list[Rejection]) -> str:
     return digest.hexdigest()
 
 
-def _table_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+def table_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    """Whether `schema.name` exists in the warehouse `con` is connected to."""
     schema, name = table.split(".", 1)
     return bool(
         con.execute(
@@ -243,7 +244,7 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, loaded_at: pd.Times
         "SELECT content_hash FROM raw._batches WHERE table_name = ? AND batch_id = ?",
         [batch.table, batch.batch_id],
     ).fetchone()
-    if previous and previous[0] == content_hash and _table_exists(con, batch.table):
+    if previous and previous[0] == content_hash and table_exists(con, batch.table):
         return LoadResult(batch.table, batch.batch_id, len(frame), len(batch.rejections), True)
 
     stamp = loaded_at if loaded_at is not None else pd.Timestamp.now(tz="UTC")
@@ -255,7 +256,7 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, loaded_at: pd.Times
         # Batch metadata go in as parameters, not per-row frame columns (much faster to insert).
         select = "SELECT *, ?::VARCHAR AS _source, ?::VARCHAR AS _batch_id, ?::TIMESTAMPTZ AS _loaded_at FROM _batch_frame"
         meta = [batch.source, batch.batch_id, stamp]
-        if not _table_exists(con, batch.table):
+        if not table_exists(con, batch.table):
             con.execute(f"CREATE TABLE {batch.table} AS {select} LIMIT 0", meta)
         else:
             existing = [r[0] for r in con.execute(f"DESCRIBE {batch.table}").fetchall()]

@@ -12,18 +12,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from forecasting import registry
+from warehouse import model_registry
 
 PREDICTOR_NAME = "gpu-predictor"
 PREDICTOR_TARGET = "steps_per_s"
 POWER_NAME = "gpu-power"
 POWER_TARGET = "energy_per_epoch_j"
 TARGETS = {PREDICTOR_NAME: PREDICTOR_TARGET, POWER_NAME: POWER_TARGET}
-
-
-def _registry():
-
-    return registry
 
 
 _LOADED: dict = {}  # artifact path -> loaded model (an artifact never changes once registered)
@@ -37,10 +32,9 @@ def resolve_registered(name: str, as_of=None, db_path=None) -> tuple[object | No
     source: None, reason}, so the caller can fall back and say so."""
     if name not in TARGETS:
         raise ValueError(f"unknown model {name!r}; known: {sorted(TARGETS)}")
-    registry = _registry()
     info: dict = {"name": name, "version": None, "trained_at": None, "source": None, "skipped": []}
     try:
-        records = registry.list_models(name, TARGETS[name], "good", db_path)
+        records = model_registry.list_models(name, TARGETS[name], "good", db_path)
     except Exception as exc:  # noqa: BLE001 - an unreadable registry must not stop the plan; the caller falls back
         info["reason"] = f"registry unreadable ({type(exc).__name__}: {exc})"
         return None, info
@@ -55,7 +49,7 @@ def resolve_registered(name: str, as_of=None, db_path=None) -> tuple[object | No
             if model is None:
                 model = record.load()
                 _LOADED[record.artifact_path] = model
-        except registry.ArtifactError as exc:
+        except model_registry.ArtifactError as exc:
             info["skipped"].append({"version": record.version, "error": str(exc)})
             continue
         info.update(version=record.version, trained_at=record.trained_at.isoformat(), source="registry")

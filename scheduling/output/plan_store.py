@@ -41,7 +41,7 @@ from common.jsonutil import canonical_json, to_jsonable
 from common.timeutil import iso_z, utc
 from scheduling.domain.plan import Plan
 from scheduling.explain.template import TemplateExplainer
-from warehouse.db import reader, writer
+from warehouse.db import reader, table_exists, writer
 
 SCHEMA = "plan"
 ASSIGNMENT_COLUMNS: dict[str, str] = {
@@ -361,9 +361,7 @@ def delete_plan(plan_id: str, db_path=None) -> None:
 # ------------------------------------------------------------------------------------------------ reading
 
 def _has_plans(con) -> bool:
-    return bool(con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'plan' AND table_name = 'plans'"
-    ).fetchone()[0])
+    return table_exists(con, "plan.plans")
 
 
 def list_plans(policy: str | None = None, as_of=None, db_path=None) -> pd.DataFrame:

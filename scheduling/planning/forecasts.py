@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from common.timeutil import utc
-from forecasting.backtest import STORED_PREFIX
+from forecasting.store import STORED_PREFIX, read_forecasts
 from forecasting.data import grid_hourly, load_published_forecasts
 
 HOUR = pd.Timedelta(hours=1)
@@ -302,8 +302,6 @@ BACKTEST = "backtest"
 
 def _warehouse_rows(zones, start, end, db_path, model, version=None):
     try:
-        from forecasting.registry import read_forecasts
-
         lo = utc(start) - pd.Timedelta(days=2) if start is not None else None
         rows = read_forecasts(model=model, target="carbon_intensity", regions=zones, issued_before=end,
                               target_from=lo, db_path=db_path)

@@ -9,7 +9,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import pandas as pd
 import pytest
 
-from common import model_registry
+from warehouse import model_registry
 from forecasting import service, store
 
 REGIONS = ("SE", "CISO")

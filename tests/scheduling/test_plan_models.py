@@ -42,7 +42,7 @@ def predictor(data_dir):
 def registry_db(tmp_warehouse, tmp_path, monkeypatch, profiles, predictor):
     """Versions of both models around PLAN_TIME: good (07-01), corrupted good (07-08), failed (07-10, the newest
     before the plan), good but after the planning time (07-20)."""
-    from forecasting import registry
+    from warehouse import model_registry as registry
     from scheduling.models.power import PowerModel
     from scheduling.models.registered import POWER_NAME, POWER_TARGET, PREDICTOR_NAME, PREDICTOR_TARGET
 

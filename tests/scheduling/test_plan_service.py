@@ -81,7 +81,7 @@ def test_next_hour_sees_the_previous_plan(tmp_warehouse, tmp_path, data_dir):
 
 
 def test_only_forecasts_issued_by_the_planning_time_are_used(tmp_warehouse, tmp_path, data_dir):
-    from forecasting.registry import write_forecasts
+    from forecasting.store import write_forecasts
 
     def rows(issued, value):
         hours = pd.date_range(pd.Timestamp(issued), periods=72, freq="h")

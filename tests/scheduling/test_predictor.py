@@ -186,7 +186,6 @@ def test_performance_predictor_online_feedback_and_persistence(throughput, tmp_p
 
 
 def test_train_and_register_and_load_latest_good(throughput, tmp_warehouse, tmp_path, monkeypatch):
-    pytest.importorskip("forecasting.registry")
     from scheduling.evaluation.predictor_eval import EvalConfig
     from scheduling.models.registered import load_latest_good
     from scheduling.tasks import train_models as train_and_register

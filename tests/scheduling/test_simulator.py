@@ -103,7 +103,7 @@ def test_dacf_forecast_known_only_for_the_day(data_dir):
 
 
 def test_warehouse_forecasts_are_read(tmp_warehouse, data_dir):
-    from forecasting.registry import write_forecasts
+    from forecasting.store import write_forecasts
 
     issued = pd.Timestamp("2021-07-03T00:00Z")
     targets = issued + pd.to_timedelta(np.arange(48), unit="h")
@@ -128,7 +128,7 @@ def test_evaluation_forecasts_keep_the_backtest(tmp_warehouse, data_dir):
     evaluation's default reads the backtest alone; the hourly plan's (all versions) lets the noon issue win and names
     the version it used (forecast.forecasts keeps one version per model and issue hour); an absent version is a clear
     error; without a stored backtest (the hourly forecast DAG's stream, a version per training) every version."""
-    from forecasting.registry import write_forecasts
+    from forecasting.store import write_forecasts
 
     from scheduling.planning.forecasts import BACKTEST
 

@@ -168,7 +168,7 @@ class PerformancePredictor:
         prior = attach_prior(frame, self.prior)["prior_log"].to_numpy()
         return frame.assign(prior_steps_per_s=np.exp(prior), steps_per_s=np.exp(mean), log_std=np.sqrt(var))
 
-    # -- persistence (forecasting.registry calls save/load) --------------------------------------------------------
+    # -- persistence (the model registry calls save/load) --------------------------------------------------------
     def save(self, directory: Path | str) -> Path:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)

@@ -115,7 +115,7 @@ def test_beats_climatology_and_the_seasonal_naive(fitted, frame):
 
 
 def test_save_load_and_registry_artifact_roundtrip(fitted, frame, tmp_path):
-    from common import model_registry
+    from warehouse import model_registry
     from forecasting.models.tft_model import TFTForecaster
 
     issued = pd.Timestamp("2021-07-04T00:00Z")

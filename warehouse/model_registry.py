@@ -27,7 +27,7 @@ import pandas as pd
 
 from common.timeutil import utc
 from warehouse.config import var_dir
-from warehouse.db import reader, writer
+from warehouse.db import reader, table_exists, writer
 
 DDL = """
 CREATE SCHEMA IF NOT EXISTS model;
@@ -192,14 +192,6 @@ def ensure_tables(con) -> None:
     con.execute(DDL)
 
 
-def _has_table(con, schema: str, name: str) -> bool:
-    return bool(
-        con.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?",
-            [schema, name],
-        ).fetchone()[0]
-    )
-
 
 def _version_for(con, model_name: str, target: str, trained_at: pd.Timestamp) -> str:
     stem = trained_at.strftime("%Y%m%dT%H%MZ")
@@ -296,7 +288,7 @@ def list_models(model_name: str | None = None, target: str | None = None, status
     sql += " ORDER BY trained_at DESC, created_at DESC, version DESC"
     try:
         with reader(db_path) as con:
-            if not _has_table(con, "model", "registry"):
+            if not table_exists(con, "model.registry"):
                 return []
             frame = con.execute(sql, params).df()
     except FileNotFoundError:

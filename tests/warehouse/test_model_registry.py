@@ -1,4 +1,4 @@
-"""The model registry (common.model_registry) on a temporary warehouse: versions, artifacts, checksums."""
+"""The model registry (warehouse.model_registry) on a temporary warehouse: versions, artifacts, checksums."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import json
 import pandas as pd
 import pytest
 
-from common import model_registry
+from warehouse import model_registry
 
 REGIONS = ("SE", "CISO")
 
