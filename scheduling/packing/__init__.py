@@ -57,28 +57,17 @@ same Cluster object. Not thread-safe: use one policy object per thread.
 The openb replay of the paper's experiments (trace loading, arrival order, metrics, plots) is
 ``scheduling/evaluation/fgd_replay.py``; its command is ``python -m scheduling fgd-replay``.
 """
+from scheduling.packing.base import PackingPolicy, best_fit_gpus
 from scheduling.packing.cluster import Binding, Cluster, Placement
 from scheduling.packing.frag import FragTables, frag_tables, node_frag_batch, node_frag_memo, node_frag_scalar
 from scheduling.packing.pods import MILLI, Pod, normalize_gpu_spec, pods_from_frame
-from scheduling.packing.policies import (
-    DISPLAY_NAMES,
-    FGD,
-    POLICY_NAMES,
-    BestFit,
-    DotProd,
-    GpuClustering,
-    GpuPacking,
-    PackingPolicy,
-    RandomFit,
-    best_fit_gpus,
-    make_policy,
-)
+from scheduling.packing.policies import FGD, BestFit, DotProd, GpuClustering, GpuPacking, RandomFit
+from scheduling.packing.registry import DISPLAY_NAMES, POLICIES, POLICY_NAMES, UnknownNameError, make_policy
 from scheduling.packing.workload import TargetWorkload
 
 __all__ = [
     "Binding", "Cluster", "Placement", "FragTables", "frag_tables", "node_frag_batch", "node_frag_memo",
-    "node_frag_scalar", "MILLI", "Pod",
-    "normalize_gpu_spec", "pods_from_frame", "DISPLAY_NAMES", "FGD", "POLICY_NAMES", "BestFit", "DotProd",
-    "GpuClustering", "GpuPacking", "PackingPolicy", "RandomFit", "best_fit_gpus", "make_policy",
-    "TargetWorkload",
+    "node_frag_scalar", "MILLI", "Pod", "normalize_gpu_spec", "pods_from_frame", "PackingPolicy", "best_fit_gpus",
+    "FGD", "BestFit", "DotProd", "GpuClustering", "GpuPacking", "RandomFit", "DISPLAY_NAMES", "POLICIES",
+    "POLICY_NAMES", "UnknownNameError", "make_policy", "TargetWorkload",
 ]
