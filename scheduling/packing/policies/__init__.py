@@ -1,5 +1,16 @@
-"""The packing policies, one module each: FGD and the five baselines of the FGD paper (Weng et al., USENIX ATC'23).
-Each module's docstring gives its node score and GPU-device rule; ``scheduling.packing.registry`` maps names to them.
+"""The packing policies of the FGD paper (Weng et al., USENIX ATC'23), one module each; every module's docstring
+gives the node score and the GPU-device rule, and ``scheduling.packing.registry`` maps the names to the classes.
+
+===================  ==============  ==============================================================
+module               policy          prefers
+===================  ==============  ==============================================================
+``fgd``              FGD             the least growth of GPU fragmentation against the workload
+``bestfit``          BestFit         the least CPU and GPU left after placement
+``dotprod``          DotProd         free resources least aligned with the request
+``gpu_packing``      GpuPacking      shared devices, then used nodes, then idle nodes
+``gpu_clustering``   GpuClustering   nodes running pods of the same GPU-affinity tag
+``random_fit``       Random          a feasible node uniformly at random (seeded)
+===================  ==============  ==============================================================
 """
 from scheduling.packing.policies.bestfit import BestFit
 from scheduling.packing.policies.dotprod import DotProd
