@@ -7,14 +7,12 @@ nodes to recompute.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from scheduling.packing.frag import frag_tables, node_frag_memo
 from scheduling.packing.pods import MILLI, Pod
-
-if TYPE_CHECKING:
-    from scheduling.packing.workload import TargetWorkload
+from scheduling.packing.workload import TargetWorkload
 
 DEFAULT_MAX_PODS = 1001  # the reference's `pods` allocatable per node
 
@@ -235,11 +233,9 @@ class Cluster:
         self.gpu_full[node] = int((row == MILLI).sum())
 
     # ----------------------------------------------------------------- fragmentation
-    def node_fragmentation(self, workload: "TargetWorkload") -> np.ndarray:
+    def node_fragmentation(self, workload: TargetWorkload) -> np.ndarray:
         """F_n(M) per node (milli-GPU, float64), memoized per workload and recomputed only for changed nodes
         (through the workload's state memo). The returned array is the cache: do not modify it."""
-        from scheduling.packing.frag import frag_tables, node_frag_memo
-
         entry = self._frag_cache.get(id(workload))
         if entry is None or entry[0] is not workload:
             tables = frag_tables(workload, self.model_names)
@@ -253,7 +249,7 @@ class Cluster:
             seen[stale] = self.version[stale]
         return values
 
-    def fragmentation(self, workload: "TargetWorkload") -> float:
+    def fragmentation(self, workload: TargetWorkload) -> float:
         """Cluster fragmentation F = sum_n F_n(M), in milli-GPU. Divide by :attr:`gpu_milli_idle` for the
         fragmentation ratio, or by ``1000 * total_gpus`` for the amount as a share of the cluster."""
         return float(self.node_fragmentation(workload).sum())

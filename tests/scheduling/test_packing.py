@@ -9,7 +9,10 @@ import pandas as pd
 import pytest
 
 from scheduling.packing import (
+    DISPLAY_NAMES,
     FGD,
+    POLICIES,
+    POLICY_NAMES,
     BestFit,
     Cluster,
     DotProd,
@@ -20,6 +23,7 @@ from scheduling.packing import (
     Pod,
     RandomFit,
     TargetWorkload,
+    UnknownNameError,
     make_policy,
     node_frag_batch,
     node_frag_scalar,
@@ -306,6 +310,22 @@ def test_make_policy():
         make_policy("fgd")
     with pytest.raises(ValueError):
         make_policy("first-fit")
+
+
+def test_policy_registry():
+    assert POLICY_NAMES == ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd")
+    assert DISPLAY_NAMES == {"random": "Random", "dotprod": "DotProd", "gpuclustering": "GpuClustering",
+                             "gpupacking": "GpuPacking", "bestfit": "BestFit", "fgd": "FGD"}
+    wl = TargetWorkload.from_specs([(1000, 500, 1)], [1.0])
+    for name in POLICY_NAMES:
+        policy = make_policy(name.upper(), workload=wl, seed=0)
+        assert type(policy) is POLICIES.factory(name) and policy.name == name
+    assert isinstance(make_policy("Gpu_Packing"), GpuPacking)
+    with pytest.raises(UnknownNameError, match="unknown packing policy 'firstfit'; known: random, dotprod") as err:
+        make_policy("first-fit")
+    assert isinstance(err.value, KeyError)
+    a, b = make_policy("random", seed=7), make_policy("random", seed=7)
+    assert a.rng.integers(1 << 30) == b.rng.integers(1 << 30)
 
 
 # ------------------------------------------------------------------------------------------------ cross-check
