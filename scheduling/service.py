@@ -174,7 +174,6 @@ def pending_and_running(as_of, policy: str, fleet, db_path=None, data_dir=None,
 
 
 def _fleet(regions: Iterable[str] | None, data_dir=None):
-
     fleet = load_fleet(data_dir=data_dir)
     if regions:
         return fleet.select(list(regions))
@@ -301,8 +300,6 @@ def validate_inputs(as_of, policy: str, regions=None, horizon_hours: int = DEFAU
             or not MIN_HORIZON_H <= int(horizon_hours) <= MAX_HORIZON_H:
         raise ValueError(f"horizon_hours {horizon_hours!r} must be an integer in [{MIN_HORIZON_H}, {MAX_HORIZON_H}]")
     if regions:
-
-
         known = list(yaml.safe_load(DEFAULT_FLEET_PATH.read_text())["regions"])
         bad = [r for r in regions if r not in known]
         if bad:

@@ -16,16 +16,16 @@ appear in `repr()`, `describe()`, `redacted_statements()` or the errors raised b
     connect(target, read_only=False)        # an open DuckDB connection, catalog attached and in USE
 
 Command line (prints one JSON document):
-    python -m warehouse.catalog describe              the configured target, redacted
-    python -m warehouse.catalog statements            the connect statements, redacted
-    python -m warehouse.catalog install-extensions    provision the DuckDB extensions the target needs (once per
+    python -m warehouse catalog describe              the configured target, redacted
+    python -m warehouse catalog statements            the connect statements, redacted
+    python -m warehouse catalog install-extensions    provision the DuckDB extensions the target needs (once per
                                                       image), from the pip packages duckdb-extension-* when
                                                       installed (no network), else from DuckDB's repository
-    python -m warehouse.catalog init                  create the warehouse once before parallel writers start
+    python -m warehouse catalog init                  create the warehouse once before parallel writers start
+                                                      (`warehouse.db.init_catalog`)
 """
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import os
@@ -37,7 +37,6 @@ from typing import Any, Mapping
 
 import duckdb
 
-from warehouse import db
 from warehouse.config import REPO_ROOT
 
 LOCAL = "duckdb"
@@ -366,7 +365,7 @@ def connect_statements(target: WarehouseTarget, read_only: bool = False) -> list
     extensions, create the (temporary, in-memory) secrets, ATTACH the lake as `warehouse` and USE it.
 
     `INSTALL x` is a no-op when the extension is already installed (provision images with
-    `python -m warehouse.catalog install-extensions`; DuckDB would otherwise download it). The statements contain
+    `python -m warehouse catalog install-extensions`; DuckDB would otherwise download it). The statements contain
     secrets: log `redacted_statements()` instead."""
     if target.mode != DUCKLAKE:
         return []
@@ -456,35 +455,10 @@ def connect(target: WarehouseTarget | None = None, read_only: bool = False):
         ) from None
 
 
-def init(target: WarehouseTarget | None = None) -> dict[str, Any]:
-    """Create the warehouse once, before parallel writers start: for DuckLake the first ATTACH creates the catalog
-    tables in PostgreSQL, then the warehouse's own schemas and bookkeeping tables (warehouse.db.DDL, without the
-    PRIMARY KEY that DuckLake does not support). Concurrent first writers would race on creating them (the losers
-    fail and are retried by Airflow). Idempotent. For the local file: warehouse.db.writer() does the same."""
-    target = from_env() if target is None else target
-    if target.is_local:
-        with db.writer(target.path):
-            pass
-        return {"mode": target.mode, "database": str(target.path)}
-    ddl = getattr(db, "SHARED_DDL", None) or db.DDL.replace(",\n    PRIMARY KEY (table_name, batch_id)", "")
-    con = connect(target)
-    try:
-        con.execute(ddl)
-        tables = con.execute(
-            "SELECT schema_name || '.' || table_name FROM duckdb_tables() WHERE database_name = current_database() "
-            "ORDER BY 1"
-        ).fetchall()
-    finally:
-        con.close()
-    return {"mode": target.mode, "database": describe(target)["database"], "tables": [t[0] for t in tables]}
-
-
 def install_extensions(target: WarehouseTarget | None = None) -> list[dict[str, str]]:
     """Install the extensions `target` needs into the extension directory (once per machine or image). Uses the
     binary of a pip-installed duckdb-extension-<name> package when there is one (offline), else DuckDB's
     repository (needs network). Returns what was done per extension."""
-
-
     target = from_env() if target is None else target
     done = []
     con = duckdb.connect(config={k: v for k, v in target.config.items() if k == "extension_directory"})
@@ -508,38 +482,3 @@ def install_extensions(target: WarehouseTarget | None = None) -> list[dict[str, 
     finally:
         con.close()
     return done
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m warehouse.catalog", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("describe", help="the configured warehouse target (secrets redacted)")
-    p = sub.add_parser("statements", help="the connect statements (secrets redacted)")
-    p.add_argument("--read-only", action="store_true")
-    sub.add_parser("install-extensions", help="install the DuckDB extensions the target needs")
-    sub.add_parser("init", help="create the warehouse (lake catalog, schemas, bookkeeping tables) once")
-    args = parser.parse_args(argv)
-    target = None
-    try:
-        target = from_env()
-        if args.command == "describe":
-            out: Any = describe(target)
-        elif args.command == "statements":
-            out = {"mode": target.mode, "database": describe(target)["database"],
-                   "statements": redacted_statements(target, read_only=args.read_only)}
-        elif args.command == "init":
-            out = init(target)
-        else:
-            out = {"mode": target.mode, "installed": install_extensions(target)}
-    except CatalogConfigError as exc:
-        print(json.dumps({"error": str(exc)}))
-        return 2
-    except Exception as exc:  # duckdb errors while installing: redact, report, fail
-        print(json.dumps({"error": redact(f"{type(exc).__name__}: {exc}", target)}))
-        return 1
-    print(json.dumps(out, sort_keys=True))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

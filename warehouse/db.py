@@ -303,3 +303,25 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, loaded_at: pd.Times
         con.execute("ROLLBACK")
         raise
     return LoadResult(batch.table, batch.batch_id, len(frame), len(batch.rejections), False)
+
+
+def init_catalog(target: catalog.WarehouseTarget | None = None) -> dict:
+    """Create the warehouse once, before parallel writers start: for DuckLake the first ATTACH creates the catalog
+    tables in PostgreSQL, then the warehouse's own schemas and bookkeeping tables (DDL, without the
+    PRIMARY KEY that DuckLake does not support). Concurrent first writers would race on creating them (the losers
+    fail and are retried by Airflow). Idempotent. For the local file: `writer()` does the same."""
+    target = catalog.from_env() if target is None else target
+    if target.is_local:
+        with writer(target.path):
+            pass
+        return {"mode": target.mode, "database": str(target.path)}
+    con = catalog.connect(target)
+    try:
+        con.execute(SHARED_DDL)
+        tables = con.execute(
+            "SELECT schema_name || '.' || table_name FROM duckdb_tables() WHERE database_name = current_database() "
+            "ORDER BY 1"
+        ).fetchall()
+    finally:
+        con.close()
+    return {"mode": target.mode, "database": catalog.describe(target)["database"], "tables": [t[0] for t in tables]}

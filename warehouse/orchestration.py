@@ -61,8 +61,6 @@ def ingest_live(regions: list[str] | None, start: str, end: str) -> list[dict]:
     warehouse/connectors/feeds.yaml). With neither, nothing is fetched: live feeds need API keys and network, so
     they are opt-in. Each region uses its primary feed and falls back to the secondary; rows name their feed.
     """
-
-
     if not regions:
         configured = os.environ.get("LIVE_GRID_REGIONS", "").strip()
         if not configured:

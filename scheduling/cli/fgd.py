@@ -17,6 +17,10 @@ import os
 import sys
 from pathlib import Path
 
+from scheduling.evaluation import fgd_replay as fr
+from scheduling.evaluation.fgd_replay import DEFAULT_OUT
+from scheduling.packing.registry import POLICY_NAMES
+
 
 def _default_jobs() -> int:
     return max(1, min(2, os.cpu_count() or 1))
@@ -29,8 +33,7 @@ def register(subparsers) -> None:
     p.add_argument("--trace", default="openb_pod_list_default",
                    help="pod-list variant (openb_pod_list_<x>, or just <x>), or family:all / family:<cpu|gpushare|"
                         "gpuspec|multigpu>[,...] for the per-family bar chart at arrived 100%%")
-    p.add_argument("--policy", default="fgd", help="fgd, bestfit, gpupacking, gpuclustering, dotprod, random, "
-                                                   "a comma list, or all")
+    p.add_argument("--policy", default="fgd", help=f"{', '.join(POLICY_NAMES)}, a comma list, or all")
     p.add_argument("--seeds", default="42-51", help="e.g. 42-51 or 42,43 (default 42-51)")
     p.add_argument("--tune", type=float, default=1.3, help="tune the workload to this x GPU capacity (1.3)")
     p.add_argument("--fixture-order", action="store_true",
@@ -68,8 +71,6 @@ def register(subparsers) -> None:
 
 
 def _out_dir(arg: str | None) -> Path:
-    from scheduling.evaluation.fgd_replay import DEFAULT_OUT
-
     return Path(arg) if arg else DEFAULT_OUT
 
 
@@ -97,8 +98,6 @@ def _print_table(report: dict) -> None:
 
 
 def cmd_replay(args) -> int:
-    from scheduling.evaluation import fgd_replay as fr
-
     try:
         seeds = fr.parse_seeds(args.seeds)
         policies = fr.parse_policies(args.policy)
@@ -153,8 +152,6 @@ def cmd_replay(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from scheduling.evaluation import fgd_replay as fr
-
     result = fr.bench_packing(args.policy, args.seed, args.repeats, data_dir=args.data_dir)
     _write_json(_out_dir(args.out) / "bench_packing.json", result)
     print(json.dumps(result, indent=2))
@@ -162,8 +159,6 @@ def cmd_bench(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from scheduling.evaluation import fgd_replay as fr
-
     out = _out_dir(args.out)
     show = not args.no_progress
     default_path = out / "replay_default_fixture.json"

@@ -37,7 +37,6 @@ def _emit(result: dict, as_json: bool, summary: str) -> None:
 
 
 def _resolve(path: str | Path) -> Path:
-
     path = Path(path)
     return path if path.is_absolute() else REPO_ROOT / path
 
@@ -64,7 +63,6 @@ def cmd_predictor_eval(args) -> int:
 
 
 def cmd_power_eval(args) -> int:
-
     profiles = energy_profiles_from_files(args.data_dir) if args.from_files else load_energy_profiles(args.db)
     result = power_eval(profiles)
     report = _resolve(args.report)
@@ -77,7 +75,6 @@ def cmd_power_eval(args) -> int:
 
 
 def cmd_train_predictor(args) -> int:
-
     result = train_models(db_path=args.db, as_of=args.as_of, evaluate=not args.no_eval, log=_log)
     _emit(result, args.json, json.dumps(result, indent=2, default=str))
     return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
 import logging
 import os
@@ -21,8 +22,32 @@ import time
 import tracemalloc
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+
+from common.timeutil import utc
+from scheduling.domain.fleet import load_fleet
+from scheduling.domain.jobs import generate_jobs
+from scheduling.evaluation.report import chart_over_runs
+from scheduling.evaluation.simulator import (
+    _clean,
+    _targets,
+    build_scenario,
+    environment,
+    evaluate,
+    fmt,
+    over_seeds,
+    replay_optimum,
+    report_markdown,
+    simulate,
+    solve_optimum,
+    solve_preemptive_optimum,
+)
 from scheduling.explain.registry import EXPLAINERS, make_explainer
-from scheduling.planning.policies.registry import DEFAULT_POLICY
+from scheduling.planning.forecasts import GridSeries, make_forecasts
+from scheduling.planning.policies.registry import DEFAULT_POLICY, ONLINE_POLICIES
+from scheduling.planning.problem import JobTable
+from scheduling.planning.session import HourlyPlanner, plan_hour
 from scheduling.service import DEFAULT_HORIZON_H, plan_hourly
 
 DEFAULT_REPORT_DIR = Path("var") / "reports" / "planner"
@@ -158,8 +183,6 @@ def _scenario_parser(subparsers, name: str, help_text: str):
 
 
 def _policies(arg: str) -> list[str]:
-    from scheduling.planning.policies.registry import ONLINE_POLICIES
-
     if arg in ("all", ""):
         return list(ONLINE_POLICIES)
     return [p.strip() for p in arg.split(",") if p.strip()]
@@ -173,8 +196,6 @@ def _write_json(path: Path, payload: dict) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from scheduling.evaluation.simulator import build_scenario, evaluate, over_seeds, report_markdown
-
     runs = []
     for path in args.from_json or []:
         try:
@@ -183,8 +204,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             raise SystemExit(f"evaluate --from-json: cannot read {path}: {exc}") from exc
         runs += saved["runs"] if "runs" in saved else [saved]
     if args.from_json:
-        from scheduling.evaluation.simulator import _targets
-
         # one order whatever the files' order: seed, period, load
         runs.sort(key=lambda r: (int(r["config"].get("seed", 0)), r["config"]["start"], r["config"]["load_target"]))
 
@@ -220,8 +239,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         tmp.write_text(report_markdown(runs))
         tmp.replace(path)
     if args.report_plot:
-        from scheduling.evaluation.report import chart_over_runs
-
         chart_over_runs(runs, Path(args.report_plot))
     summary = over_seeds(runs)
     payload = runs[0] if len(runs) == 1 else {"runs": runs, **({"over_seeds": summary} if summary else {})}
@@ -238,8 +255,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _print_table(rep: dict) -> None:
-    from scheduling.evaluation.simulator import fmt
-
     cfg = rep["config"]
     print(f"{cfg['start'][:10]} +{cfg['days']}d load {cfg['load_target']} seed {cfg['seed']} forecasts "
           f"{rep['forecasts']['used']}")
@@ -274,23 +289,12 @@ def _peak_rss_mb() -> float:
 
 def _assignments_digest(assignments) -> str:
     """SHA-256 of the plan's assignments in job order: equal digests mean the same plan (a refactor check)."""
-    import hashlib
-
     frame = assignments.sort_values("job_id", kind="stable").reset_index(drop=True)
     return hashlib.sha256(frame.to_csv(index=False).encode()).hexdigest()
 
 
 def _bench_one(n_jobs: int, hours: int, regions: int, plan_time, seed: int, repeats: int, data_dir,
                policy: str = "priority", recent: int = 0) -> dict:
-    import numpy as np
-    import pandas as pd
-
-    from scheduling.domain.fleet import load_fleet
-    from scheduling.domain.jobs import generate_jobs
-    from scheduling.planning.forecasts import GridSeries, make_forecasts
-    from scheduling.planning.problem import JobTable
-    from scheduling.planning.session import HourlyPlanner
-
     t = pd.Timestamp(plan_time)
     fleet = load_fleet(regions=regions, data_dir=data_dir)
     jobs = generate_jobs(n_jobs, t, 1, fleet, seed=seed, data_dir=data_dir, arrival="all-at-start",
@@ -363,8 +367,6 @@ def _bench_one(n_jobs: int, hours: int, regions: int, plan_time, seed: int, repe
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from scheduling.evaluation.simulator import environment
-
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     results = [_bench_one(n, args.hours, args.regions, args.plan_time, args.seed, args.repeats, args.data_dir,
                           args.policy, args.recent)
@@ -396,8 +398,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------------- plan
 def cmd_replay(args: argparse.Namespace) -> int:
-    from scheduling.evaluation.simulator import _clean, build_scenario, replay_optimum, simulate
-
     sc = build_scenario(start=args.start, days=args.days, n_jobs=args.jobs, regions=args.regions, load=args.load,
                         seed=args.seed, data_dir=args.data_dir, calibrate=2)
     out = replay_optimum(sc, integral=args.integral, time_limit_s=args.time_limit)
@@ -411,8 +411,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def _matching_run(path: str, sc) -> dict:
     """The policies' metrics of the run of an `evaluate` JSON made on the same scenario (start, load, jobs, seed)."""
-    from common.timeutil import utc
-
     saved = json.loads(Path(path).read_text())
     runs = saved.get("runs", [saved] if "config" in saved else [])
     for run in runs:
@@ -426,8 +424,6 @@ def _matching_run(path: str, sc) -> dict:
 
 def cmd_preemption_bound(args: argparse.Namespace) -> int:
     """Both bounds on one scenario, and the share of each bound's reduction every policy captures."""
-    from scheduling.evaluation.simulator import _clean, build_scenario, simulate, solve_optimum, solve_preemptive_optimum
-
     sc = build_scenario(start=args.start, days=args.days, n_jobs=args.jobs, regions=args.regions, load=args.load,
                         seed=args.seed, data_dir=args.data_dir, calibrate=2)
     if args.evaluation:
@@ -448,12 +444,6 @@ def cmd_preemption_bound(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    import pandas as pd
-
-    from scheduling.domain.fleet import load_fleet
-    from scheduling.domain.jobs import generate_jobs
-    from scheduling.planning.session import plan_hour
-
     t = pd.Timestamp(args.as_of)
     t = (t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")).floor("h")
     fleet = load_fleet(regions=args.regions, data_dir=args.data_dir)

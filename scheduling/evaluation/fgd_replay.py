@@ -1,7 +1,7 @@
 """Replay of the FGD (ATC'23) openb experiments on the packer: trace loading, arrival order (shuffle and tuning),
 the replay loop, the paper's metrics, plots, the results table and the packing benchmark.
 
-An experiment, as the reference simulator runs it (/work/shared/specs/fgd-reference.md, section 4):
+An experiment, as the paper's reference simulator runs it (Weng et al., USENIX ATC'23, and its public artifact):
 
 1. Pods from ``openb_pod_list_<variant>.csv``, nodes from ``openb_node_list_gpu_node.csv`` (1213 nodes, 6212
    GPUs), both read from ``DATA_DIR/openb``.
@@ -26,11 +26,13 @@ import platform
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from tqdm import tqdm
 
 from scheduling.packing import (
     DISPLAY_NAMES,
@@ -42,6 +44,8 @@ from scheduling.packing import (
     make_policy,
     pods_from_frame,
 )
+from scheduling.packing.registry import POLICIES, policy_key
+from warehouse.config import data_dir as configured
 
 DEFAULT_TRACE = "openb_pod_list_default"
 NODE_LIST = "openb_node_list_gpu_node.csv"
@@ -77,8 +81,6 @@ FAMILIES = {
 # --------------------------------------------------------------------------------------------- inputs
 def openb_dir(data_dir: Path | str | None = None) -> Path:
     if data_dir is None:
-        from warehouse.config import data_dir as configured
-
         data_dir = configured()
     path = Path(data_dir) / "openb"
     if not path.is_dir():
@@ -320,8 +322,6 @@ def run_one(spec: RunSpec, progress: Callable[[int], None] | None = None) -> Rep
 def run_many(specs: Sequence[RunSpec], jobs: int = 1, progress_desc: str | None = None,
              show_progress: bool = True) -> list[ReplayResult]:
     """Run the specs (in parallel processes if ``jobs > 1``), with a tqdm bar on stderr."""
-    from tqdm import tqdm
-
     results: list[ReplayResult | None] = [None] * len(specs)
     if jobs <= 1 or len(specs) <= 1:
         # one process: a pod-level bar, its total grown as each run's arrival order is known
@@ -337,7 +337,6 @@ def run_many(specs: Sequence[RunSpec], jobs: int = 1, progress_desc: str | None 
                                     meta={"trace": short_name(spec.trace), "seed": spec.seed,
                                           "order": "fixture" if spec.fixture_order else "shuffle"})
         return results  # type: ignore[return-value]
-    from concurrent.futures import ProcessPoolExecutor, as_completed
 
     with ProcessPoolExecutor(max_workers=jobs) as pool, tqdm(
         total=len(specs), desc=progress_desc or "runs", unit="run", file=sys.stderr, disable=not show_progress,
@@ -371,13 +370,7 @@ def parse_seeds(text: str) -> list[int]:
 def parse_policies(text: str) -> list[str]:
     if text.strip().lower() == "all":
         return list(POLICY_NAMES)
-    out = []
-    for part in text.split(","):
-        key = part.strip().lower().replace("-", "").replace("_", "")
-        if key not in POLICY_NAMES:
-            raise ValueError(f"unknown policy {part!r}; choose from {', '.join(POLICY_NAMES)} or all")
-        out.append(key)
-    return out
+    return [POLICIES.check(policy_key(part.strip())) for part in text.split(",")]
 
 
 def _mean_over(runs: list[dict[int, float]]) -> dict[int, float]:
@@ -436,7 +429,7 @@ def compare_published(summary: dict) -> dict:
 
 
 def environment() -> dict:
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 - plotting loads only when a chart is drawn
 
     return {"cpu_count": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
             "pandas": pd.__version__, "matplotlib": matplotlib.__version__, "platform": platform.platform(),
@@ -503,10 +496,10 @@ _COLORS = {"random": "#7f7f7f", "dotprod": "#9467bd", "gpuclustering": "#8c564b"
 
 def plot_unallocated(results: Sequence[ReplayResult], path: Path, title: str = "") -> Path:
     """Unallocated GPU % against arrived workload (75-120 %), one line per policy (mean over seeds)."""
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 - plotting loads only when a chart is drawn
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - plotting loads only when a chart is drawn
 
     xs = list(range(75, 121))
     fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -531,10 +524,10 @@ def plot_unallocated(results: Sequence[ReplayResult], path: Path, title: str = "
 
 def plot_families(report: dict, path: Path) -> Path:
     """Bar charts of unallocated GPU % at arrived 100 % per variant, one panel per trace family."""
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 - plotting loads only when a chart is drawn
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - plotting loads only when a chart is drawn
 
     fams = list(report["families"])
     policies = report["policies"]

@@ -25,7 +25,7 @@ LGB_PARAMS = dict(n_estimators=400, learning_rate=0.03, num_leaves=15, min_child
 
 
 def _lgbm(seed: int):
-    import lightgbm  # noqa: PLC0415 - LightGBM loads only for its forecaster
+    import lightgbm  # noqa: PLC0415 - LightGBM loads only for its baseline
 
     return lightgbm.LGBMRegressor(random_state=seed, deterministic=True, force_row_wise=True, **LGB_PARAMS)
 

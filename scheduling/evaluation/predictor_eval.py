@@ -263,7 +263,7 @@ def _fit_lgb_refiner(train: pd.DataFrame, cfg: EvalConfig, rng_seed: int):
 # --- all -------------------------------------------------------------------------------------------------------
 
 def environment() -> dict:
-    import lightgbm  # noqa: PLC0415 - LightGBM loads only for its forecaster
+    import lightgbm  # noqa: PLC0415 - LightGBM loads only for its baseline
     import torch  # noqa: PLC0415 - torch loads in seconds; only training/prediction paths need it
 
     return {

@@ -76,7 +76,6 @@ class ReportResult:
 
 
 def default_report_dir(run_id: str) -> Path:
-
     return var_dir() / "reports" / "evaluate" / safe_run_id(run_id)
 
 
@@ -655,8 +654,6 @@ def validate_evaluation_params(params: dict) -> dict:
     """The evaluate DAG's Params checked (ValueError naming the bad value): policies (list of the planner's
     policy names), period_start (date), days (1-31), jobs (>= 1), regions (a count or a list of fleet region
     names), load (0.5 or 0.8), max_cards (0-500)."""
-
-
     policies = params.get("policies") or []
     if isinstance(policies, str) or not isinstance(policies, (list, tuple)) or not policies:
         raise ValueError(f"policies {policies!r} must be a non-empty list of {list(POLICY_NAMES)}")
@@ -706,8 +703,6 @@ def run_evaluation(*, start, days: int, n_jobs: int, regions, load: float, polic
                    db_path=None, data_dir=None, explainer=None) -> dict:
     """Simulate `policies` (online ones; "optimum" adds the LP bound) on one scenario and write the report.
     Returns {index, directory, run_id, metrics (per policy), optimum_kgco2e, cards, seconds}."""
-
-
     t0 = _time.perf_counter()
     policies = list(dict.fromkeys(policies))
     online = [p for p in policies if p != "optimum"]

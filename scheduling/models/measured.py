@@ -205,7 +205,6 @@ def throughput_from_files(data_dir: Path | str | None = None, measurement_sets=(
 
 
 def _read_mart(table: str, db_path) -> pd.DataFrame:
-
     with reader(db_path) as con:
         return con.execute(f"SELECT * FROM {table}").df()
 

@@ -440,8 +440,6 @@ def read_explanations(plan_id: str, db_path=None) -> pd.DataFrame:
 
 def table_digest(db_path=None, plan_ids: Iterable[str] | None = None) -> dict[str, str]:
     """SHA-256 per plan.* table over its rows in a canonical order (for checking that re-runs are identical)."""
-
-
     out = {}
     with reader(db_path) as con:
         if not _has_plans(con):

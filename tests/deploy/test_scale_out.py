@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from warehouse import catalog
+from warehouse import catalog, db
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = REPO_ROOT / "deploy" / "scale-out"
@@ -494,11 +494,11 @@ def test_command_line_prints_one_redacted_json_document(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in catalog.ENV_VARS}
     env.update(lake_env(DUCKLAKE_CATALOG_PASSWORD="clisecret9"), PYTHONPATH=str(REPO_ROOT))
     for command in ("describe", "statements"):
-        out = run([sys.executable, "-m", "warehouse.catalog", command], env, timeout=60)
+        out = run([sys.executable, "-m", "warehouse", "catalog", command], env, timeout=60)
         assert "clisecret9" not in out.stdout
         assert json.loads(out.stdout)["mode"] == "ducklake"
     env.pop("DUCKLAKE_DATA_PATH")
-    out = run([sys.executable, "-m", "warehouse.catalog", "describe"], env, timeout=60, check=False)
+    out = run([sys.executable, "-m", "warehouse", "catalog", "describe"], env, timeout=60, check=False)
     assert out.returncode == 2 and "DUCKLAKE_DATA_PATH" in json.loads(out.stdout)["error"]
 
 
@@ -680,9 +680,9 @@ def test_ducklake_shared_by_concurrent_processes(extension_directory, postgres, 
         DUCKDB_EXTENSION_DIRECTORY=str(extension_directory),
     )
     target = catalog.from_env(environ)
-    created = catalog.init(target)  # the lake in PostgreSQL, the warehouse's schemas and bookkeeping tables
+    created = db.init_catalog(target)  # the lake in PostgreSQL, the warehouse's schemas and bookkeeping tables
     assert {"raw._batches", "quarantine.rejected_rows"} <= set(created["tables"])
-    assert catalog.init(target)["tables"] == created["tables"]  # idempotent
+    assert db.init_catalog(target)["tables"] == created["tables"]  # idempotent
     con = catalog.connect(target)
     con.execute("CREATE OR REPLACE TABLE raw.probe (n INTEGER, writer VARCHAR)")
     con.close()
@@ -734,14 +734,12 @@ def _create_database(postgres: dict, name: str) -> None:
 
 
 def test_warehouse_writer_and_reader_on_ducklake(extension_directory, postgres, tmp_path, monkeypatch):
-    """warehouse.db's writer/reader/load_batch on DuckLake, once the db.py patch of docs/scale-out.md is applied
-    (warehouse.db.SHARED_DDL): an idempotent batch load through the shared catalog, read back read-only."""
+    """warehouse.db's writer/reader/load_batch on DuckLake (the bookkeeping tables without the primary key DuckLake
+    lacks, warehouse.db.SHARED_DDL): an idempotent batch load through the shared catalog, read back read-only."""
     import pandas as pd
 
     from warehouse import db
 
-    if not hasattr(db, "SHARED_DDL"):
-        pytest.skip("warehouse/db.py does not route shared catalogs to warehouse.catalog yet (no db.SHARED_DDL)")
     _create_database(postgres, "ducklake_writer")
     for key, value in lake_env(
         DUCKLAKE_CATALOG_DSN=f"dbname=ducklake_writer host=127.0.0.1 port={postgres['port']} user=ducklake",

@@ -19,7 +19,6 @@ from warehouse.connectors.ingest import LiveIngestError, ingest_live
 
 
 def _regions(args: argparse.Namespace) -> int:
-
     config = load_feed_config(args.config)
     rows = [
         {
@@ -41,7 +40,6 @@ def _regions(args: argparse.Namespace) -> int:
 
 
 def _fetch(args: argparse.Namespace) -> int:
-
     config = load_feed_config(args.config)
     regions = args.region or list(config.regions)
     if args.load:
