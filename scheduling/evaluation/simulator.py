@@ -38,14 +38,13 @@ from scheduling.planning.forecasts import BACKTEST, SIGNAL, ForecastProvider, Gr
 from scheduling.planning.policies.base import ONLINE_POLICIES, PlacementPolicy, make_policy
 from scheduling.planning.power_options import load_power_table
 from scheduling.planning.problem import JobTable, abs_hours
-from scheduling.planning.policies.rolling_lp import RollingLP
 from scheduling.planning.session import HourlyPlanner
 from scheduling.domain.plan import PriorityWeights
+from scheduling.evaluation.ablations import PERFECT_ARRIVALS_H, ClairvoyantArrivals, ReplayPlan
 
 HOUR = pd.Timedelta(hours=1)
 BASELINE = "performance-first"
 DEFAULT_TAIL_DAYS = 10  # simulated hours after the last arrival, for the last jobs to start and finish
-PERFECT_ARRIVALS_H = 48  # the perfect-information run's look-ahead on arrivals (24 h: 2.7 points less; 120 h: no more)
 
 
 @dataclass
@@ -479,7 +478,6 @@ def replay_optimum(sc: Scenario, integral: bool = False, time_limit_s: float = 6
     replay's metrics, the share of jobs that started at their planned hour and cluster, and the excess carbon of
     the displaced ones."""
     from scheduling.planning.lp import solve_lp
-    from scheduling.planning.policies.rolling_lp import ReplayPlan
 
     prob = optimum_problem(sc)
     glp = solve_lp(prob, time_limit_s=time_limit_s, integral=integral)
@@ -571,7 +569,7 @@ def evaluate(sc: Scenario, policies=ONLINE_POLICIES, *, with_optimum: bool = Tru
             runs["rolling-lp-oracle-forecast"] = ("rolling-lp", runs["priority-oracle-forecast"][1])
             runs["rolling-lp-naive-forecast"] = ("rolling-lp", runs["priority-naive-forecast"][1])
             # the perfect-information reference: oracle forecasts and the true arrivals of the next 48 h
-            runs[PERFECT_INFORMATION] = (RollingLP(clairvoyant_arrivals_h=PERFECT_ARRIVALS_H),
+            runs[PERFECT_INFORMATION] = (ClairvoyantArrivals(PERFECT_ARRIVALS_H),
                                          runs["priority-oracle-forecast"][1])
         for label, (name, provider) in runs.items():
             m = simulate(sc, name, seed=seed, weights=weights, forecasts=provider,

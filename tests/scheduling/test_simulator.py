@@ -335,14 +335,14 @@ def test_a_preempted_job_resumes_with_the_work_left_and_both_runs_are_charged(sc
     """HourlyPlanner.preempt keeps the work done less the overhead, makes the job pending again with its run times
     scaled to the work left; execute charges the run before the preemption and the one after (and the data moved
     between two clusters) from the actual intensity."""
-    from scheduling.planning.policies.rolling_lp import RollingLP
-    from scheduling.planning.session import HourlyPlanner
     from scheduling.domain.plan import Preemption
+    from scheduling.evaluation.ablations import Preempting
+    from scheduling.planning.session import HourlyPlanner
     from scheduling.evaluation.simulator import execute
 
     sc = scenario
     tbl = sc.table
-    hp = HourlyPlanner(sc.fleet, table=tbl, policy=RollingLP(preemption=Preemption(overhead_h=0.25)),
+    hp = HourlyPlanner(sc.fleet, table=tbl, policy=Preempting(Preemption(overhead_h=0.25)),
                        forecasts=sc.forecasts, workload=sc.workload, explain=False)
     ck = tbl.jobs["checkpointing"].to_numpy(bool)
     fits = [i for i in range(tbl.n) if ck[i] and (tbl.allowed[i] & np.isfinite(tbl.dur[i, 0])).sum() >= 2
