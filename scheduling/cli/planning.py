@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
 import os
 import resource
@@ -19,6 +20,22 @@ import sys
 import time
 import tracemalloc
 from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from scheduling.domain.fleet import load_fleet
+from scheduling.domain.jobs import generate_jobs
+from scheduling.domain.plan import utc_hour
+from scheduling.evaluation.bounds import replay_optimum, solve_optimum, solve_preemptive_optimum
+from scheduling.evaluation.report import chart_over_runs
+from scheduling.evaluation.results import environment, evaluate, fmt, json_ready, over_seeds, report_markdown, targets
+from scheduling.evaluation.scenario import build_scenario
+from scheduling.evaluation.simulator import simulate
+from scheduling.planning.forecasts import GridSeries, make_forecasts
+from scheduling.planning.policies.base import ONLINE_POLICIES
+from scheduling.planning.problem import JobTable
+from scheduling.planning.session import HourlyPlanner, plan_hour
 
 DEFAULT_REPORT_DIR = Path("var") / "reports" / "planner"
 
@@ -140,8 +157,6 @@ def _scenario_parser(subparsers, name: str, help_text: str):
 
 
 def _policies(arg: str) -> list[str]:
-    from scheduling.planning.policies.base import ONLINE_POLICIES
-
     if arg in ("all", ""):
         return list(ONLINE_POLICIES)
     return [p.strip() for p in arg.split(",") if p.strip()]
@@ -155,8 +170,6 @@ def _write_json(path: Path, payload: dict) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from scheduling.evaluation.simulator import build_scenario, evaluate, over_seeds, report_markdown
-
     runs = []
     for path in args.from_json or []:
         try:
@@ -165,13 +178,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             raise SystemExit(f"evaluate --from-json: cannot read {path}: {exc}") from exc
         runs += saved["runs"] if "runs" in saved else [saved]
     if args.from_json:
-        from scheduling.evaluation.simulator import _targets
-
         # one order whatever the files' order: seed, period, load
         runs.sort(key=lambda r: (int(r["config"].get("seed", 0)), r["config"]["start"], r["config"]["load_target"]))
 
         for rep in runs:
-            rep["targets"] = _targets(rep["policies"], rep.get("optimum"))
+            rep["targets"] = targets(rep["policies"], rep.get("optimum"))
     seeds = list(dict.fromkeys(args.seed))
     cases = [] if args.from_json else [(seed, start, load) for seed in seeds for start in args.start
                                        for load in args.load]
@@ -202,8 +213,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         tmp.write_text(report_markdown(runs))
         tmp.replace(path)
     if args.report_plot:
-        from scheduling.evaluation.report import chart_over_runs
-
         chart_over_runs(runs, Path(args.report_plot))
     summary = over_seeds(runs)
     payload = runs[0] if len(runs) == 1 else {"runs": runs, **({"over_seeds": summary} if summary else {})}
@@ -220,8 +229,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _print_table(rep: dict) -> None:
-    from scheduling.evaluation.simulator import fmt
-
     cfg = rep["config"]
     print(f"{cfg['start'][:10]} +{cfg['days']}d load {cfg['load_target']} seed {cfg['seed']} forecasts "
           f"{rep['forecasts']['used']}")
@@ -256,23 +263,12 @@ def _peak_rss_mb() -> float:
 
 def _assignments_digest(assignments) -> str:
     """SHA-256 of the plan's assignments in job order: equal digests mean the same plan (a refactor check)."""
-    import hashlib
-
     frame = assignments.sort_values("job_id", kind="stable").reset_index(drop=True)
     return hashlib.sha256(frame.to_csv(index=False).encode()).hexdigest()
 
 
 def _bench_one(n_jobs: int, hours: int, regions: int, plan_time, seed: int, repeats: int, data_dir,
                policy: str = "priority", recent: int = 0) -> dict:
-    import numpy as np
-    import pandas as pd
-
-    from scheduling.domain.fleet import load_fleet
-    from scheduling.domain.jobs import generate_jobs
-    from scheduling.planning.forecasts import GridSeries, make_forecasts
-    from scheduling.planning.problem import JobTable
-    from scheduling.planning.session import HourlyPlanner
-
     t = pd.Timestamp(plan_time)
     fleet = load_fleet(regions=regions, data_dir=data_dir)
     jobs = generate_jobs(n_jobs, t, 1, fleet, seed=seed, data_dir=data_dir, arrival="all-at-start",
@@ -339,14 +335,12 @@ def _bench_one(n_jobs: int, hours: int, regions: int, plan_time, seed: int, repe
         "unplaced": summary["n_unplaced"], "agent_rejections": stats.get("agent_rejections"),
         "n_explanations": len(plan.explanations),
         "assignments_sha256": assignments_sha256,
-        # issue 7: 1000 jobs in under 1 s and 300 MB peak; 5000 jobs in under 5 s (no memory target)
+        # 1000 jobs in under 1 s and 300 MB peak; 5000 jobs in under 5 s (no memory target)
         "targets": {"latency_s": 1.0, "peak_mb": 300.0} if n_jobs <= 1000 else {"latency_s": 5.0, "peak_mb": None},
     }
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from scheduling.evaluation.simulator import environment
-
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     results = [_bench_one(n, args.hours, args.regions, args.plan_time, args.seed, args.repeats, args.data_dir,
                           args.policy, args.recent)
@@ -378,8 +372,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------------- plan
 def cmd_replay(args: argparse.Namespace) -> int:
-    from scheduling.evaluation.simulator import _clean, build_scenario, replay_optimum, simulate
-
     sc = build_scenario(start=args.start, days=args.days, n_jobs=args.jobs, regions=args.regions, load=args.load,
                         seed=args.seed, data_dir=args.data_dir, calibrate=2)
     out = replay_optimum(sc, integral=args.integral, time_limit_s=args.time_limit)
@@ -387,14 +379,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     out["performance_first_kgco2e"] = base
     out["replay_share_of_optimum_reduction_pct"] = (100.0 * (base - out["replay"]["kgco2e"])
                                                     / max(base - out["optimum_kgco2e"], 1e-12))
-    print(json.dumps(_clean(out), indent=2))
+    print(json.dumps(json_ready(out), indent=2))
     return 0
 
 
 def _matching_run(path: str, sc) -> dict:
     """The policies' metrics of the run of an `evaluate` JSON made on the same scenario (start, load, jobs, seed)."""
-    from scheduling.domain.plan import utc_hour
-
     saved = json.loads(Path(path).read_text())
     runs = saved.get("runs", [saved] if "config" in saved else [])
     for run in runs:
@@ -408,8 +398,6 @@ def _matching_run(path: str, sc) -> dict:
 
 def cmd_preemption_bound(args: argparse.Namespace) -> int:
     """Both bounds on one scenario, and the share of each bound's reduction every policy captures."""
-    from scheduling.evaluation.simulator import _clean, build_scenario, simulate, solve_optimum, solve_preemptive_optimum
-
     sc = build_scenario(start=args.start, days=args.days, n_jobs=args.jobs, regions=args.regions, load=args.load,
                         seed=args.seed, data_dir=args.data_dir, calibrate=2)
     if args.evaluation:
@@ -425,17 +413,11 @@ def cmd_preemption_bound(args: argparse.Namespace) -> int:
            "policies": {name: {"kgco2e": v, **{f"share_of_{b}_reduction_pct": 100.0 * (base - v)
                                                / max(base - bounds[b]["kgco2e"], 1e-12) for b in bounds}}
                         for name, v in kg.items()}}
-    print(json.dumps(_clean(out), indent=2))
+    print(json.dumps(json_ready(out), indent=2))
     return 0
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    import pandas as pd
-
-    from scheduling.domain.fleet import load_fleet
-    from scheduling.domain.jobs import generate_jobs
-    from scheduling.planning.session import plan_hour
-
     t = pd.Timestamp(args.as_of)
     t = (t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")).floor("h")
     fleet = load_fleet(regions=args.regions, data_dir=args.data_dir)

@@ -1,7 +1,8 @@
-"""Variants of `rolling-lp` for evaluation.
+"""Variants of `rolling-lp` for evaluation, and the ablation runs of `results.evaluate(..., ablations=True)`.
 
 Each variant is a `RollingLP` subclass that overrides one or two of its hooks; none is the adopted configuration
-(`RollingLPOptions`), which the registered `rolling-lp` runs. All take the options last:
+(`RollingLPOptions`), which the registered `rolling-lp` runs. Each takes its own parameters, then `options`
+(default `RollingLPOptions()`); ReplayPlan runs fixed options.
 
     Preempting(Preemption())                 evict running checkpointing jobs for a job that is due
     WarmStarted()                            each hour's LP starts from the last one's simplex basis
@@ -14,22 +15,31 @@ Each variant is a `RollingLP` subclass that overrides one or two of its hooks; n
     StandbyNeverYields()                     a due job never starts on a standby node
     DefaultPowerReduction()                  a large LP keeps the default power limit, not the least-carbon option
     ReplayPlan(plan)                         execute a fixed plan through the agents (`bounds.replay_optimum`)
+
+`ABLATION_RUNS` names the runs `evaluate` adds beside the policies (`run_ablations`).
 """
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
-from scheduling.domain.plan import Preemption
+from scheduling.domain.plan import Preemption, PriorityWeights
+from scheduling.evaluation.simulator import simulate
 from scheduling.planning.agents import STANDBY
 from scheduling.planning.coordinator import Evaluator
+from scheduling.planning.forecasts import make_forecasts
 from scheduling.planning.lp import LPResult, WarmStart, solve_lp
+from scheduling.planning.policies.base import PlacementPolicy
 from scheduling.planning.policies.rolling_lp import Dispatch, RollingLP, RollingLPOptions, derated
 from scheduling.planning.prices import PriceLearner
 from scheduling.planning.problem import abs_hours
 
-PERFECT_ARRIVALS_H = 48  # the perfect-information run's look-ahead on arrivals (24 h: 2.7 points less; 120 h: no more)
+PERFECT_INFORMATION = "rolling-lp-perfect-information"
+PERFECT_ARRIVALS_H = 48  # the perfect-information run's look-ahead on arrivals: shorter sees less, longer adds nothing
+REFERENCE_RUNS = (PERFECT_INFORMATION,)  # ablations reported over seeds beside the policies and the bound
 
 
 # ---------------------------------------------------------------------------------------------------- variants
@@ -363,3 +373,45 @@ def _with_drain_release(p, agents, pods, now_hour):
             if opt is not None:
                 rel[j, c] = max(rel[j, c], opt[1] - int(now_hour))
     return dataclasses.replace(p, release_c=rel)
+
+
+# ---------------------------------------------------------------------------------------------------- runs
+@dataclass(frozen=True)
+class AblationRun:
+    """One run beside the evaluated policies: `policy` (a registered name, or a factory of the policy object) planning
+    from `forecasts` ("oracle": the actual intensity, "naive": seasonal naive, None: the scenario's own); run only
+    when `requires` is among the evaluated policies (None: always)."""
+
+    label: str
+    policy: str | Callable[[], PlacementPolicy]
+    forecasts: str | None = None
+    requires: str | None = None
+
+
+ABLATION_RUNS = (
+    AblationRun("priority-noprices", "priority-noprices"),  # the priority formula without learned capacity prices
+    AblationRun("priority-oracle-forecast", "priority", "oracle"),
+    AblationRun("priority-naive-forecast", "priority", "naive"),
+    AblationRun("rolling-lp-oracle-forecast", "rolling-lp", "oracle", requires="rolling-lp"),
+    AblationRun("rolling-lp-naive-forecast", "rolling-lp", "naive", requires="rolling-lp"),
+    # the perfect-information reference: what the same hourly plan reaches on the same nodes when nothing is
+    # uncertain -- oracle forecasts and the true arrivals of the next hours instead of the replayed ones
+    AblationRun(PERFECT_INFORMATION, lambda: ClairvoyantArrivals(PERFECT_ARRIVALS_H), "oracle", requires="rolling-lp"),
+)
+
+
+def run_ablations(sc, policies, *, seed: int = 0, weights: PriorityWeights | None = None,
+                  postpone_margin_h: float = 1.0, runs: tuple[AblationRun, ...] = ABLATION_RUNS) -> dict[str, dict]:
+    """The simulated metrics of each of `runs` that applies to `policies` (the evaluated policy names), by label, in
+    the order of `runs`; runs on the same forecasts share one provider."""
+    providers = {}
+    out = {}
+    for run in runs:
+        if run.requires is not None and run.requires not in policies:
+            continue
+        if run.forecasts is not None and run.forecasts not in providers:
+            providers[run.forecasts] = make_forecasts(run.forecasts, sc.grid, sc.fleet.zones)
+        policy = run.policy if isinstance(run.policy, str) else run.policy()
+        out[run.label] = simulate(sc, policy, seed=seed, weights=weights, forecasts=providers.get(run.forecasts),
+                                  postpone_margin_h=postpone_margin_h).metrics
+    return out

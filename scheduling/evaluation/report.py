@@ -26,18 +26,33 @@ cards/*.png, data.json (the numbers behind the charts).
 """
 from __future__ import annotations
 
+import argparse
 import html
 import json
 import logging
 import math
 import re
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
+from scheduling.domain.fleet import DEFAULT_FLEET_PATH
+from scheduling.evaluation.ablations import REFERENCE_RUNS
+from scheduling.evaluation.bounds import solve_optimum
+from scheduling.evaluation.results import over_seeds
+from scheduling.evaluation.scenario import build_scenario
+from scheduling.evaluation.simulator import simulate
+from scheduling.explain.explainers import TemplateExplainer, make_explainer
 from scheduling.output.plan_store import canonical_json, to_jsonable, utc
+from scheduling.planning.policies.base import POLICY_NAMES, make_policy
+from scheduling.planning.problem import abs_hours
+from scheduling.planning.session import HourlyPlanner
+from warehouse.config import var_dir
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +77,6 @@ class ReportResult:
 
 
 def default_report_dir(run_id: str) -> Path:
-    from warehouse.config import var_dir
-
     return var_dir() / "reports" / "evaluate" / safe_run_id(run_id)
 
 
@@ -123,11 +136,9 @@ SUMMARY_ORDER = ("rolling-lp", "priority", "carbon-time", "greedy-carbon", "perf
 
 
 def over_runs(reports: list[dict]) -> pd.DataFrame:
-    """The numbers behind `chart_over_runs`: `simulator.over_seeds(partial=True)` without the bound and the
+    """The numbers behind `chart_over_runs`: `results.over_seeds(partial=True)` without the bound and the
     reference runs (policies only), in percent, by period (month) and load, our policy first and the baselines in
     the README's order."""
-    from scheduling.evaluation.simulator import REFERENCE_RUNS, over_seeds
-
     rows = [r for r in over_seeds(reports, partial=True) if r["policy"] != "optimum" and r["policy"] not in
             REFERENCE_RUNS]
     if not rows:
@@ -444,8 +455,6 @@ def write_report(evaluation: dict, out_dir: str | Path | None = None, run_id: st
         savings = chart_savings(by_region, baseline, charts / "savings_per_region.png")
         result.charts.append("charts/savings_per_region.png")
 
-    from scheduling.explain.explainers import TemplateExplainer
-
     template = TemplateExplainer()
     shown = records[:max_cards]
     result.n_cards = len(shown)
@@ -555,10 +564,6 @@ def forecast_band(sc, start=None, hours: int | None = None, history_days: int = 
 def explained_run(sc, policy: str = "priority", seed: int = 0) -> list[dict]:
     """The explanation record of the decision that started each job, from a replay of `sc` with explanations
     on (the same loop as `scheduling.evaluation.simulator.simulate`, which does not keep them)."""
-    from scheduling.planning.policies.base import make_policy
-    from scheduling.planning.problem import abs_hours
-    from scheduling.planning.session import HourlyPlanner
-
     hp = HourlyPlanner(sc.fleet, table=sc.table, policy=make_policy(policy, seed=seed), forecasts=sc.forecasts,
                        workload=sc.workload, explain=True, tentative=False, seed=seed)
     t0 = abs_hours(sc.start)
@@ -581,7 +586,7 @@ def explained_run(sc, policy: str = "priority", seed: int = 0) -> list[dict]:
 
 def evaluation_from_simulation(sc, results: dict, optimum: dict | None = None, explanations=None,
                                timeline_policy: str | None = None, texts: dict | None = None) -> dict:
-    """The `write_report` input from a scenario (`scheduling.evaluation.simulator.build_scenario`), its `SimResult`s per
+    """The `write_report` input from a scenario (`scheduling.evaluation.scenario.build_scenario`), its `SimResult`s per
     policy and the optimum (`solve_optimum`)."""
     names = list(results)
     timeline_policy = timeline_policy or ("priority" if "priority" in results else names[0])
@@ -649,11 +654,6 @@ def validate_evaluation_params(params: dict) -> dict:
     """The evaluate DAG's Params checked (ValueError naming the bad value): policies (list of the planner's
     policy names), period_start (date), days (1-31), jobs (>= 1), regions (a count or a list of fleet region
     names), load (0.5 or 0.8), max_cards (0-500)."""
-    import yaml
-
-    from scheduling.domain.fleet import DEFAULT_FLEET_PATH
-    from scheduling.planning.policies.base import POLICY_NAMES
-
     policies = params.get("policies") or []
     if isinstance(policies, str) or not isinstance(policies, (list, tuple)) or not policies:
         raise ValueError(f"policies {policies!r} must be a non-empty list of {list(POLICY_NAMES)}")
@@ -703,21 +703,16 @@ def run_evaluation(*, start, days: int, n_jobs: int, regions, load: float, polic
                    db_path=None, data_dir=None, explainer=None) -> dict:
     """Simulate `policies` (online ones; "optimum" adds the LP bound) on one scenario and write the report.
     Returns {index, directory, run_id, metrics (per policy), optimum_kgco2e, cards, seconds}."""
-    import time as _time
-
-    from scheduling.evaluation import simulator
-    from scheduling.explain.explainers import make_explainer
-
-    t0 = _time.perf_counter()
+    t0 = time.perf_counter()
     policies = list(dict.fromkeys(policies))
     online = [p for p in policies if p != "optimum"]
     if not online:
         raise ValueError("policies: at least one online policy besides 'optimum' is needed")
     run_id = run_id or default_run_id(start, days, n_jobs, regions, load)
-    sc = simulator.build_scenario(start=start, days=days, n_jobs=n_jobs, regions=regions, load=load, seed=seed,
-                                  db_path=db_path, data_dir=data_dir)
-    results = {p: simulator.simulate(sc, p, seed=seed) for p in online}
-    optimum = simulator.solve_optimum(sc, lp_time_limit_s) if "optimum" in policies else None
+    sc = build_scenario(start=start, days=days, n_jobs=n_jobs, regions=regions, load=load, seed=seed,
+                        db_path=db_path, data_dir=data_dir)
+    results = {p: simulate(sc, p, seed=seed) for p in online}
+    optimum = solve_optimum(sc, lp_time_limit_s) if "optimum" in policies else None
     card_policy = "priority" if "priority" in online else online[0]
     explanations = getattr(results[card_policy], "explanations", None) or explained_run(sc, card_policy, seed)
     explainer = explainer or make_explainer()
@@ -733,16 +728,13 @@ def run_evaluation(*, start, days: int, n_jobs: int, regions, load: float, polic
                     for p, r in results.items()},
         "optimum_kgco2e": None if optimum is None else optimum.get("kgco2e"),
         "cards": rr.n_cards, "cards_left_out": rr.n_cards_left_out,
-        "seconds": round(_time.perf_counter() - t0, 2),
+        "seconds": round(time.perf_counter() - t0, 2),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m scheduling.evaluation.report --start 2021-07-01 --days 2 --jobs 60 --regions 3 --load 0.5
     --policies priority,greedy-carbon,performance-first,optimum [--max-cards 50] [--run-id ID] [--json]`."""
-    import argparse
-    import sys
-
     parser = argparse.ArgumentParser(prog="python -m scheduling.evaluation.report",
                                      description="Simulate policies on one scenario and write the HTML report.")
     parser.add_argument("--start", required=True)

@@ -130,7 +130,7 @@ def test_plan_without_registered_models_falls_back_flagged(tmp_warehouse, data_d
 def test_simulation_uses_the_power_model_registered_by_its_start(registry_db, data_dir):
     """A replayed period must not use a model trained after it started (07-20 is newer than the 07-15 start)."""
     from scheduling.models.registered import POWER_NAME
-    from scheduling.evaluation.simulator import build_scenario
+    from scheduling.evaluation.scenario import build_scenario
 
     db, versions = registry_db
     sc = build_scenario(start=PLAN_TIME, days=1, n_jobs=20, regions=2, load=0.5, forecasts="naive",

@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scheduling.planning.policies.base import PlacementPolicy, make_policy
-from scheduling.planning.lp import solve_lp
-from scheduling.planning.policies.rolling_lp import RollingLP, RollingLPOptions
 from scheduling.evaluation.ablations import ClairvoyantArrivals, DefaultPowerReduction, WarmStarted
+from scheduling.planning.lp import solve_lp
+from scheduling.planning.policies.base import PlacementPolicy, make_policy
+from scheduling.planning.policies.rolling_lp import RollingLP, RollingLPOptions
 from tests.scheduling.test_planner import toy_problem
 
 
@@ -22,7 +22,8 @@ def test_rolling_lp_picks_green_region_and_hour_and_starts_forced_job():
     free = [[1000, 1000]] * 4
     p = toy_problem(F, free, gpu=[1000, 1000, 1000], dur=[[1, 1]] * 3, kw=[[1, 1]] * 3, deadline=[4, 1, 4])
     assert isinstance(make_policy("rolling-lp"), RollingLP) and isinstance(make_policy("rolling-lp"), PlacementPolicy)
-    pol = RollingLP(RollingLPOptions(capacity_factor=1.0))  # one GPU per region: the default head-room would leave no whole GPU
+    # one GPU per region: the default head-room would leave no whole GPU
+    pol = RollingLP(RollingLPOptions(capacity_factor=1.0))
     out = pol.plan(p, now_hour=0)
     # job 1: forced now, in the green-er region now (region 0)
     assert out.placed[1] and out.s[1] == 0 and out.c[1] == 0 and not out.late[1]
@@ -141,8 +142,8 @@ def test_expected_arrivals_keep_the_green_slot_for_the_job_that_needs_it():
 def test_expected_jobs_replay_the_last_hours_of_arrivals_shifted_forward(data_dir):
     import pandas as pd
 
+    from scheduling.evaluation.scenario import build_scenario
     from scheduling.planning.problem import JobTable, abs_hours
-    from scheduling.evaluation.simulator import build_scenario
 
     sc = build_scenario(start="2021-07-05", days=2, n_jobs=60, regions=3, load=0.5, seed=3, forecasts="naive",
                         data_dir=data_dir, grid_source="files", tail_days=1)
@@ -163,7 +164,8 @@ def test_expected_jobs_replay_the_last_hours_of_arrivals_shifted_forward(data_di
     assert ex.jobs["job_id"].str.startswith("expected:").all()
     assert np.array_equal(ex.release, np.maximum(table.submit_h[recent] + 18 - now_h, 1))
     assert np.allclose(ex.deadline_rel, table.deadline_h[recent] + 18 - now_h)
-    assert RollingLP(RollingLPOptions(expected_arrivals_h=0)).expected_jobs(ctx, now, free, np.full((H, C), 100.0)) is None
+    none = RollingLP(RollingLPOptions(expected_arrivals_h=0))
+    assert none.expected_jobs(ctx, now, free, np.full((H, C), 100.0)) is None
 
     # the perfect-information reference: the true arrivals of the next hours, at their own times and deadlines
     clair = ClairvoyantArrivals(12).expected_jobs(ctx, now, free, np.full((H, C), 100.0))
