@@ -21,22 +21,19 @@ What the LP sees, and why (`RollingLPOptions` holds the defaults):
 * Capacity head-room: the LP plans on `capacity_factor` of each cluster's GPUs, since its per-cluster capacity
   cannot see node packing (the agents reject what does not fit on a node); agents and forced starts use it all.
 * Standby pool: on a cluster with at least `standby_min_nodes` nodes of `standby_min_gpus` GPUs, one such node per
-  `standby_min_nodes` (at most `standby_max_nodes`) is kept for whole-node jobs (`ClusterAgent.keep_standby`), and
-  the LP sees the cluster as two: the standby nodes, open only to the whole-node jobs one of them can hold, and the
-  rest. Otherwise small jobs keep refilling every node of the clean clusters and the whole-node jobs, a small share
-  of the jobs but a large share of the energy, run late wherever a node happens to be empty. The standby node is
-  the one with the most CPU and memory (whole-node jobs ask for more cores than some 8-GPU nodes have). A job due
-  now that no other node takes starts on a standby node: a deadline outranks keeping the node empty.
+  `standby_min_nodes` (at most `standby_max_nodes`; the one with the most CPU and memory) is kept for whole-node
+  jobs, and the LP sees the cluster as two: the standby nodes, open only to the whole-node jobs they can hold, and
+  the rest. Otherwise small jobs keep refilling every node of the clean clusters, and the whole-node jobs -- few, but
+  a large share of the energy -- run late wherever a node is empty. A job due now that no other node takes may
+  start on a standby node: a deadline outranks keeping the node empty.
 * Size: capacity rows are hourly for the first `hourly_rows` hours, then per 6-hour block (the block's mean), since
   only hour 0 is committed; above `max_power_candidates` candidates one power option per (job, start hour,
   cluster) is kept, the one with the least forecast carbon, and the option is chosen again at dispatch; above
   `max_lp_jobs` pending jobs the LP plans the most urgent ones and defers the rest to the next hour.
 
 A capacity price on the problem (`problem.capacity_price`) is added to the intensity the LP minimises (`_priced`).
-Variants for evaluation (preemption, warm start, learned prices, clairvoyant arrivals, node holds, standby
-variants) subclass `RollingLP` in `scheduling.evaluation.ablations` through its hooks: `_prepare`, `_solve_options`,
-`_before_dispatch`, `_due_on_standby`, `_start_by_eviction`, `_after_dispatch`, `_expected_arrivals`,
-`_standby_job_gpus`, `_standby_until`, `_give_back_standby`.
+The variants evaluated beside it (preemption, warm start, learned prices, clairvoyant arrivals, node holds, standby
+variants) are subclasses in `scheduling.evaluation.ablations` that override the hooks below.
 """
 from __future__ import annotations
 
