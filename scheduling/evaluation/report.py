@@ -157,7 +157,7 @@ def over_runs(reports: list[dict]) -> pd.DataFrame:
 def chart_over_runs(reports: list[dict], path: Path, share_target_pct: float = 90.0,
                     deadline_target_pct: float = 98.0) -> pd.DataFrame:
     """Two panels over every period x load: each policy's share of the optimum's reduction and its deadline
-    satisfaction, bars at the mean over the runs (trace seeds), whiskers min-max, the issue's targets as lines.
+    satisfaction, bars at the mean over the runs (trace seeds), whiskers min-max, the targets as lines.
     Returns the numbers drawn (`over_runs`)."""
     table = over_runs(reports)
     if table.empty:

@@ -14,6 +14,7 @@ import sys
 import numpy as np
 import pandas as pd
 import scipy
+from tqdm import tqdm
 
 from scheduling.domain.plan import PriorityWeights
 from scheduling.evaluation.ablations import PERFECT_INFORMATION, REFERENCE_RUNS, run_ablations
@@ -49,8 +50,6 @@ def evaluate(sc: Scenario, policies=ONLINE_POLICIES, *, with_optimum: bool = Tru
         policies.append(BASELINE)
     bar = None
     if progress:
-        from tqdm import tqdm
-
         bar = tqdm(total=len(policies) * (sc.hours + sc.tail_hours), file=sys.stderr, unit="h",
                    desc=f"{sc.start.date()} load={sc.load}", leave=False)
     results, records = {}, {}
