@@ -22,7 +22,7 @@ from scheduling.planning.power_options import load_power_table
 from scheduling.planning.problem import JobTable, abs_hours
 
 HOUR = pd.Timedelta(hours=1)
-DEFAULT_TAIL_DAYS = 10  # simulated hours after the last arrival, for the last jobs to start and finish
+DEFAULT_TAIL_DAYS = 10  # days simulated after the last arrival, for the last jobs to start and finish
 
 
 @dataclass
