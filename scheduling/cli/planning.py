@@ -28,21 +28,11 @@ import pandas as pd
 from common.timeutil import utc
 from scheduling.domain.fleet import load_fleet
 from scheduling.domain.jobs import generate_jobs
+from scheduling.evaluation.bounds import replay_optimum, solve_optimum, solve_preemptive_optimum
 from scheduling.evaluation.report import chart_over_runs
-from scheduling.evaluation.simulator import (
-    _clean,
-    _targets,
-    build_scenario,
-    environment,
-    evaluate,
-    fmt,
-    over_seeds,
-    replay_optimum,
-    report_markdown,
-    simulate,
-    solve_optimum,
-    solve_preemptive_optimum,
-)
+from scheduling.evaluation.results import environment, evaluate, fmt, json_ready, over_seeds, report_markdown, targets
+from scheduling.evaluation.scenario import build_scenario
+from scheduling.evaluation.simulator import simulate
 from scheduling.explain.registry import EXPLAINERS, make_explainer
 from scheduling.planning.forecasts import GridSeries, make_forecasts
 from scheduling.planning.policies.registry import DEFAULT_POLICY, ONLINE_POLICIES
@@ -208,7 +198,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         runs.sort(key=lambda r: (int(r["config"].get("seed", 0)), r["config"]["start"], r["config"]["load_target"]))
 
         for rep in runs:
-            rep["targets"] = _targets(rep["policies"], rep.get("optimum"))
+            rep["targets"] = targets(rep["policies"], rep.get("optimum"))
     seeds = list(dict.fromkeys(args.seed))
     cases = [] if args.from_json else [(seed, start, load) for seed in seeds for start in args.start
                                        for load in args.load]
@@ -405,7 +395,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     out["performance_first_kgco2e"] = base
     out["replay_share_of_optimum_reduction_pct"] = (100.0 * (base - out["replay"]["kgco2e"])
                                                     / max(base - out["optimum_kgco2e"], 1e-12))
-    print(json.dumps(_clean(out), indent=2))
+    print(json.dumps(json_ready(out), indent=2))
     return 0
 
 
@@ -439,7 +429,7 @@ def cmd_preemption_bound(args: argparse.Namespace) -> int:
            "policies": {name: {"kgco2e": v, **{f"share_of_{b}_reduction_pct": 100.0 * (base - v)
                                                / max(base - bounds[b]["kgco2e"], 1e-12) for b in bounds}}
                         for name, v in kg.items()}}
-    print(json.dumps(_clean(out), indent=2))
+    print(json.dumps(json_ready(out), indent=2))
     return 0
 
 

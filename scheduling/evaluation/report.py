@@ -33,7 +33,7 @@ import logging
 import math
 import re
 import sys
-import time as _time
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,8 +44,11 @@ import yaml
 from common.jsonutil import canonical_json, to_jsonable
 from common.timeutil import utc
 from scheduling.domain.fleet import DEFAULT_FLEET_PATH
-from scheduling.evaluation import simulator
-from scheduling.evaluation.simulator import REFERENCE_RUNS, over_seeds
+from scheduling.evaluation.ablations import REFERENCE_RUNS
+from scheduling.evaluation.bounds import solve_optimum
+from scheduling.evaluation.results import over_seeds
+from scheduling.evaluation.scenario import build_scenario
+from scheduling.evaluation.simulator import simulate
 from scheduling.explain.registry import make_explainer
 from scheduling.explain.template import TemplateExplainer
 from scheduling.planning.policies.registry import POLICY_NAMES, make_policy
@@ -135,7 +138,7 @@ SUMMARY_ORDER = ("rolling-lp", "priority", "carbon-time", "greedy-carbon", "perf
 
 
 def over_runs(reports: list[dict]) -> pd.DataFrame:
-    """The numbers behind `chart_over_runs`: `simulator.over_seeds(partial=True)` without the bound and the
+    """The numbers behind `chart_over_runs`: `results.over_seeds(partial=True)` without the bound and the
     reference runs (policies only), in percent, by period (month) and load, our policy first and the baselines in
     the order of the results tables."""
     rows = [r for r in over_seeds(reports, partial=True) if r["policy"] != "optimum" and r["policy"] not in
@@ -454,7 +457,6 @@ def write_report(evaluation: dict, out_dir: str | Path | None = None, run_id: st
         savings = chart_savings(by_region, baseline, charts / "savings_per_region.png")
         result.charts.append("charts/savings_per_region.png")
 
-
     template = TemplateExplainer()
     shown = records[:max_cards]
     result.n_cards = len(shown)
@@ -586,7 +588,7 @@ def explained_run(sc, policy: str = "priority", seed: int = 0) -> list[dict]:
 
 def evaluation_from_simulation(sc, results: dict, optimum: dict | None = None, explanations=None,
                                timeline_policy: str | None = None, texts: dict | None = None) -> dict:
-    """The `write_report` input from a scenario (`scheduling.evaluation.simulator.build_scenario`), its `SimResult`s per
+    """The `write_report` input from a scenario (`scheduling.evaluation.scenario.build_scenario`), its `SimResult`s per
     policy and the optimum (`solve_optimum`)."""
     names = list(results)
     timeline_policy = timeline_policy or ("priority" if "priority" in results else names[0])
@@ -703,16 +705,16 @@ def run_evaluation(*, start, days: int, n_jobs: int, regions, load: float, polic
                    db_path=None, data_dir=None, explainer=None) -> dict:
     """Simulate `policies` (online ones; "optimum" adds the LP bound) on one scenario and write the report.
     Returns {index, directory, run_id, metrics (per policy), optimum_kgco2e, cards, seconds}."""
-    t0 = _time.perf_counter()
+    t0 = time.perf_counter()
     policies = list(dict.fromkeys(policies))
     online = [p for p in policies if p != "optimum"]
     if not online:
         raise ValueError("policies: at least one online policy besides 'optimum' is needed")
     run_id = run_id or default_run_id(start, days, n_jobs, regions, load)
-    sc = simulator.build_scenario(start=start, days=days, n_jobs=n_jobs, regions=regions, load=load, seed=seed,
-                                  db_path=db_path, data_dir=data_dir)
-    results = {p: simulator.simulate(sc, p, seed=seed) for p in online}
-    optimum = simulator.solve_optimum(sc, lp_time_limit_s) if "optimum" in policies else None
+    sc = build_scenario(start=start, days=days, n_jobs=n_jobs, regions=regions, load=load, seed=seed,
+                        db_path=db_path, data_dir=data_dir)
+    results = {p: simulate(sc, p, seed=seed) for p in online}
+    optimum = solve_optimum(sc, lp_time_limit_s) if "optimum" in policies else None
     card_policy = "priority" if "priority" in online else online[0]
     explanations = getattr(results[card_policy], "explanations", None) or explained_run(sc, card_policy, seed)
     explainer = explainer or make_explainer()
@@ -728,7 +730,7 @@ def run_evaluation(*, start, days: int, n_jobs: int, regions, load: float, polic
                     for p, r in results.items()},
         "optimum_kgco2e": None if optimum is None else optimum.get("kgco2e"),
         "cards": rr.n_cards, "cards_left_out": rr.n_cards_left_out,
-        "seconds": round(_time.perf_counter() - t0, 2),
+        "seconds": round(time.perf_counter() - t0, 2),
     }
 
 

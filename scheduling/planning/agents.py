@@ -19,7 +19,6 @@ import numpy as np
 
 from scheduling.packing import MILLI, Cluster, Placement, Pod, TargetWorkload, make_policy
 
-
 STANDBY = "__standby__"  # holder of a node kept for multi-GPU jobs (`ClusterAgent.keep_standby`)
 
 

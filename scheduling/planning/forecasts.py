@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 
 from common.timeutil import utc
-from forecasting.store import STORED_PREFIX, read_forecasts
 from forecasting.data import grid_hourly, load_published_forecasts
+from forecasting.store import STORED_PREFIX, read_forecasts
 
 HOUR = pd.Timedelta(hours=1)
 CI_COLUMN = "carbon_intensity_direct_gco2_per_kwh"

@@ -29,7 +29,7 @@ import numpy as np
 from scipy import sparse
 
 from scheduling.planning.candidates import BATCH_CELLS, Evaluator
-from scheduling.planning.problem import PlanningProblem
+from scheduling.planning.problem import PlanningProblem, abs_hours
 
 _MILP_STATUS = {0: "optimal", 1: "iteration_or_time_limit", 2: "infeasible", 3: "unbounded", 4: "numerical"}
 
@@ -48,17 +48,11 @@ class WarmStart:
     hour, which shares most of its jobs, candidates and capacity rows -- so that HiGHS starts from it instead of
     from scratch. Columns and rows are matched by what they stand for (job id, power option, absolute start hour
     and cluster; capacity row by absolute hour and cluster; a job's row by its id): new columns start at 0, new rows
-    with their slack basic; HiGHS completes the rest ("alien" basis). The optimum is the same; where it is not
-    unique (a degenerate LP), a warm start may return another optimal vertex than a cold one.
-
-    Measured on the 3000-job evaluations (seed 0, `RollingLP(warm_start=True)`; 400-540 plans per run, two runs at
-    a time on this 2-core host): simplex iterations per plan 832 -> 190 (July 0.5), HiGHS time per run -21 ... -29 %
-    (July 0.5: 42.1 -> 29.9 s), the whole simulation -12 ... -16 % (61.1 -> 51.4 s); on the first 120 plans of July
-    0.5 the same optimum in every plan and the same vertex too. Over a whole run the vertex differs now and then, and
-    the run's outcome with it: kgCO2e July 0.5 941.77 (identical), July 0.8 1081.75 -> 1089.83, December 0.5
-    903.90 -> 902.79, December 0.8 997.32 -> 997.29 -- the size of any small change to an hourly policy. Where the
-    LP changes a lot from one hour to the next it does not pay (the bench's second hour, after 570 of 1000 jobs
-    started: HiGHS 0.53 s warm, 0.47 s cold). Hence not the default: the reported evaluations are cold."""
+    with their slack basic; HiGHS completes the rest ("alien" basis). The optimum is the same, in fewer simplex
+    iterations; where it is not unique (a degenerate LP), a warm start may return another optimal vertex than a cold
+    one, which moves a simulated run as any small change to an hourly policy does. Where the LP changes a lot from
+    one hour to the next it saves nothing. Opt-in (`scheduling.evaluation.ablations.WarmStarted`): the hourly plan
+    solves cold."""
 
     HOUR_BITS, CLUSTER_BITS, LATE_K = 20, 8, 15
 
@@ -72,8 +66,6 @@ class WarmStart:
     def keys(self, problem: PlanningProblem, job, k, s, c, keep: np.ndarray, R: int, hourly_rows: int | None,
              block_h: int) -> tuple[np.ndarray, np.ndarray] | None:
         """(column keys, row keys) in `solve_lp`'s layout; None where the problem cannot be keyed (then cold)."""
-        from scheduling.planning.problem import abs_hours
-
         now = int(abs_hours(problem.now))
         if self.origin is None or now < self.last_now:  # a replay that goes back in time starts afresh
             self.origin, self.last = now, None
@@ -134,8 +126,9 @@ def _solve_highs(obj: np.ndarray, A_ub, b_ub: np.ndarray, A_eq, b_eq: np.ndarray
                  want_basis: bool = False) -> HighsSolution:
     """min obj @ x, A_ub x <= b_ub, A_eq x = b_eq, 0 <= x <= 1, by HiGHS through highspy: the model goes in as
     arrays (A_ub column-wise or row-wise as given, A_eq added row-wise). scipy's `linprog` runs the same HiGHS
-    (1.12, pinned alike: identical solutions and duals) but loops over every column in Python after the solve and
-    converts the matrices first: on the rolling planner's 57 k-column plans that was 0.17 of its 0.40 s."""
+    (pinned alike: identical solutions and duals) but converts the matrices first and loops over every column in
+    Python after the solve, a large share of a rolling plan's time. `basis`: a simplex start (`WarmStart`);
+    `want_basis`: return the final basis too."""
     import highspy
 
     n = len(obj)
@@ -398,9 +391,8 @@ def solve_lp(problem: PlanningProblem, late_penalty_kg: float = 1000.0, time_lim
     which bounds the solve time of the rolling planner's largest plans -- `power_reduction="cheapest"` (default)
     keeps the option with the least carbon there (a deadline-meeting one: only timely candidates exist),
     `"default"` the default limit (`default_power_only`). Either way the model has the K = 1 model's size; the
-    cheapest option keeps the carbon the LP weighs right (a 9000-job fleet at load 0.5, where most plans exceed
-    the limit: 60.5 % of the optimum's reduction with "default", 68.7 % with every option kept). `presolve=False` skips HiGHS's presolve (on the
-    rolling planner's models it halves the solve: 0.6 -> 0.3 s for 1000 jobs x 168 h x 10 regions, same optimum).
+    cheapest option keeps the carbon the LP weighs closer to the full model's. `presolve=False` skips HiGHS's
+    presolve (on the rolling planner's models the solve is then faster, with the same optimum).
     `warm` (a `WarmStart`, LP only): start the simplex from the basis of the LP it solved last, and keep this one's."""
     t0 = time.perf_counter()
     N, H, C = problem.n_jobs, problem.hours, problem.n_clusters

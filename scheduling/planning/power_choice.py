@@ -9,6 +9,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+
 class PowerChoice(NamedTuple):
     setting: float
     kgco2e: float

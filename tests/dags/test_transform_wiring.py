@@ -3,7 +3,6 @@ parents are built, reading the selection of each of its dbt tasks the way dbt do
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 

@@ -7,8 +7,16 @@ import pytest
 
 from scheduling.domain.fleet import DEFAULT_FLEET_PATH, load_fleet, node_pool, sample_nodes
 from scheduling.domain.jobs import (
-    GAVEL_JOB_TYPES, JOB_COLUMNS, WORKLOAD_CLASSES, SpeedModel, durations, generate_jobs, hostable, job_class,
-    philly_bucket, validate_jobs,
+    GAVEL_JOB_TYPES,
+    JOB_COLUMNS,
+    WORKLOAD_CLASSES,
+    SpeedModel,
+    durations,
+    generate_jobs,
+    hostable,
+    job_class,
+    philly_bucket,
+    validate_jobs,
 )
 
 

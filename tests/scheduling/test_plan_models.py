@@ -42,9 +42,9 @@ def predictor(data_dir):
 def registry_db(tmp_warehouse, tmp_path, monkeypatch, profiles, predictor):
     """Versions of both models around PLAN_TIME: good (07-01), corrupted good (07-08), failed (07-10, the newest
     before the plan), good but after the planning time (07-20)."""
-    from warehouse import model_registry as registry
     from scheduling.models.power import PowerModel
     from scheduling.models.registered import POWER_NAME, POWER_TARGET, PREDICTOR_NAME, PREDICTOR_TARGET
+    from warehouse import model_registry as registry
 
     monkeypatch.setenv("MODELS_DIR", str(tmp_path / "models"))
     # the good power version lacks the RTX 6000 sweep, so options built from it are recognisably its own
@@ -81,8 +81,8 @@ def test_resolve_registered_skips_failed_corrupt_and_future(registry_db):
 
 def test_plan_uses_and_records_the_latest_good_versions(registry_db, data_dir, tmp_path):
     from scheduling import service as plan_service
-    from scheduling.planning.power_options import load_power_table
     from scheduling.models.registered import POWER_NAME, PREDICTOR_NAME, resolve_registered
+    from scheduling.planning.power_options import load_power_table
     from warehouse.db import reader
 
     db, versions = registry_db
@@ -129,8 +129,8 @@ def test_plan_without_registered_models_falls_back_flagged(tmp_warehouse, data_d
 
 def test_simulation_uses_the_power_model_registered_by_its_start(registry_db, data_dir):
     """A replayed period must not use a model trained after it started (07-20 is newer than the 07-15 start)."""
+    from scheduling.evaluation.scenario import build_scenario
     from scheduling.models.registered import POWER_NAME
-    from scheduling.evaluation.simulator import build_scenario
 
     db, versions = registry_db
     sc = build_scenario(start=PLAN_TIME, days=1, n_jobs=20, regions=2, load=0.5, forecasts="naive",

@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 
 from scheduling import service as plan_service
-from scheduling.service import plan_hourly, validate_inputs
-from scheduling.tasks import resolve_plan_run as resolve_run
 from scheduling.output.plan_store import read_plan, table_digest
 from scheduling.output.schedules import tree_digest, verify_schedule_dir
+from scheduling.service import plan_hourly, validate_inputs
+from scheduling.tasks import resolve_plan_run as resolve_run
 
 T = "2021-07-15T12:00:00Z"
 

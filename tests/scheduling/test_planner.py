@@ -10,19 +10,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from scheduling.domain.plan import ASSIGNMENT_COLUMNS, BINDING_CONSTRAINTS, EXPLANATION_KEYS, Plan
 from scheduling.planning.candidates import Evaluator
 from scheduling.planning.coordinator import Coordinator
 from scheduling.planning.decision_records import explain_batch, explain_choice
 from scheduling.planning.job_priority import priority_parts, range_extrema
 from scheduling.planning.lp import _candidates, solve_lp, solve_preemptive_lp
-from scheduling.planning.policies.optimum import OptimumPolicy
-from scheduling.planning.policies.registry import POLICY_NAMES, make_policy
+from scheduling.planning.policies.base import PlacementPolicy
 from scheduling.planning.policies.carbon_time import CarbonTime
 from scheduling.planning.policies.greedy_carbon import GreedyCarbon
+from scheduling.planning.policies.optimum import OptimumPolicy
 from scheduling.planning.policies.performance_first import PerformanceFirst
-from scheduling.planning.policies.base import PlacementPolicy
 from scheduling.planning.policies.priority import PriorityCarbon
-from scheduling.domain.plan import ASSIGNMENT_COLUMNS, BINDING_CONSTRAINTS, EXPLANATION_KEYS, Plan
+from scheduling.planning.policies.registry import POLICY_NAMES, make_policy
 from scheduling.planning.problem import PlanningProblem, PriorityWeights
 
 NOW = pd.Timestamp("2021-07-01T00:00Z")
@@ -698,9 +698,10 @@ def test_rolling_lp_holds_a_node_for_a_blocked_multi_gpu_job_and_plans_it_after_
     node for an 8-GPU job. Plain rolling-lp plans the job there now and the agent rejects it. With holds, the LP
     learns that it cannot start on cluster 0 before hour 4 (when n0 drains), plans it there then, and n0 is held:
     a 1-GPU job that would run past hour 4 is kept off it."""
+    from scheduling.evaluation.ablations import ReserveMultiGpu
     from scheduling.packing import Cluster, Pod
     from scheduling.planning.agents import ClusterAgent
-    from scheduling.planning.policies.rolling_lp import RollingLP
+    from scheduling.planning.policies.rolling_lp import RollingLP, RollingLPOptions
 
     def fresh_agents():
         agents = [ClusterAgent("c0", Cluster(["n0", "n1"], [96000] * 2, [262144] * 2, [8, 8], ["V100"] * 2),
@@ -719,17 +720,17 @@ def test_rolling_lp_holds_a_node_for_a_blocked_multi_gpu_job_and_plans_it_after_
     p.jobs["num_gpu"] = [8, 1]
     p.jobs["gpu_milli"] = [1000, 1000]
     pods = [Pod("j0", 8000, 8192, 8, 1000), Pod("j1", 1000, 1024, 1, 1000)]
-    plain = RollingLP(capacity_factor=1.0).plan(p, fresh_agents(), pods, 0, explain=False)
+    plain = RollingLP(RollingLPOptions(capacity_factor=1.0)).plan(p, fresh_agents(), pods, 0, explain=False)
     assert not plain.placed[0] and plain.reason[0] == "rejected_by_agents"  # the LP's aggregate view: now, on c0
     agents = fresh_agents()
-    held = RollingLP(capacity_factor=1.0, reserve_multi_gpu=True).plan(p, agents, pods, 0, explain=False)
+    held = ReserveMultiGpu(options=RollingLPOptions(capacity_factor=1.0)).plan(p, agents, pods, 0, explain=False)
     assert held.placed[0] and held.status[0] == "tentative" and (held.s[0], held.c[0]) == (4, 0)
     assert agents[0].reserved == {0: ("j0", 4)}
     # the 6-hour 1-GPU job starts now on the clean cluster, but not on the held node
     assert held.placed[1] and (held.s[1], held.c[1]) == (0, 0) and held.node[1] == "n1"
     # a busy fleet (allocation above the guard) drops the holds and plans as without them
     agents = fresh_agents()
-    guarded = RollingLP(capacity_factor=1.0, reserve_multi_gpu=True, reserve_below_utilization=0.05)
+    guarded = ReserveMultiGpu(below_utilization=0.05, options=RollingLPOptions(capacity_factor=1.0))
     out = guarded.plan(p, agents, pods, 0, explain=False)
     assert not out.placed[0] and agents[0].reserved == {}
 
@@ -815,9 +816,10 @@ def test_standby_is_the_node_that_hosts_whole_node_jobs_and_is_kept_for_them():
 def test_standby_pool_keeps_one_node_per_cluster_by_default():
     """Six 8-GPU nodes: one in three would be two standby nodes, a third of the cluster idle for the rare whole-node
     jobs (a 270-GPU fleet at load 0.8 then met 84 % of deadlines); `standby_max_nodes` (default 1) keeps one."""
+    from scheduling.evaluation.ablations import StandbyBelowUtilization
     from scheduling.packing import Cluster, Pod
     from scheduling.planning.agents import ClusterAgent
-    from scheduling.planning.policies.rolling_lp import RollingLP
+    from scheduling.planning.policies.rolling_lp import RollingLP, RollingLPOptions
 
     def agents():
         names = [f"n{i}" for i in range(6)]
@@ -829,12 +831,12 @@ def test_standby_pool_keeps_one_node_per_cluster_by_default():
     p.jobs["gpu_milli"] = 1000
     for limit, kept in ((1, 1), (None, 2)):
         a = agents()
-        split, real = RollingLP(standby_max_nodes=limit)._standby_split(p, a, 0)
+        split, real = RollingLP(RollingLPOptions(standby_max_nodes=limit))._standby_split(p, a, 0)
         assert real.tolist() == [0, 0] and len(a[0].standby_nodes()) == kept
         assert split.free[0].tolist() == [48000 - 8000 * kept, 8000 * kept]
     # opt-in guard: above that share of the fleet's GPUs allocated the standby is given back (a busy fleet)
     a = agents()
-    policy = RollingLP(standby_below_utilization=0.5)
+    policy = StandbyBelowUtilization(0.5)
     assert policy._standby_split(p, a, 0) is not None and len(a[0].standby_nodes()) == 1
     for n in range(3):
         a[0].cluster.allocate(Pod(f"busy{n}", 1000, 1024, 8, 1000), n, tuple(range(8)))
@@ -851,7 +853,7 @@ def test_rolling_lp_standby_pool_plans_multi_gpu_jobs_on_the_standby_node_only()
     and the 1-GPU jobs are planned on the other two nodes' capacity (14 GPUs), never on the standby node."""
     from scheduling.packing import Cluster, Pod
     from scheduling.planning.agents import ClusterAgent
-    from scheduling.planning.policies.rolling_lp import RollingLP
+    from scheduling.planning.policies.rolling_lp import RollingLP, RollingLPOptions
 
     agents = [ClusterAgent("c0", Cluster(["n0", "n1", "n2"], [96000] * 3, [262144] * 3, [8] * 3, ["V100"] * 3),
                            policy="bestfit"),
@@ -868,12 +870,12 @@ def test_rolling_lp_standby_pool_plans_multi_gpu_jobs_on_the_standby_node_only()
     p.jobs["num_gpu"] = [8] + [1] * n_small
     p.jobs["gpu_milli"] = 1000
     pods = [Pod("j0", 64000, 200000, 8, 1000)] + [Pod(f"s{i}", 1000, 1024, 1, 1000) for i in range(n_small)]
-    policy = RollingLP(capacity_factor=1.0)
+    policy = RollingLP(RollingLPOptions(capacity_factor=1.0))
     split, real = policy._standby_split(p, agents, 0)
     assert split.clusters == ["c0", "c1", "c0/standby"] and real.tolist() == [0, 1, 0]
     assert split.free[0].tolist() == [14000, 8000, 8000] and split.free[-1].tolist() == [16000, 8000, 8000]
     assert split.allowed[0].tolist() == [False, True, True] and split.allowed[1].tolist() == [True, True, False]
-    assert RollingLP(standby_pool=False)._standby_split(p, agents, 0) is None
+    assert RollingLP(RollingLPOptions(standby_pool=False))._standby_split(p, agents, 0) is None
     out = policy.plan(p, agents, pods, 0, explain=True)
     assert out.placed[0] and (out.s[0], out.c[0]) == (0, 0) and out.node[0] == "n2"
     small_now = [j for j in range(1, n_small + 1) if out.placed[j] and out.s[j] == 0 and out.c[j] == 0]
@@ -906,9 +908,10 @@ def test_rolling_lp_preempts_checkpointing_jobs_for_a_due_job_only_when_allowed(
     """One 8-GPU node runs two 4-GPU jobs until hour 10; an 8-GPU job must start now to meet its deadline. Without
     preemption it cannot start (and runs late later); with it, the evictable jobs are evicted and it starts now
     on that node. A running job that is not evictable blocks it."""
+    from scheduling.evaluation.ablations import Preempting
     from scheduling.packing import Cluster, Pod
     from scheduling.planning.agents import ClusterAgent
-    from scheduling.planning.policies.rolling_lp import RollingLP
+    from scheduling.planning.policies.rolling_lp import RollingLP, RollingLPOptions
     from scheduling.planning.problem import Preemption
 
     def agents():
@@ -926,10 +929,11 @@ def test_rolling_lp_preempts_checkpointing_jobs_for_a_due_job_only_when_allowed(
         return p
 
     pods = [Pod("j0", 1000, 1024, 8, 1000)]
-    plain = RollingLP(capacity_factor=1.0, standby_pool=False, expected_arrivals_h=0)
+    options = RollingLPOptions(capacity_factor=1.0, standby_pool=False, expected_arrivals_h=0)
+    plain = RollingLP(options)
     out = plain.plan(problem({"r1": 1.0, "r2": 2.0}), agents(), pods, 0, explain=False)
     assert not (out.placed[0] and out.s[0] == 0) and out.evicted == []
-    pre = RollingLP(capacity_factor=1.0, standby_pool=False, expected_arrivals_h=0, preemption=Preemption())
+    pre = Preempting(Preemption(), options)
     ag = agents()
     out = pre.plan(problem({"r1": 1.0, "r2": 2.0}), ag, pods, 0, explain=False)
     assert out.placed[0] and out.s[0] == 0 and not out.late[0] and out.node[0] == "n0"
@@ -940,13 +944,14 @@ def test_rolling_lp_preempts_checkpointing_jobs_for_a_due_job_only_when_allowed(
 
 def test_standby_yields_to_a_job_due_now_only_when_asked():
     """Two of three 8-GPU nodes busy for 5 h, the third on standby for whole-node jobs. A 1-GPU job due now (its
-    deadline is its run time) fits only the standby node: by default it is refused there and runs late; with
-    `standby_yields_to_due` it starts now on the standby node (a deadline outranks an idle node). A job that is not
-    due yet still never gets the standby node."""
+    deadline is its run time) fits only the standby node: without the yield (`StandbyNeverYields`) it is refused
+    there and runs late; by default it starts now on the standby node (a deadline outranks an idle node). A job that
+    is not due yet still never gets the standby node."""
+    from scheduling.evaluation.ablations import StandbyNeverYields
+    from scheduling.explain.template import TemplateExplainer
     from scheduling.packing import Cluster, Pod
     from scheduling.planning.agents import ClusterAgent
-    from scheduling.explain.template import TemplateExplainer
-    from scheduling.planning.policies.rolling_lp import RollingLP
+    from scheduling.planning.policies.rolling_lp import RollingLP, RollingLPOptions
 
     def fleet():
         agent = ClusterAgent("c0", Cluster(["n0", "n1", "n2"], [96000] * 3, [262144] * 3, [8] * 3, ["V100"] * 3),
@@ -963,7 +968,9 @@ def test_standby_yields_to_a_job_due_now_only_when_asked():
     pods = [Pod("j0", 1000, 1024, 1, 1000), Pod("j1", 1000, 1024, 1, 1000)]
     for yields in (False, True):
         agents = fleet()
-        out = RollingLP(capacity_factor=1.0, standby_yields_to_due=yields).plan(p, agents, pods, 0, explain=True)
+        options = RollingLPOptions(capacity_factor=1.0)
+        policy = RollingLP(options) if yields else StandbyNeverYields(options)
+        out = policy.plan(p, agents, pods, 0, explain=True)
         assert agents[0].standby_nodes() == [2]
         due_now = out.placed[0] and out.s[0] == 0 and not out.late[0]
         assert due_now == yields, (yields, out.placed[0], out.s[0], out.late[0], out.reason[0])

@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scheduling.models.measured import ENERGY_COLUMNS, energy_profiles_from_files, load_energy_profiles
 from scheduling.domain.gpus import map_gpu_type
 from scheduling.evaluation.power_eval import power_eval
+from scheduling.models.measured import ENERGY_COLUMNS, energy_profiles_from_files, load_energy_profiles
 from scheduling.models.power import PowerModel, fit_clock_model, interpolate_batch_size
 from scheduling.planning.power_choice import (
     carbon_kg,
@@ -114,8 +114,8 @@ def test_options_known_unknown_and_mapped(model):
 def test_one_gpu_mapping_for_power_model_fleet_and_planner(profiles, data_dir):
     """GPU_MAP is the only GPU -> power-curve mapping: the fleet's models and the planner's options follow it."""
     from scheduling.domain.fleet import load_fleet
-    from scheduling.planning.power_options import PowerTable
     from scheduling.domain.gpus import DEFAULT_CURVE, GPU_MAP, ZEUS_GPU_TYPES
+    from scheduling.planning.power_options import PowerTable
 
     fleet = load_fleet(data_dir=data_dir)
     for name, m in fleet.gpu_models.items():

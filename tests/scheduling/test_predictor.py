@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
-from scheduling.models.measured import THROUGHPUT_COLUMNS, load_throughput, throughput_from_files
 from scheduling.evaluation import predictor_baselines as B
+from scheduling.models.measured import THROUGHPUT_COLUMNS, load_throughput, throughput_from_files
 from scheduling.models.performance.features import PerfTables, build_tables, mape
 from scheduling.models.performance.feedback import feedback_cells, flag_unit_mismatch
 from scheduling.models.performance.prior import PriorConfig, PriorModel

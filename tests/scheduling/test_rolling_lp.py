@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scheduling.planning.policies.base import PlacementPolicy
-
-from scheduling.planning.policies.registry import make_policy
+from scheduling.evaluation.ablations import ClairvoyantArrivals, DefaultPowerReduction, WarmStarted
 from scheduling.planning.lp import solve_lp
-from scheduling.planning.policies.rolling_lp import RollingLP
+from scheduling.planning.policies.base import PlacementPolicy
+from scheduling.planning.policies.registry import make_policy
+from scheduling.planning.policies.rolling_lp import RollingLP, RollingLPOptions
 from tests.scheduling.test_planner import toy_problem
 
 
@@ -23,7 +23,8 @@ def test_rolling_lp_picks_green_region_and_hour_and_starts_forced_job():
     free = [[1000, 1000]] * 4
     p = toy_problem(F, free, gpu=[1000, 1000, 1000], dur=[[1, 1]] * 3, kw=[[1, 1]] * 3, deadline=[4, 1, 4])
     assert isinstance(make_policy("rolling-lp"), RollingLP) and isinstance(make_policy("rolling-lp"), PlacementPolicy)
-    pol = RollingLP(capacity_factor=1.0)  # one GPU per region: the default head-room would leave no whole GPU
+    # one GPU per region: the default head-room would leave no whole GPU
+    pol = RollingLP(RollingLPOptions(capacity_factor=1.0))
     out = pol.plan(p, now_hour=0)
     # job 1: forced now, in the green-er region now (region 0)
     assert out.placed[1] and out.s[1] == 0 and out.c[1] == 0 and not out.late[1]
@@ -41,7 +42,7 @@ def test_rolling_lp_starts_job_whose_lp_mass_is_now():
     # hour 0 is the cleanest: the LP starts the job now in region 1, although its deadline leaves room
     p = toy_problem([[100, 10], [100, 300], [100, 300]], [[1000, 1000]] * 3, gpu=[1000], dur=[[1, 1]],
                     kw=[[1, 1]], deadline=[3])
-    out = RollingLP(capacity_factor=1.0).plan(p, now_hour=0)
+    out = RollingLP(RollingLPOptions(capacity_factor=1.0)).plan(p, now_hour=0)
     assert (out.s[0], out.c[0]) == (0, 1) and out.status[0] == "dispatched"
     assert out.stats["n_forced"] == 0
 
@@ -56,7 +57,7 @@ def test_rolling_lp_capacity_price_folded_into_intensity():
     p.capacity_price = np.array([[0.0, 2e-4], [0.0, 0.0], [0.0, 0.0]])
     q = _priced(p)
     assert q.forecast[0, 1] == pytest.approx(10 + 200) and q.forecast[0, 0] == 100 and p.forecast[0, 1] == 10
-    out = RollingLP(capacity_factor=1.0).plan(p, now_hour=0)
+    out = RollingLP(RollingLPOptions(capacity_factor=1.0)).plan(p, now_hour=0)
     assert (out.s[0], out.c[0]) == (0, 0)
 
 
@@ -71,7 +72,7 @@ def test_rolling_lp_power_option_and_explains_every_decision(max_power_candidate
     p = toy_problem([[80], [100], [100], [300]], [[2000]] * 4, gpu=[1000, 1000],
                     dur=[[[1.0], [1.5]], [[1.0], [1.5]]], kw=[[[1.0], [0.6]], [[1.0], [0.6]]], deadline=[3, 4],
                     limit_w=[[300.0], [180.0]])
-    pol = RollingLP(capacity_factor=1.0, max_power_candidates=max_power_candidates)
+    pol = RollingLP(RollingLPOptions(capacity_factor=1.0, max_power_candidates=max_power_candidates))
     out = pol.plan(p, now_hour=0)
     assert pol.last.power_reduction == ("none" if max_power_candidates is None else "cheapest")
     assert (out.s == 0).all() and (out.k == 1).all() and out.cost == pytest.approx([0.078, 0.078])
@@ -92,8 +93,9 @@ def test_rolling_lp_power_reduction_keeps_the_least_carbon_option(max_power_cand
     p = toy_problem([[100, 120], [110, 130], [120, 140], [130, 150]], [[1000, 1000]] * 4, gpu=[1000],
                     dur=[[[1.0, 1.0], [1.05, 1.2]]], kw=[[[1.0, 1.0], [0.95, 0.5]]], deadline=[3],
                     limit_w=[[300.0, 300.0], [250.0, 150.0]])
-    pol = RollingLP(capacity_factor=1.0, max_power_candidates=max_power_candidates, power_reduction=reduction,
-                    standby_pool=False, expected_arrivals_h=0)
+    options = RollingLPOptions(capacity_factor=1.0, max_power_candidates=max_power_candidates, standby_pool=False,
+                               expected_arrivals_h=0)
+    pol = DefaultPowerReduction(options) if reduction == "default" else RollingLP(options)
     out = pol.plan(p, now_hour=0)
     assert pol.last.power_reduction == ("none" if max_power_candidates is None else reduction)
     assert pol.last.default_power_only == (reduction == "default" and max_power_candidates is not None)
@@ -112,7 +114,7 @@ def test_rolling_lp_defers_the_tail_of_a_backlog_above_its_job_budget():
     and defers the third (deadline 4) to the next hour."""
     p = toy_problem([[100, 300]] * 4, [[2000, 2000]] * 4, gpu=[1000] * 3, dur=[[1, 1]] * 3, kw=[[1, 1]] * 3,
                     deadline=[1, 4, 1])
-    out = RollingLP(capacity_factor=1.0, max_lp_jobs=2).plan(p, now_hour=0)
+    out = RollingLP(RollingLPOptions(capacity_factor=1.0, max_lp_jobs=2)).plan(p, now_hour=0)
     assert out.placed[0] and out.placed[2] and (out.s[[0, 2]] == 0).all()
     assert not out.placed[1] and out.reason[1] == "deferred_lp_budget"
     assert out.stats["n_deferred"] == 1 and out.stats["n_jobs"] == 3
@@ -128,7 +130,7 @@ def test_expected_arrivals_keep_the_green_slot_for_the_job_that_needs_it():
     F = [[100, 300], [100, 300], [100, 20], [100, 300]]
     free = [[1000, 1000]] * 4
     p = toy_problem(F, free, gpu=[1000], dur=[[1, 1]], kw=[[1, 1]], deadline=[4])
-    pol = RollingLP(capacity_factor=1.0, standby_pool=False)
+    pol = RollingLP(RollingLPOptions(capacity_factor=1.0, standby_pool=False))
     alone = pol.plan(p, now_hour=0)
     assert (alone.s[0], alone.c[0]) == (2, 1)
     p.expected = toy_problem(F, free, gpu=[1000], dur=[[1, 1]], kw=[[2, 2]], deadline=[3], release=[2])
@@ -141,8 +143,8 @@ def test_expected_arrivals_keep_the_green_slot_for_the_job_that_needs_it():
 def test_expected_jobs_replay_the_last_hours_of_arrivals_shifted_forward(data_dir):
     import pandas as pd
 
+    from scheduling.evaluation.scenario import build_scenario
     from scheduling.planning.problem import JobTable, abs_hours
-    from scheduling.evaluation.simulator import build_scenario
 
     sc = build_scenario(start="2021-07-05", days=2, n_jobs=60, regions=3, load=0.5, seed=3, forecasts="naive",
                         data_dir=data_dir, grid_source="files", tail_days=1)
@@ -157,16 +159,17 @@ def test_expected_jobs_replay_the_last_hours_of_arrivals_shifted_forward(data_di
     ctx = Context()
     ctx.table = table
     free = np.tile(sc.fleet.capacity_milli, (H, 1))
-    ex = RollingLP(expected_arrivals_h=18).expected_jobs(ctx, now, free, np.full((H, C), 100.0))
+    ex = RollingLP(RollingLPOptions(expected_arrivals_h=18)).expected_jobs(ctx, now, free, np.full((H, C), 100.0))
     recent = np.flatnonzero((table.submit_h >= now_h - 18) & (table.submit_h < now_h))
     assert len(recent) and ex.n_jobs == len(recent)
     assert ex.jobs["job_id"].str.startswith("expected:").all()
     assert np.array_equal(ex.release, np.maximum(table.submit_h[recent] + 18 - now_h, 1))
     assert np.allclose(ex.deadline_rel, table.deadline_h[recent] + 18 - now_h)
-    assert RollingLP(expected_arrivals_h=0).expected_jobs(ctx, now, free, np.full((H, C), 100.0)) is None
+    none = RollingLP(RollingLPOptions(expected_arrivals_h=0))
+    assert none.expected_jobs(ctx, now, free, np.full((H, C), 100.0)) is None
 
     # the perfect-information reference: the true arrivals of the next hours, at their own times and deadlines
-    clair = RollingLP(clairvoyant_arrivals_h=12).expected_jobs(ctx, now, free, np.full((H, C), 100.0))
+    clair = ClairvoyantArrivals(12).expected_jobs(ctx, now, free, np.full((H, C), 100.0))
     coming = np.flatnonzero((table.submit_h > now_h) & (table.submit_h < now_h + 12))
     assert len(coming) and clair.n_jobs == len(coming)
     assert not set(coming) & set(recent)
@@ -174,7 +177,7 @@ def test_expected_jobs_replay_the_last_hours_of_arrivals_shifted_forward(data_di
     assert np.allclose(clair.deadline_rel, table.deadline_h[coming] - now_h)
     # no job submitted after now (as in a live plan's table, which holds only the jobs known): nothing to see
     after = sc.start + pd.Timedelta(hours=int(table.submit_h.max() - abs_hours(sc.start)))
-    assert RollingLP(clairvoyant_arrivals_h=12).expected_jobs(ctx, after, free, np.full((H, C), 100.0)) is None
+    assert ClairvoyantArrivals(12).expected_jobs(ctx, after, free, np.full((H, C), 100.0)) is None
 
 
 def _hour_later(p, keep):
@@ -223,8 +226,8 @@ def test_warm_start_from_the_last_hour_reaches_the_same_optimum_in_fewer_iterati
 def test_rolling_lp_warm_start_is_used_from_the_second_plan_on():
     F = [[100, 300], [100, 300], [100, 20], [100, 300], [100, 300]]
     p0 = toy_problem(F, [[2000, 2000]] * 5, gpu=[1000] * 3, dur=[[1, 1]] * 3, kw=[[1, 1]] * 3, deadline=[5, 2, 5])
-    pol = RollingLP(capacity_factor=1.0, warm_start=True)
+    pol = WarmStarted(RollingLPOptions(capacity_factor=1.0))
     pol.plan(p0, now_hour=0)
     pol.plan(_hour_later(p0, np.array([0, 2])), now_hour=1)
     assert (pol.warm.solves, pol.warm.warm_solves) == (2, 1)
-    assert RollingLP().warm is None  # off by default: the reported evaluations are cold
+    assert "warm" not in RollingLP()._solve_options()  # off by default: the reported evaluations are cold

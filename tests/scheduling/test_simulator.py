@@ -7,8 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from scheduling.evaluation.results import evaluate, report_markdown
+from scheduling.evaluation.scenario import build_scenario
+from scheduling.evaluation.simulator import simulate
 from scheduling.planning.forecasts import GridSeries, NaiveForecast, PublishedForecast, make_forecasts
-from scheduling.evaluation.simulator import build_scenario, evaluate, report_markdown, simulate
 
 START = "2021-07-05"
 
@@ -129,7 +131,6 @@ def test_evaluation_forecasts_keep_the_backtest(tmp_warehouse, data_dir):
     the version it used (forecast.forecasts keeps one version per model and issue hour); an absent version is a clear
     error; without a stored backtest (the hourly forecast DAG's stream, a version per training) every version."""
     from forecasting.store import write_forecasts
-
     from scheduling.planning.forecasts import BACKTEST
 
     def issue(at, value, version):
@@ -206,7 +207,7 @@ def test_scaled_fleet_deadlines_are_feasible_and_sizing_counts_slow_gpus(scenari
     """After re-sizing, home cluster and deadline refer to the fleet the jobs run on: every job meets its deadline
     when started at submission on some cluster that can host it; the load counts the run time on the GPUs a busy
     fleet uses (slow ones too), so it is at least the fastest-GPU figure."""
-    from scheduling.evaluation.simulator import demand_gpu_hours
+    from scheduling.evaluation.scenario import demand_gpu_hours
 
     tbl = scenario.table
     names = scenario.fleet.names
@@ -236,7 +237,7 @@ def test_calibrated_fleet_reaches_the_placed_load(data_dir):
 def test_replay_optimum_runs_the_bound_schedule_through_the_agents(scenario):
     """The optimum's (rounded) schedule executed hour by hour on nodes: never below the bound, most jobs start
     where and when the bound put them, and the excess carbon splits into on-plan and displaced jobs."""
-    from scheduling.evaluation.simulator import replay_optimum
+    from scheduling.evaluation.bounds import replay_optimum
 
     out = replay_optimum(scenario, time_limit_s=120)
     assert out["optimum"]["status"] == "optimal"
@@ -335,14 +336,14 @@ def test_a_preempted_job_resumes_with_the_work_left_and_both_runs_are_charged(sc
     """HourlyPlanner.preempt keeps the work done less the overhead, makes the job pending again with its run times
     scaled to the work left; execute charges the run before the preemption and the one after (and the data moved
     between two clusters) from the actual intensity."""
-    from scheduling.planning.policies.rolling_lp import RollingLP
-    from scheduling.planning.session import HourlyPlanner
-    from scheduling.planning.problem import Preemption
+    from scheduling.evaluation.ablations import Preempting
     from scheduling.evaluation.simulator import execute
+    from scheduling.planning.problem import Preemption
+    from scheduling.planning.session import HourlyPlanner
 
     sc = scenario
     tbl = sc.table
-    hp = HourlyPlanner(sc.fleet, table=tbl, policy=RollingLP(preemption=Preemption(overhead_h=0.25)),
+    hp = HourlyPlanner(sc.fleet, table=tbl, policy=Preempting(Preemption(overhead_h=0.25)),
                        forecasts=sc.forecasts, workload=sc.workload, explain=False)
     ck = tbl.jobs["checkpointing"].to_numpy(bool)
     fits = [i for i in range(tbl.n) if ck[i] and (tbl.allowed[i] & np.isfinite(tbl.dur[i, 0])).sum() >= 2
@@ -415,7 +416,7 @@ def test_a_bound_the_solver_did_not_finish_is_reported_missing_not_zero(scenario
     """HiGHS stopped by its time limit returns no solution; read as a bound that would be 0 kg and every policy's
     share measured against zero emissions (a 9000-job LP on a busy host did exactly that). solve_optimum raises,
     evaluate keeps the policies' results and reports the bound as missing, with the reason, and no shares."""
-    from scheduling.evaluation.simulator import BoundNotSolved, solve_optimum
+    from scheduling.evaluation.bounds import BoundNotSolved, solve_optimum
 
     with pytest.raises(BoundNotSolved, match="time limit"):
         solve_optimum(scenario, time_limit_s=0.0)
@@ -442,7 +443,8 @@ def test_ablations_include_the_perfect_information_reference(scenario):
 
 
 def test_over_seeds_reports_the_perfect_information_reference_beside_the_policies():
-    from scheduling.evaluation.simulator import PERFECT_INFORMATION, over_seeds
+    from scheduling.evaluation.ablations import PERFECT_INFORMATION
+    from scheduling.evaluation.results import over_seeds
 
     def report(seed, rolling, perfect):
         def m(share):

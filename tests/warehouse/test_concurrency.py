@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import duckdb
-import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -68,7 +68,6 @@ _FLOAT_COLUMNS = {"carbon_intensity_gco2_per_kwh", "generation_mw", "share_pct"}
 SIGNAL_TYPES = ("average", "marginal")
 BASES = ("production", "consumption")
 SCOPES = ("direct", "lifecycle")
-from warehouse.loaders.grid_factors import FUELS  # the contract's fuel names
 
 
 def to_utc(value: str | datetime | pd.Timestamp) -> pd.Timestamp:

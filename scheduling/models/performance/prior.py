@@ -27,7 +27,14 @@ import pandas as pd
 import torch
 from torch import nn
 
-from scheduling.models.performance.features import GPU_TYPES, N_JOB_FEATURES, N_TYPE_FEATURES, PerfTables, job_features, job_key
+from scheduling.models.performance.features import (
+    GPU_TYPES,
+    N_JOB_FEATURES,
+    N_TYPE_FEATURES,
+    PerfTables,
+    job_features,
+    job_key,
+)
 
 
 @dataclass

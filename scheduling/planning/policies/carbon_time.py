@@ -6,6 +6,7 @@ import numpy as np
 
 from scheduling.planning.policies.base import BIG, SequentialPolicy
 
+
 class CarbonTime(SequentialPolicy):
     """Carbon saved per unit of waiting: among candidates, maximise (C_ref - C) / (wait + 1), where C_ref is
     the cheapest candidate at the earliest feasible start and wait the hours after it (GAIA's Carbon-Time,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from scheduling.planning.policies.base import BIG, SequentialPolicy
 
+
 class GreedyCarbon(SequentialPolicy):
     """Start as early as possible, in the region with the lowest carbon intensity at that hour."""
 

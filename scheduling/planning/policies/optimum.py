@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from scheduling.planning.problem import PriorityWeights
 from scheduling.planning.job_priority import priority_parts
-from scheduling.planning.outcome import PlanOutcome
 from scheduling.planning.lp import LPResult, solve_lp
+from scheduling.planning.outcome import PlanOutcome
 from scheduling.planning.policies.base import PlacementPolicy
+from scheduling.planning.problem import PriorityWeights
 
 
 class OptimumPolicy(PlacementPolicy):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from scheduling.planning.policies.base import SequentialPolicy
 
+
 class PerformanceFirst(SequentialPolicy):
     """Earliest finish: earliest start on the fastest GPU, at the default power limit."""
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from scheduling.planning.problem import PriorityWeights
 from scheduling.planning.policies.base import SequentialPolicy
 from scheduling.planning.prices import PriceLearner
+from scheduling.planning.problem import PriorityWeights
+
 
 class PriorityCarbon(SequentialPolicy):
     """Ours: priority order, minimum forecast carbon over (power option, start, cluster)."""

@@ -5,6 +5,7 @@ import numpy as np
 
 from scheduling.planning.policies.base import BIG, SequentialPolicy
 
+
 class RandomPlacement(SequentialPolicy):
     """Earliest start; a random cluster among those where the job can start then."""
 

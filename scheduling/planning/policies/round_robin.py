@@ -5,6 +5,7 @@ import numpy as np
 
 from scheduling.planning.policies.base import BIG, SequentialPolicy
 
+
 class RoundRobin(SequentialPolicy):
     """Earliest start; clusters tried in a rotating order (the next job starts after the last one's cluster)."""
 

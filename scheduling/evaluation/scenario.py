@@ -1,0 +1,154 @@
+"""The evaluation scenario: fleet, job trace, grid actuals and forecast provider of one period and load.
+
+    sc = build_scenario(start="2021-07-01", days=14, n_jobs=1000, regions=6, load=0.5)
+
+With `load` set, the fleet is sized so that the jobs' GPU-hours are `load` of the fleet's GPU-hours over the period
+(`demand_gpu_hours`, then `calibrate` rounds on performance-first's placed load), and the trace is drawn again on the
+sized fleet so that home clusters and deadlines refer to clusters that exist.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from common.timeutil import utc
+from scheduling.domain.fleet import Fleet, load_fleet
+from scheduling.domain.jobs import SpeedModel, generate_jobs
+from scheduling.evaluation.simulator import BASELINE, simulate
+from scheduling.planning.agents import default_workload, job_pods
+from scheduling.planning.forecasts import BACKTEST, ForecastProvider, GridSeries, make_forecasts
+from scheduling.planning.power_options import load_power_table
+from scheduling.planning.problem import JobTable, abs_hours
+
+HOUR = pd.Timedelta(hours=1)
+DEFAULT_TAIL_DAYS = 10  # days simulated after the last arrival, for the last jobs to start and finish
+
+
+@dataclass
+class Scenario:
+    """Everything one evaluation replays: the period (`start`, `hours` of arrivals, then `tail_hours` for the last
+    jobs to finish), the fleet, the job trace and its `table`, the grid actuals, the forecast provider the policies
+    plan from, the FGD target `workload` and the `config` reported with the results."""
+
+    start: pd.Timestamp
+    hours: int  # arrival window (the period)
+    fleet: Fleet
+    jobs: pd.DataFrame
+    table: JobTable
+    grid: GridSeries
+    forecasts: ForecastProvider
+    load: float | None
+    config: dict = field(default_factory=dict)
+    workload: object = None
+    tail_hours: int = DEFAULT_TAIL_DAYS * 24
+
+    @property
+    def zone_col(self) -> np.ndarray:
+        """(C,) each cluster's column in the grid's zones."""
+        pos = {z: i for i, z in enumerate(self.grid.zones)}
+        return np.array([pos[z] for z in self.fleet.cluster_zones], dtype=np.int64)
+
+    def actual(self, what: str = "ci") -> tuple[int, np.ndarray]:
+        """(first absolute hour, (T, C) actual values per cluster) over the grid axis."""
+        arr = self.grid.ci if what == "ci" else self.grid.renewable
+        return abs_hours(self.grid.t0), arr[:, self.zone_col]
+
+
+def demand_gpu_hours(jobs: pd.DataFrame, table: JobTable, on: str = "fleet") -> float:
+    """GPU-hours the jobs need at the default power limit: `on="fleet"` (default, the fleet sizing) the run time
+    on a GPU of the fleet drawn in proportion to the clusters' sizes among those that can host the job -- where a
+    busy fleet puts its work, slow GPUs included; `"fastest"` on the fastest cluster that can host each job (the
+    least work the trace can be done with); `"home"` on the home clusters."""
+    idx = np.arange(table.n)
+    if on == "home":
+        d = table.base_dur[idx, np.maximum(table.home, 0)]
+    elif on == "fleet":
+        w = table.allowed * np.array([c.config.weight for c in table.fleet.clusters], dtype=float)[None, :]
+        w = w / np.maximum(w.sum(axis=1, keepdims=True), 1e-12)
+        d = (w * np.where(table.allowed, table.base_dur, 0.0)).sum(axis=1)
+    else:
+        d = np.where(table.allowed, table.base_dur, np.inf).min(axis=1)
+        d = np.where(np.isfinite(d), d, table.base_dur[idx, np.maximum(table.home, 0)])
+    share = jobs["num_gpu"].to_numpy(float) * jobs["gpu_milli"].to_numpy(float) / 1000.0
+    return float((share * d).sum())
+
+
+def build_scenario(start="2021-07-01", days: float = 14, n_jobs: int = 1000, regions=6, load: float | None = 0.5,
+                   seed: int = 0, forecasts: str = "auto", fleet_path=None, data_dir=None, pod_list: str = "default",
+                   max_duration_h: float = 48.0, grid_source: str = "auto", db_path=None,
+                   forecast_model: str | None = None, forecast_version: str | None = BACKTEST,
+                   tail_days: int = DEFAULT_TAIL_DAYS,
+                   packing: str = "fgd", calibrate: int = 0) -> Scenario:
+    """Fleet, job trace, grid actuals and the forecast provider for one evaluation.
+
+    Fleet size: with `load` set, the clusters are re-sized (in proportion to their weights, whole nodes) so that
+    the offered load -- the jobs' GPU-hours on a GPU drawn in proportion to the clusters that can host each job,
+    over the fleet's GPU-hours of the period -- is `load`; the job trace is then drawn again (same seed, same
+    draws) on the re-sized fleet so that home clusters and deadlines refer to clusters that exist. With
+    `calibrate` > 0 the fleet is re-sized up to that many times by (GPU-hours performance-first runs the jobs
+    with / fleet GPU-hours) / `load` (`placed_load` of its metrics). The measured utilisation (mean GPU allocation
+    inside the period) is reported beside it: lower, since the fleet starts empty and jobs arriving late run after
+    the period. `load=None` keeps the configured sizes. `forecast_version`: which model_version of the stored forecasts
+    (`make_forecasts`; default: the stored backtest where there is one, else every version)."""
+    start = utc(start).floor("h")
+    hours = int(round(days * 24))
+    fleet = load_fleet(fleet_path, regions=regions, data_dir=data_dir)
+    speed = SpeedModel(data_dir)
+    jobs = generate_jobs(n_jobs, start, hours, fleet, seed=seed, data_dir=data_dir, pod_list=pod_list,
+                         max_duration_h=max_duration_h, speed_model=speed)
+    power = load_power_table(fleet, data_dir=data_dir, db_path=db_path, as_of=start)
+    table = JobTable(jobs, fleet, speed, power)
+    if load is not None:
+        need = demand_gpu_hours(jobs, table) / (load * hours)
+        fleet = fleet.scaled(need)
+        # The same draws again on the re-sized fleet: home cluster, home run time and so the deadline must refer
+        # to clusters that exist (and can host the job) in the fleet the jobs run on.
+        jobs = generate_jobs(n_jobs, start, hours, fleet, seed=seed, data_dir=data_dir, pod_list=pod_list,
+                             max_duration_h=max_duration_h, speed_model=speed)
+        power = load_power_table(fleet, data_dir=data_dir, db_path=db_path, as_of=start)
+        table = JobTable(jobs, fleet, speed, power)
+    end = start + (hours + tail_days * 24 + 24 * 8) * HOUR
+    grid = GridSeries.load(fleet.zones, start, end, source=grid_source, data_dir=data_dir, db_path=db_path)
+    if grid.t0 > start - 24 * HOUR:
+        raise ValueError(f"grid data starts {grid.t0}: the naive forecast at {start} needs the day before")
+    provider = make_forecasts(forecasts, grid, fleet.zones, start=start, end=end, db_path=db_path,
+                              data_dir=data_dir, model=forecast_model, version=forecast_version)
+    workload = default_workload(job_pods(jobs))
+    calibration = []
+    if load is not None:
+        target_gpus = float(fleet.total_gpus)
+        for _ in range(int(calibrate)):
+            probe = Scenario(start, hours, fleet, jobs, table, grid, provider, load, {}, workload, tail_days * 24)
+            res = simulate(probe, BASELINE)
+            # The work as performance-first places it (slow GPUs included), over the fleet's GPU-hours of the
+            # period: the utilisation the fleet has if it keeps up. The allocation measured inside the period is
+            # no target: it saturates below 1 (packing) when the fleet cannot keep up and the queue grows.
+            placed = res.metrics["placed_load"]
+            calibration.append({"gpus": fleet.total_gpus, "placed_load": round(placed, 4),
+                                "utilization": round(res.metrics["utilization"], 4),
+                                "deadline_satisfaction": round(res.metrics["deadline_satisfaction"], 4)})
+            if abs(placed - load) < 0.02 or placed <= 0:
+                break
+            target_gpus = target_gpus * placed / load
+            fleet = fleet.scaled(target_gpus)
+            jobs = generate_jobs(n_jobs, start, hours, fleet, seed=seed, data_dir=data_dir, pod_list=pod_list,
+                                 max_duration_h=max_duration_h, speed_model=speed)
+            workload = default_workload(job_pods(jobs))
+            table = JobTable(jobs, fleet, speed, power)
+    config = {"start": start.isoformat(), "days": days, "n_jobs": int(len(jobs)), "n_jobs_requested": n_jobs,
+              "regions": list(dict.fromkeys(fleet.cluster_regions)), "zones": fleet.zones, "load_target": load,
+              "seed": seed, "pod_list": pod_list, "max_duration_h": max_duration_h, "packing": packing,
+              "forecasts_requested": forecasts, "forecast_version_requested": forecast_version,
+              "grid_source": grid.source,
+              "fleet_file": fleet.source_path, "power_options": power.source, "speed_source": speed.source,
+              "jobs_dropped": int(jobs.attrs.get("dropped", 0)) + int(jobs.attrs.get("dropped_after_scaling", 0)),
+              "load_calibration": calibration, "load_definition": (
+                  "GPU-hours of the jobs as performance-first runs them / fleet GPU-hours of the period"
+                  if calibration else "GPU-hours on a GPU drawn in proportion to the clusters that can host each "
+                  "job / fleet GPU-hours of the period"),
+              "offered_load": round(demand_gpu_hours(jobs, table) / (fleet.total_gpus * hours), 4),
+              "demand_gpu_hours_fleet": round(demand_gpu_hours(jobs, table), 1),
+              "demand_gpu_hours_fastest": round(demand_gpu_hours(jobs, table, on="fastest"), 1)}
+    return Scenario(start, hours, fleet, jobs, table, grid, provider, load, config, workload, tail_days * 24)
