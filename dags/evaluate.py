@@ -17,7 +17,6 @@ from dagutils.assets import FORECASTS, MARTS
 from dagutils.params import FLEET_REGIONS as REGIONS
 from dagutils.params import POLICIES
 
-
 with DAG(
     dag_id="evaluate",
     description="Simulate placement policies over a historical period; HTML report with charts and cards",

@@ -16,7 +16,6 @@ from airflow.sdk import DAG, Param, get_current_context, task
 from dagutils.assets import FORECASTS, MARTS, MODELS, PLAN
 from dagutils.params import DEFAULT_POLICY, FLEET_REGIONS, POLICIES, regions_param, time_param
 
-
 with DAG(
     dag_id="plan_hourly",
     description="Hourly plan: pending jobs -> regions, start hours, nodes/GPUs; plan.* + schedule files",

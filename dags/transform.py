@@ -10,10 +10,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, TaskGroup, task
-
-from dagutils.assets import MARTS, RAW_CLUSTER, RAW_ENERGY, RAW_GRID, RAW_INTERFERENCE
 from cosmos import DbtTaskGroup
 from cosmos.operators.local import DbtBuildLocalOperator, DbtTestLocalOperator
+
+from dagutils.assets import MARTS, RAW_CLUSTER, RAW_ENERGY, RAW_GRID, RAW_INTERFERENCE
 from transforms import cosmos_config as cc
 
 with DAG(

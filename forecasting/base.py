@@ -70,7 +70,7 @@ class Forecaster(ABC):
     name: str = "forecaster"
 
     @abstractmethod
-    def fit(self, history: pd.DataFrame, target: str) -> "Forecaster":
+    def fit(self, history: pd.DataFrame, target: str) -> Forecaster:
         """Learn from `history` (rows with hour_utc before the training cut-off) for one target name."""
 
     @abstractmethod

@@ -28,8 +28,8 @@ forecasts and serve only as the published baseline, and DACF's carbon-intensity 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import pandas as pd

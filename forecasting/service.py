@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from warehouse.model_registry import latest_good, register_model
 from common.timeutil import HOUR, utc
 from forecasting.base import TARGET_COLUMNS
 from forecasting.data import attach_published, grid_hourly, issue_hour, load_published_forecasts, mask_known
@@ -38,6 +37,7 @@ from forecasting.evaluation.metrics import error_pct_of_mean, mape, point_metric
 from forecasting.models.naive import SeasonalNaive
 from forecasting.models.registry import MODEL_NAMES, ModelUnavailable, applicable, make_model
 from forecasting.store import FORECAST_COLUMNS, forecast_frame, last_good_forecast, write_forecasts
+from warehouse.model_registry import latest_good, register_model
 
 DEFAULT_REGIONS = ("CISO", "PJM", "ERCO", "ISNE", "SE", "DE")
 # Cheap models first, the TFT (which stops itself on its budget share) last so that it gets what is left.
@@ -171,7 +171,7 @@ def train(
 
     `workers=2` trains the TFT in a second (single-threaded) process beside the other models, each lane with the
     whole wall-clock budget (two cores train both lanes at once)."""
-    import torch
+    import torch  # noqa: PLC0415 - torch loads in seconds; only training/prediction paths need it
 
     if refit not in ("auto", "always", "never"):
         raise ValueError("refit must be auto, always or never")
@@ -453,7 +453,7 @@ def predict(
     bootstrap_tiny: bool = False,
 ) -> tuple[pd.DataFrame, list[PredictResult]]:
     """Issue forecasts at `as_of` (see module docstring). Returns the rows (as stored) and a summary per job."""
-    import torch
+    import torch  # noqa: PLC0415 - torch loads in seconds; only training/prediction paths need it
 
     torch.set_num_threads(1)
     if as_of is None:

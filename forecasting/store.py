@@ -6,7 +6,7 @@ the same forecast again replaces it (idempotent). The table is created on first 
 """
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import pandas as pd
 

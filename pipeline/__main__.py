@@ -13,6 +13,13 @@ import time
 
 from tabulate import tabulate
 
+from forecasting import service as forecast_service
+from forecasting.service import cutoff_from
+from scheduling.service import plan_hourly
+from scheduling.tasks import train_models
+from transforms.runner import build
+from warehouse.ingest import ingest, summarize
+
 DEFAULT_AS_OF = "2021-07-15T12:00:00Z"
 
 
@@ -26,15 +33,12 @@ def _done(started: float) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from warehouse.ingest import ingest, summarize
-
     t = _stage("ingest: every file source into raw.* (idempotent; unchanged batches are skipped)")
     print(tabulate(summarize(ingest(None)), headers="keys", intfmt=","))
     _done(t)
 
     if args.until == "ingest":
         return 0
-    from transforms.runner import build
 
     t = _stage("transform: dbt build (staging → intermediate → marts, with tests)")
     result = build()
@@ -43,7 +47,6 @@ def run(args: argparse.Namespace) -> int:
     if args.until == "transform":
         return 0
 
-    from forecasting import service as forecast_service
 
     t = _stage(f"forecast: train ({'tiny' if args.tiny else 'default'} settings) up to {args.train_end}")
     trained = forecast_service.train(
@@ -61,8 +64,6 @@ def run(args: argparse.Namespace) -> int:
     if args.until == "forecast":
         return 0
 
-    from forecasting.service import cutoff_from
-    from scheduling.tasks import train_models
 
     cutoff = cutoff_from(args.train_end)
     t = _stage(f"performance: train and register the predictor and the power model (version as of {cutoff.isoformat()})")
@@ -71,7 +72,6 @@ def run(args: argparse.Namespace) -> int:
                     for name, r in registered.items()], headers="keys"))
     _done(t)
 
-    from scheduling.service import plan_hourly
 
     t = _stage(f"plan: hourly plan for {args.as_of} (policy {args.policy})")
     plan = plan_hourly(args.as_of, policy=args.policy)

@@ -24,9 +24,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from warehouse.config import REPO_ROOT as WAREHOUSE_ROOT
 from warehouse.config import warehouse_path as configured
@@ -47,7 +47,7 @@ _NO_WAREHOUSE = {"parse", "ls", "list", "deps", "clean", "init", "--version", "-
 class DbtError(RuntimeError):
     """dbt exited non-zero; the message holds the command and the end of its output."""
 
-    def __init__(self, message: str, result: "DbtResult"):
+    def __init__(self, message: str, result: DbtResult):
         super().__init__(message)
         self.result = result
 

@@ -12,9 +12,9 @@ import fcntl
 import hashlib
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import duckdb
 import pandas as pd

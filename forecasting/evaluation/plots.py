@@ -10,10 +10,10 @@ UNITS = {"carbon_intensity": "gCO2/kWh (direct, production-based)", "solar": "MW
 
 
 def _mpl():
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 - plotting loads only when a chart is drawn
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - plotting loads only when a chart is drawn
 
     return plt
 

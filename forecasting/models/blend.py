@@ -39,7 +39,7 @@ class PublishedBlendForecaster(Forecaster):
         self._memory = ForecastMemory()
         self._target = None
 
-    def fit(self, history: pd.DataFrame, target: str) -> "PublishedBlendForecaster":
+    def fit(self, history: pd.DataFrame, target: str) -> PublishedBlendForecaster:
         self._target = target
         self._memory = ForecastMemory()
         self.base.fit(history, target)

@@ -24,6 +24,7 @@ import json
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import linprog
 
 from common.timeutil import HOUR
 from forecasting.base import HORIZON_BUCKETS, OUTPUT_COLUMNS, Forecaster, target_column
@@ -39,7 +40,6 @@ def fit_weights(F: np.ndarray, y: np.ndarray, relative: bool) -> np.ndarray:
     n, m = F.shape
     if m == 1:
         return np.ones(1)
-    from scipy.optimize import linprog
 
     scale = 1.0 / np.maximum(np.abs(y), 1e-9) if relative else np.full(n, 1.0 / max(np.mean(np.abs(y)), 1e-9))
     # variables: w (m), u (n), v (n);  F w − y = u − v;  minimise Σ scale·(u + v)
@@ -168,7 +168,7 @@ class EnsembleForecaster(Forecaster):
     def _col(self) -> str:
         return target_column(self._target)
 
-    def fit(self, history: pd.DataFrame, target: str) -> "EnsembleForecaster":
+    def fit(self, history: pd.DataFrame, target: str) -> EnsembleForecaster:
         self._target = target
         col = self._col()
         end = history["hour_utc"].max() + HOUR

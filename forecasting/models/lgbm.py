@@ -28,6 +28,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 
+import holidays
 import numpy as np
 import pandas as pd
 
@@ -116,12 +117,12 @@ class RegionSeries:
 
 @functools.lru_cache(maxsize=256)
 def _holiday_dates(region: str, years: tuple) -> frozenset:
+    country = REGION_COUNTRY.get(region)
+    if country is None:
+        return frozenset()
     try:
-        import holidays
-
-        country = REGION_COUNTRY.get(region)
-        return frozenset(holidays.country_holidays(country, years=list(years))) if country else frozenset()
-    except Exception:  # pragma: no cover - holidays missing or unknown country
+        return frozenset(holidays.country_holidays(country, years=list(years)))
+    except NotImplementedError:  # pragma: no cover - a country the holidays package does not know
         return frozenset()
 
 
@@ -344,12 +345,12 @@ class LGBMForecaster(Forecaster):
         return np.ones(len(X))
 
     @staticmethod
-    def _prepare(series: "RegionSeries", spec: FeatureSpec) -> None:
+    def _prepare(series: RegionSeries, spec: FeatureSpec) -> None:
         if spec.scale_col:
             series.add_capacity(spec.target_col, spec.scale_col)
 
-    def fit(self, history: pd.DataFrame, target: str) -> "LGBMForecaster":
-        import lightgbm as lgb
+    def fit(self, history: pd.DataFrame, target: str) -> LGBMForecaster:
+        import lightgbm as lgb  # noqa: PLC0415 - LightGBM loads only for its forecaster
 
         col = target_column(target)
         self._target = target

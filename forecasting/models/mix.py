@@ -74,7 +74,7 @@ class MixCompositeForecaster(Forecaster):
         self._fuel_models: dict[str, LGBMForecaster] = {}
         self._band: dict[str, np.ndarray] = {}  # region → (n_buckets, 2) relative quantiles
 
-    def fit(self, history: pd.DataFrame, target: str) -> "MixCompositeForecaster":
+    def fit(self, history: pd.DataFrame, target: str) -> MixCompositeForecaster:
         col = target_column(target)
         if not col.startswith("carbon_intensity"):
             raise ValueError("MixCompositeForecaster forecasts carbon intensity only")

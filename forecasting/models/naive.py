@@ -46,7 +46,7 @@ class SeasonalNaive(Forecaster):
         out[ok] = arr[src[ok]]
         return out
 
-    def fit(self, history: pd.DataFrame, target: str) -> "SeasonalNaive":
+    def fit(self, history: pd.DataFrame, target: str) -> SeasonalNaive:
         col = target_column(target)
         self._target = target
         self._relative = col.startswith("carbon_intensity")

@@ -93,9 +93,9 @@ class ProphetForecaster(Forecaster):
         self.trained_until_: pd.Timestamp | None = None
 
     # ------------------------------------------------------------------ fit
-    def fit(self, history: pd.DataFrame, target: str) -> "ProphetForecaster":
+    def fit(self, history: pd.DataFrame, target: str) -> ProphetForecaster:
         _mute_stan_logging()
-        from prophet import Prophet
+        from prophet import Prophet  # noqa: PLC0415 - Prophet loads CmdStan; only its forecaster needs it
 
         _mute_stan_logging()  # prophet sets its logger to INFO when first imported
 
@@ -264,7 +264,7 @@ class ProphetForecaster(Forecaster):
         return path
 
     @classmethod
-    def load(cls, directory: Path | str) -> "ProphetForecaster":
+    def load(cls, directory: Path | str) -> ProphetForecaster:
         _mute_stan_logging()
         with open(Path(directory) / "prophet.pkl", "rb") as handle:
             model = pickle.load(handle)

@@ -13,7 +13,8 @@ libraries (LightGBM, Prophet, torch) are imported only when a model is fitted or
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from forecasting.base import Forecaster
 from forecasting.models.blend import PublishedBlendForecaster

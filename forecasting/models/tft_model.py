@@ -70,11 +70,11 @@ class TFTSettings:
     num_threads: int = 1
 
     @classmethod
-    def tiny(cls, **overrides) -> "TFTSettings":
+    def tiny(cls, **overrides) -> TFTSettings:
         return replace(cls(), **overrides)
 
     @classmethod
-    def full(cls, **overrides) -> "TFTSettings":
+    def full(cls, **overrides) -> TFTSettings:
         """Real training: 8 × 50 batches of 64, capped by `max_time_s` of wall clock (and by the service's budget
         share), best epoch on the last 21 days."""
         base = cls(
@@ -101,7 +101,7 @@ class TFTSettings:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TFTSettings":
+    def from_dict(cls, d: dict) -> TFTSettings:
         d = dict(d)
         d["observed_columns"] = tuple(d.get("observed_columns", ()))
         d["target_lags"] = tuple(d.get("target_lags", ()))
@@ -129,7 +129,7 @@ class _EpochLosses:
     """Lightning callback (built lazily): mean train loss per epoch, validation loss, best weights."""
 
     def __new__(cls, *args, **kwargs):
-        from lightning.pytorch.callbacks import Callback
+        from lightning.pytorch.callbacks import Callback  # noqa: PLC0415 - torch stack, loaded only when a TFT trains
 
         class EpochLosses(Callback):
             def __init__(self):
@@ -229,7 +229,7 @@ class TFTForecaster(Forecaster):
         return frame
 
     def _normalizer(self):
-        from pytorch_forecasting.data import EncoderNormalizer, GroupNormalizer
+        from pytorch_forecasting.data import EncoderNormalizer, GroupNormalizer  # noqa: PLC0415 - torch stack, loaded only when a TFT trains
 
         if self.settings.normalizer == "group":
             return GroupNormalizer(groups=["region"])
@@ -238,11 +238,11 @@ class TFTForecaster(Forecaster):
         raise ValueError(f"tft: unknown normalizer {self.settings.normalizer!r} (group | encoder)")
 
     # ----------------------------------------------------------------- fit
-    def fit(self, history: pd.DataFrame, target: str, budget_s: float | None = None) -> "TFTForecaster":
-        import lightning.pytorch as pl
-        import torch
-        from pytorch_forecasting import TemporalFusionTransformer, TimeSeriesDataSet
-        from pytorch_forecasting.metrics import QuantileLoss
+    def fit(self, history: pd.DataFrame, target: str, budget_s: float | None = None) -> TFTForecaster:
+        import lightning.pytorch as pl  # noqa: PLC0415 - torch stack, loaded only when a TFT trains
+        import torch  # noqa: PLC0415 - torch loads in seconds; only training/prediction paths need it
+        from pytorch_forecasting import TemporalFusionTransformer, TimeSeriesDataSet  # noqa: PLC0415 - torch stack, loaded only when a TFT trains
+        from pytorch_forecasting.metrics import QuantileLoss  # noqa: PLC0415 - torch stack, loaded only when a TFT trains
 
         s = self.settings
         started = time.monotonic()
@@ -357,8 +357,8 @@ class TFTForecaster(Forecaster):
 
     # ------------------------------------------------------------- predict
     def predict(self, issued_at: pd.Timestamp, horizon: int, data: pd.DataFrame) -> pd.DataFrame:
-        import torch
-        from pytorch_forecasting import TimeSeriesDataSet
+        import torch  # noqa: PLC0415 - torch loads in seconds; only training/prediction paths need it
+        from pytorch_forecasting import TimeSeriesDataSet  # noqa: PLC0415 - torch stack, loaded only when a TFT trains
 
         if self._net is None:
             raise RuntimeError("TFTForecaster.predict called before fit")
@@ -428,7 +428,7 @@ class TFTForecaster(Forecaster):
 
     # --------------------------------------------------------- persistence
     def save(self, directory: Path | str) -> Path:
-        import torch
+        import torch  # noqa: PLC0415 - torch loads in seconds; only training/prediction paths need it
 
         if self._net is None:
             raise RuntimeError("nothing to save: fit first")
@@ -459,9 +459,9 @@ class TFTForecaster(Forecaster):
         return path
 
     @classmethod
-    def load(cls, directory: Path | str) -> "TFTForecaster":
-        import torch
-        from pytorch_forecasting import TemporalFusionTransformer
+    def load(cls, directory: Path | str) -> TFTForecaster:
+        import torch  # noqa: PLC0415 - torch loads in seconds; only training/prediction paths need it
+        from pytorch_forecasting import TemporalFusionTransformer  # noqa: PLC0415 - torch stack, loaded only when a TFT trains
 
         path = Path(directory) / "tft.pt"
         with _quiet():

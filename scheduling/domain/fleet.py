@@ -17,9 +17,9 @@ Node counts are whole nodes: a cluster gets nodes until it reaches its GPU targe
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -157,7 +157,7 @@ class Fleet:
         return self.names.index(name)
 
     # ------------------------------------------------------------------ selection and scaling
-    def select(self, regions: int | Iterable[str] | None) -> "Fleet":
+    def select(self, regions: int | Iterable[str] | None) -> Fleet:
         """The clusters of the first `regions` regions (int), or of the named regions/zones (list)."""
         if regions is None:
             return self
@@ -178,7 +178,7 @@ class Fleet:
         out.clusters = [c for c in self.clusters if c.config.region in keep]
         return out
 
-    def scaled(self, total_gpus: float, seed: int | None = None) -> "Fleet":
+    def scaled(self, total_gpus: float, seed: int | None = None) -> Fleet:
         """The same clusters re-sized so that the fleet has about `total_gpus` GPUs, split by weight (each
         cluster at least one node)."""
         weights = np.array([c.config.weight for c in self.clusters], dtype=float)

@@ -51,7 +51,7 @@ class EvalConfig:
     protocols: tuple = (1, 2, 3)
 
     @classmethod
-    def quick(cls) -> "EvalConfig":
+    def quick(cls) -> EvalConfig:
         """Seconds-scale settings for tests and smoke runs (numbers not comparable to the full run)."""
         return cls(prior=PriorConfig(n_models=1, epochs=120, hidden=32), refiner=RefinerConfig(epochs=60),
                    folds=3, reps=2)

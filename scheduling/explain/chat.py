@@ -110,7 +110,7 @@ class ChatExplainer:
         self.last_error: str | None = None
 
     @classmethod
-    def from_config(cls, conn_id: str = CONN_ID) -> "ChatExplainer":
+    def from_config(cls, conn_id: str = CONN_ID) -> ChatExplainer:
         return cls(load_chat_config(conn_id))
 
     def explain(self, record: dict) -> str:

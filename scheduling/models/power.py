@@ -145,7 +145,7 @@ class PowerModel:
     is marts.gpu_energy_profiles (or `PowerModel.from_files()` / `PowerModel.from_warehouse()`)."""
 
     profiles: pd.DataFrame
-    clock_model: "ClockModel | None" = None
+    clock_model: ClockModel | None = None
     default_curves: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -156,11 +156,11 @@ class PowerModel:
         self.default_curves = self._default_curves()
 
     @classmethod
-    def from_files(cls, data_dir=None) -> "PowerModel":
+    def from_files(cls, data_dir=None) -> PowerModel:
         return cls(energy_profiles_from_files(data_dir))
 
     @classmethod
-    def from_warehouse(cls, db_path=None) -> "PowerModel":
+    def from_warehouse(cls, db_path=None) -> PowerModel:
         return cls(load_energy_profiles(db_path))
 
     # relative curves: limit fraction -> (time ratio, power fraction of max limit)
@@ -294,7 +294,7 @@ class PowerModel:
         return pd.DataFrame({"power_limit_w": curve.power_limit_w.to_numpy(dtype=float), "duration_s": duration,
                              "energy_j": duration * curve.avg_power_w.to_numpy(), "avg_power_w": curve.avg_power_w.to_numpy()})
 
-    def attach_clock_model(self, clock_model: "ClockModel") -> "PowerModel":
+    def attach_clock_model(self, clock_model: ClockModel) -> PowerModel:
         self.clock_model = clock_model
         return self
 
@@ -302,7 +302,7 @@ class PowerModel:
         return {"default_curves": self.default_curves, "gpu_map": gpu_map_table().to_dict(orient="records"),
                 "clock_model": None if self.clock_model is None else self.clock_model.to_dict()}
 
-    def save(self, directory) -> "Path":
+    def save(self, directory) -> Path:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.profiles.to_csv(directory / "power_profiles.csv", index=False)
@@ -310,7 +310,7 @@ class PowerModel:
         return directory
 
     @classmethod
-    def load(cls, directory) -> "PowerModel":
+    def load(cls, directory) -> PowerModel:
         directory = Path(directory)
         model = cls(pd.read_csv(directory / "power_profiles.csv"))
         meta = json.loads((directory / "power_model.json").read_text())

@@ -30,9 +30,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -136,7 +137,7 @@ def plan_fields(plan: Any) -> dict:
     for name in ("plan_time", "policy", "assignments"):
         if not hasattr(plan, name):
             raise TypeError(f"not a Plan: missing attribute {name!r}")
-    assignments = normalize_assignments(getattr(plan, "assignments"))
+    assignments = normalize_assignments(plan.assignments)
     unplaced = getattr(plan, "unplaced", None)
     if unplaced is None or len(unplaced) == 0:
         unplaced = pd.DataFrame({"job_id": pd.Series(dtype=str), "reason": pd.Series(dtype=str)})

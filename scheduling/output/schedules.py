@@ -56,9 +56,10 @@ import math
 import os
 import re
 import shutil
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pandas as pd
 import yaml

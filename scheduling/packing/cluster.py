@@ -93,7 +93,7 @@ class Cluster:
 
     # ----------------------------------------------------------------- construction
     @classmethod
-    def from_nodes(cls, nodes, tiebreak_rank=None, max_pods=DEFAULT_MAX_PODS) -> "Cluster":
+    def from_nodes(cls, nodes, tiebreak_rank=None, max_pods=DEFAULT_MAX_PODS) -> Cluster:
         """From a DataFrame with the openb node-list columns: ``sn`` (or ``name``), ``cpu_milli``,
         ``memory_mib``, ``gpu``, ``model``; an optional ``tiebreak_rank`` column (or argument: array aligned
         with the rows, or a mapping name -> rank) sets the node priority among equal scores."""
@@ -110,7 +110,7 @@ class Cluster:
         return cls(names, nodes["cpu_milli"].to_numpy(), nodes["memory_mib"].to_numpy(), nodes["gpu"].to_numpy(),
                    models, tiebreak_rank=tiebreak_rank, max_pods=max_pods)
 
-    def copy(self) -> "Cluster":
+    def copy(self) -> Cluster:
         """An independent copy (same nodes, pods and tie-break order); policies' caches start afresh for it."""
         new = object.__new__(Cluster)
         new.__dict__.update(self.__dict__)

@@ -53,7 +53,7 @@ class FragTables:
         self.memo_limit = 1 << 18  # entries (~35 MB); cleared when full
 
 
-_TABLES: "weakref.WeakKeyDictionary[TargetWorkload, dict]" = weakref.WeakKeyDictionary()
+_TABLES: weakref.WeakKeyDictionary[TargetWorkload, dict] = weakref.WeakKeyDictionary()
 
 
 def frag_tables(workload: TargetWorkload, model_names: tuple[str, ...]) -> FragTables:

@@ -43,7 +43,7 @@ class TargetWorkload:
     @classmethod
     def from_pods(
         cls, pods: Iterable[Pod], popularity_threshold: float = 95, include_cpu_pods: bool = True
-    ) -> "TargetWorkload":
+    ) -> TargetWorkload:
         counts: Counter = Counter()
         for pod in pods:
             if not include_cpu_pods and pod.num_gpu == 0:
@@ -78,7 +78,7 @@ class TargetWorkload:
         )
 
     @classmethod
-    def from_specs(cls, specs: Sequence[tuple], weights: Sequence[float] | None = None) -> "TargetWorkload":
+    def from_specs(cls, specs: Sequence[tuple], weights: Sequence[float] | None = None) -> TargetWorkload:
         """Explicit typical pods: ``specs`` of (cpu_milli, gpu_milli, num_gpu[, gpu_spec]) with weights
         (default: uniform). Weights are used as given (they should sum to 1)."""
         rows = [tuple(s) + ("",) * (4 - len(s)) for s in specs]

@@ -46,7 +46,7 @@ class CandidateBatch:
     __slots__ = ("J", "ns", "cost", "carbon", "base_ok", "cap_ok", "timely", "occ", "s", "price")
 
     @classmethod
-    def stack(cls, views: list[CandidateView], scores: list[np.ndarray]) -> tuple["CandidateBatch", np.ndarray]:
+    def stack(cls, views: list[CandidateView], scores: list[np.ndarray]) -> tuple[CandidateBatch, np.ndarray]:
         """Views of several jobs (each over its own start hours) as one batch padded to the longest range, and
         their policy scores the same way (B, K, n, C); the padding lies outside every job's range."""
         B = len(views)

@@ -75,7 +75,7 @@ class GridSeries:
         return out if zones is None else out[:, self.zone_index(zones)]
 
     @classmethod
-    def from_frame(cls, frame: pd.DataFrame, zones, source: str = "frame") -> "GridSeries":
+    def from_frame(cls, frame: pd.DataFrame, zones, source: str = "frame") -> GridSeries:
         zones = list(zones)
         have = set(frame["region"].unique())
         missing = [z for z in zones if z not in have]
@@ -102,7 +102,7 @@ class GridSeries:
 
     @classmethod
     def load(cls, zones, start, end, source: str = "auto", data_dir=None, db_path=None,
-             history_days: int = 8) -> "GridSeries":
+             history_days: int = 8) -> GridSeries:
         """Actuals for [start - history_days, end) from marts.grid_hourly (`source` warehouse|files|auto)."""
         lo = utc(start) - pd.Timedelta(days=history_days)
         frame = grid_hourly(list(zones), start=lo, end=utc(end), source=source, db_path=db_path, data_dir=data_dir)

@@ -25,8 +25,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import highspy
 import numpy as np
 from scipy import sparse
+from scipy.optimize import Bounds, LinearConstraint, milp
 
 from scheduling.planning.candidates import BATCH_CELLS, Evaluator
 from scheduling.planning.problem import PlanningProblem, abs_hours
@@ -102,7 +104,7 @@ class WarmStart:
         old_cols, old_col_status, old_rows, old_row_status = self.last
         return _carry(cols, old_cols, old_col_status, 0), _carry(rows, old_rows, old_row_status, 1)
 
-    def remember(self, cols, rows, res: "HighsSolution", warm: bool) -> None:
+    def remember(self, cols, rows, res: HighsSolution, warm: bool) -> None:
         self.solves += 1
         self.warm_solves += int(warm)
         self.iterations += res.iterations
@@ -129,8 +131,6 @@ def _solve_highs(obj: np.ndarray, A_ub, b_ub: np.ndarray, A_eq, b_eq: np.ndarray
     (pinned alike: identical solutions and duals) but converts the matrices first and loops over every column in
     Python after the solve, a large share of a rolling plan's time. `basis`: a simplex start (`WarmStart`);
     `want_basis`: return the final basis too."""
-    import highspy
-
     n = len(obj)
     A_ub = A_ub if getattr(A_ub, "format", None) in ("csc", "csr") else sparse.csr_matrix(A_ub)
     A_eq = sparse.csr_matrix(A_eq)
@@ -421,8 +421,6 @@ def solve_lp(problem: PlanningProblem, late_penalty_kg: float = 1000.0, time_lim
     build_s = time.perf_counter() - t0
     t1 = time.perf_counter()
     if integral:
-        from scipy.optimize import Bounds, LinearConstraint, milp
-
         res = milp(obj, integrality=np.ones(n + N), bounds=Bounds(0, 1),
                    constraints=[LinearConstraint(A_ub, -np.inf, b_ub), LinearConstraint(A_eq, 1, 1)],
                    options={"time_limit": time_limit_s, "presolve": presolve})

@@ -107,7 +107,7 @@ class PlanningProblem:
     free_other: np.ndarray | None = None  # (R, H, C) free CPU milli-cores and memory MiB (None: not tracked)
     req_other: np.ndarray | None = None  # (N, R) the jobs' CPU and memory requests
     capacity_price: np.ndarray | None = None  # (H, C) kgCO2e per GPU-milli-hour a job's window is charged
-    expected: "PlanningProblem | None" = None  # jobs expected to arrive (rolling-lp plans their capacity only)
+    expected: PlanningProblem | None = None  # jobs expected to arrive (rolling-lp plans their capacity only)
     release_c: np.ndarray | None = None  # (N, C) earliest start per cluster (None: `release` everywhere)
     postpone_margin_h: float = 0.0  # a start after now must leave this many hours before the latest start
     pods: list | None = None  # scheduling.packing.Pod per job (built lazily by the agents)
@@ -117,7 +117,7 @@ class PlanningProblem:
     # `Preemption.for_carbon`: the evictable running jobs as a problem of their own (their work left after a
     # preemption, release 1: they would resume from the next hour), with `runs_on` (N, 3): the option, cluster and
     # hours left of each one's current run
-    running: "PlanningProblem | None" = None
+    running: PlanningProblem | None = None
     runs_on: np.ndarray | None = None
 
     @property

@@ -324,18 +324,18 @@ def apply_running(hp: HourlyPlanner, running: pd.DataFrame, plan_time) -> None:
     """Commit running jobs' resources until their end hour (and bind them on nodes where given)."""
     names = {n: i for i, n in enumerate(hp.fleet.names)}
     for r in running.itertuples(index=False):
-        c = names.get(getattr(r, "cluster"))
+        c = names.get(r.cluster)
         if c is None:
-            raise ValueError(f"running job {getattr(r, 'job_id')}: unknown cluster {getattr(r, 'cluster')!r}")
-        end_h = int(np.ceil(utc(getattr(r, "end_time")).value / 3.6e12))
+            raise ValueError(f"running job {r.job_id}: unknown cluster {r.cluster!r}")
+        end_h = int(np.ceil(utc(r.end_time).value / 3.6e12))
         cpu, mem = int(getattr(r, "cpu_milli", 0) or 0), int(getattr(r, "memory_mib", 0) or 0)
-        g = int(getattr(r, "num_gpu")) * int(getattr(r, "gpu_milli"))
+        g = int(r.num_gpu) * int(r.gpu_milli)
         hp.external.append((c, end_h, (g, cpu, mem)))
         node = getattr(r, "node", None)
         if isinstance(node, str) and node:
             agent = hp.agents[c]
             devs = getattr(r, "gpu_devices", "") or ""
             gpus = tuple(int(x) for x in str(devs).split(",") if x != "")
-            pod = Pod(str(getattr(r, "job_id")), cpu, mem, int(getattr(r, "num_gpu")), int(getattr(r, "gpu_milli")))
+            pod = Pod(str(r.job_id), cpu, mem, int(r.num_gpu), int(r.gpu_milli))
             agent.cluster.allocate(pod, agent.cluster.node_index(node), gpus)
             agent.end_hour[pod.pod_id] = end_h

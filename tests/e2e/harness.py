@@ -69,7 +69,7 @@ class AirflowServer:
         env.update(self.extra_env)
         return env
 
-    def start(self, timeout_s: float = 240) -> "AirflowServer":
+    def start(self, timeout_s: float = 240) -> AirflowServer:
         self.home.mkdir(parents=True, exist_ok=True)
         (self.home / "passwords.json").write_text(json.dumps({USER: PASSWORD}))
         env = self.env()

@@ -9,8 +9,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import pandas as pd
 import pytest
 
-from warehouse import model_registry
 from forecasting import service, store
+from warehouse import model_registry
 
 REGIONS = ("SE", "CISO")
 

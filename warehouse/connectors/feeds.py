@@ -21,9 +21,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import pandas as pd
 import yaml
@@ -110,16 +111,16 @@ class FeedConfig:
     feeds: Mapping[str, FeedSettings]
     regions: Mapping[str, RegionFeeds]
 
-    def with_base_urls(self, urls: Mapping[str, str]) -> "FeedConfig":
+    def with_base_urls(self, urls: Mapping[str, str]) -> FeedConfig:
         feeds = dict(self.feeds)
         for name, url in urls.items():
             feeds[name] = dataclasses.replace(self.feeds[name], base_url=url)
         return dataclasses.replace(self, feeds=feeds)
 
-    def with_http(self, **settings: Any) -> "FeedConfig":
+    def with_http(self, **settings: Any) -> FeedConfig:
         return dataclasses.replace(self, http=dataclasses.replace(self.http, **settings))
 
-    def with_options(self, feed: str, **options: Any) -> "FeedConfig":
+    def with_options(self, feed: str, **options: Any) -> FeedConfig:
         feeds = dict(self.feeds)
         feeds[feed] = dataclasses.replace(self.feeds[feed], options={**self.feeds[feed].options, **options})
         return dataclasses.replace(self, feeds=feeds)

@@ -27,9 +27,10 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 import requests
@@ -268,7 +269,7 @@ class HttpSettings:
     user_agent: str = "carbon-aware-planner/1 (+warehouse.connectors)"
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any] | None) -> "HttpSettings":
+    def from_mapping(cls, values: Mapping[str, Any] | None) -> HttpSettings:
         values = dict(values or {})
         unknown = set(values) - set(cls.__dataclass_fields__)
         if unknown:
@@ -378,7 +379,7 @@ class HttpClient:
         if self.session is not None:
             self.session.close()
 
-    def __enter__(self) -> "HttpClient":
+    def __enter__(self) -> HttpClient:
         return self
 
     def __exit__(self, *exc: object) -> None:

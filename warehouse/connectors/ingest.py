@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 from warehouse.connectors.feeds import FeedConfig, FeedFailure, LiveFeeds
 from warehouse.connectors.http import ConnectorError, HttpClient

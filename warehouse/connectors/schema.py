@@ -18,9 +18,9 @@ Every frame is sorted by its key and typed the same way on every run (strings as
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Iterable
 
 import pandas as pd
 
@@ -153,7 +153,7 @@ class FeedData:
     def add_rejection(self, table: str, rejection: Rejection) -> None:
         self.rejections.setdefault(table, []).append(rejection)
 
-    def flagged(self, flag: str) -> "FeedData":
+    def flagged(self, flag: str) -> FeedData:
         """A copy whose rows all carry `flag` in quality_flag (e.g. fallback_from=ukci)."""
         frames = {}
         for table, data in self.frames.items():

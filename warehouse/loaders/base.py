@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 import numpy as np
 import pandas as pd

@@ -14,8 +14,8 @@ This module also holds `csv_source`, the small factory the energy and interferen
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 import pandas as pd
 

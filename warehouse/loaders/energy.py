@@ -13,8 +13,8 @@ Tables (one batch per file, batch_id = "<source>:<path relative to DATA_DIR>"):
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pandas as pd

@@ -76,9 +76,9 @@ Batches: ``batch_id = "<source>:<path relative to DATA_DIR>"``; one batch per (f
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pandas as pd

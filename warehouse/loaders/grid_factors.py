@@ -8,7 +8,7 @@ medians and per-country import factors that the Let's-Wait-Awhile repository use
 """
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd

@@ -21,8 +21,8 @@ import ast
 import json
 import math
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pandas as pd
 

@@ -37,9 +37,9 @@ import csv
 import io
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import numpy as np

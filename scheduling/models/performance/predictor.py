@@ -56,7 +56,7 @@ class PerformancePredictor:
     # -- training ----------------------------------------------------------------------------------------------
     @classmethod
     def train(cls, throughput: pd.DataFrame, prior_config: PriorConfig | None = None,
-              refiner_config: RefinerConfig | None = None, feedback_set: str = "oracle") -> "PerformancePredictor":
+              refiner_config: RefinerConfig | None = None, feedback_set: str = "oracle") -> PerformancePredictor:
         """Network 1 on the simulation set; network 2's kernel on the `feedback_set` measurements (jobs whose
         feedback is in another unit excluded). The feedback itself is not kept as observations: a fresh predictor
         starts from the prior and learns a job only from `observe`."""
@@ -180,7 +180,7 @@ class PerformancePredictor:
         return directory
 
     @classmethod
-    def load(cls, directory: Path | str) -> "PerformancePredictor":
+    def load(cls, directory: Path | str) -> PerformancePredictor:
         directory = Path(directory)
         prior = PriorModel.load(directory)
         refiner = Refiner.load(directory) if (directory / "refiner.pt").exists() else None

@@ -182,7 +182,7 @@ class PriorModel:
         return tables.jobs.loc[list(keys)].reset_index()
 
     # -- training --------------------------------------------------------------------------------------------
-    def fit(self, tables: PerfTables, log_every: int = 0) -> "PriorModel":
+    def fit(self, tables: PerfTables, log_every: int = 0) -> PriorModel:
         cfg = self.config
         torch.set_num_threads(1)
         self.vocab = _Vocab(types=sorted(tables.jobs.job_type.unique()), keys=sorted(tables.jobs.index))
@@ -284,7 +284,7 @@ class PriorModel:
         return directory
 
     @classmethod
-    def load(cls, directory: Path | str) -> "PriorModel":
+    def load(cls, directory: Path | str) -> PriorModel:
         directory = Path(directory)
         meta = json.loads((directory / "prior.json").read_text())
         model = cls(PriorConfig(**meta["config"]))

@@ -102,7 +102,7 @@ class _Cells:
         self.pfam = torch.tensor([fcodes[f] for f in fams], dtype=torch.long)
         self.n = len(cells)
 
-    def take(self, idx: torch.Tensor) -> "_Cells":
+    def take(self, idx: torch.Tensor) -> _Cells:
         out = object.__new__(_Cells)
         out.x, out.gpu, out.co = self.x[idx], self.gpu[idx], self.co[idx]
         out.partner, out.pfam = self.partner[idx], self.pfam[idx]
@@ -184,7 +184,7 @@ class Refiner:
         self.net: RefinerNet | None = None
         self.history: list[float] = []
 
-    def fit(self, cells: pd.DataFrame) -> "Refiner":
+    def fit(self, cells: pd.DataFrame) -> Refiner:
         """cells: job_key, job_type, gpu_type, partner_job_type, prior_log_norm, prior_log_iso, residual
         (log observed - prior log), one row per observed cell of the feedback jobs."""
         torch.set_num_threads(1)
@@ -229,7 +229,7 @@ class Refiner:
         return directory
 
     @classmethod
-    def load(cls, directory: Path | str) -> "Refiner":
+    def load(cls, directory: Path | str) -> Refiner:
         directory = Path(directory)
         meta = json.loads((directory / "refiner.json").read_text())
         refiner = cls(RefinerConfig(**meta["config"]))

@@ -115,8 +115,8 @@ def test_beats_climatology_and_the_seasonal_naive(fitted, frame):
 
 
 def test_save_load_and_registry_artifact_roundtrip(fitted, frame, tmp_path):
-    from warehouse import model_registry
     from forecasting.models.tft_model import TFTForecaster
+    from warehouse import model_registry
 
     issued = pd.Timestamp("2021-07-04T00:00Z")
     expected = fitted.predict(issued, 24, frame)
