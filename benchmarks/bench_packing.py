@@ -5,6 +5,7 @@ decision-latency distribution, printed as JSON with CPU count and versions.
 
 Same as `python -m scheduling bench-packing --json`.
 """
+
 from __future__ import annotations
 
 import sys

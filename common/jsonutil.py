@@ -1,4 +1,5 @@
 """Deterministic JSON: the same value always gives the same text (plans, explanations, registry metadata)."""
+
 from __future__ import annotations
 
 import json

@@ -5,6 +5,7 @@ that reading the names (DAG files do, while Airflow parses them) never imports n
 are keyword arguments bound to a name (e.g. ``priority-noprices`` = the priority policy with ``learn_prices=False``).
 Every registry raises the same `UnknownNameError` naming the concept, the name and the known names.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -1,4 +1,5 @@
 """UTC timestamps: planning and forecasting never read the wall clock, they take a time and normalise it here."""
+
 from __future__ import annotations
 
 import pandas as pd

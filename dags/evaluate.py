@@ -8,6 +8,7 @@ unallocated GPUs, the plan's timeline against the forecast band, savings per reg
 job (at most `max_cards`). It is written to var/reports/evaluate/<run id>/index.html; the path is in the task log
 and the task's return value. Reads the warehouse only (no pool needed).
 """
+
 from __future__ import annotations
 
 import pendulum
@@ -27,16 +28,24 @@ with DAG(
     tags=["plan", "evaluation"],
     doc_md=__doc__,
     params={
-        "policies": Param(["rolling-lp", "priority", "greedy-carbon", "carbon-time", "performance-first", "round-robin",
-                           "optimum"],
-                          type="array", minItems=1, items={"type": "string", "enum": list(POLICIES)},
-                          description="Policies to simulate; `optimum` adds the LP bound."),
+        "policies": Param(
+            ["rolling-lp", "priority", "greedy-carbon", "carbon-time", "performance-first", "round-robin", "optimum"],
+            type="array",
+            minItems=1,
+            items={"type": "string", "enum": list(POLICIES)},
+            description="Policies to simulate; `optimum` adds the LP bound.",
+        ),
         "period_start": Param("2021-07-01", type="string", format="date", description="First day (UTC)."),
         "days": Param(3, type="integer", minimum=1, maximum=31, description="Length of the arrival period."),
         "jobs": Param(200, type="integer", minimum=1, description="Number of jobs arriving over the period."),
-        "regions": Param(6, type=["integer", "array"], minimum=1, maximum=len(REGIONS),
-                         items={"type": "string", "enum": REGIONS},
-                         description="A count (the first N fleet regions) or a list of region names."),
+        "regions": Param(
+            6,
+            type=["integer", "array"],
+            minimum=1,
+            maximum=len(REGIONS),
+            items={"type": "string", "enum": REGIONS},
+            description="A count (the first N fleet regions) or a list of region names.",
+        ),
         "load": Param(0.5, type="number", enum=[0.5, 0.8], description="Target average GPU load of the fleet."),
         "max_cards": Param(50, type="integer", minimum=0, maximum=500, description="Explanation cards at most."),
     },

@@ -5,6 +5,7 @@ Uses the newest good model versions; a failing model falls back to its last good
 and the rows say so (is_fallback, fallback_reason). Writes forecast.forecasts in the `warehouse` pool and emits
 `warehouse://forecast`. Logic: forecasting/service.py.
 """
+
 from __future__ import annotations
 
 import pendulum

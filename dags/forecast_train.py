@@ -4,6 +4,7 @@ Prophet, TFT) within a time budget, daily.
 Training cut-off = the run's data interval end, or the `train_end` Param; each version lands in model.registry
 with its validation metrics. Runs in the `warehouse` pool. Logic: forecasting/service.py.
 """
+
 from __future__ import annotations
 
 import pendulum

@@ -2,6 +2,7 @@
 
 Trigger by hand; Params choose sources and the data folder. Updates the Asset `warehouse://raw/cluster`.
 """
+
 from dagutils.assets import RAW_CLUSTER
 from dagutils.ingest_dag import file_ingest_dag
 

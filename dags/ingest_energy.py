@@ -4,6 +4,7 @@ and interference (Gavel isolated and co-located throughputs).
 Trigger by hand; Params choose sources and the data folder. Updates `warehouse://raw/energy` and
 `warehouse://raw/interference`.
 """
+
 from dagutils.assets import RAW_ENERGY, RAW_INTERFERENCE
 from dagutils.ingest_dag import file_ingest_dag
 

@@ -4,6 +4,7 @@ Hourly: the live feeds (Electricity Maps, WattTime, UK Carbon Intensity, EIA-930
 region, see warehouse/connectors/feeds.yaml) for the run's data interval. Manual trigger: additionally the grid
 files (EnsembleCI regions, DACF published forecasts, GB) chosen by Params. Updates `warehouse://raw/grid`.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,11 +35,19 @@ from warehouse.orchestration import (
     doc_md=__doc__,
     params={
         "load_files": Param(True, type="boolean", description="Manual runs: also load the grid files."),
-        "sources": Param([], type="array", items={"type": "string", "enum": sources_in_group("grid")},
-                         description="File sources to load; empty = all grid files."),
+        "sources": Param(
+            [],
+            type="array",
+            items={"type": "string", "enum": sources_in_group("grid")},
+            description="File sources to load; empty = all grid files.",
+        ),
         "data_dir": Param("", type="string", description="Folder holding the source files; empty = DATA_DIR."),
-        "regions": Param([], type="array", items={"type": "string", "pattern": "^[A-Z][A-Z0-9_-]{1,15}$"},
-                         description="Live-feed regions; empty = those enabled in feeds.yaml."),
+        "regions": Param(
+            [],
+            type="array",
+            items={"type": "string", "pattern": "^[A-Z][A-Z0-9_-]{1,15}$"},
+            description="Live-feed regions; empty = those enabled in feeds.yaml.",
+        ),
         "start": Param("", type="string", description="Live window start (ISO UTC); empty = data interval start."),
         "end": Param("", type="string", description="Live window end (ISO UTC); empty = data interval end."),
     },
@@ -76,8 +85,11 @@ def ingest_grid():
         return ingest_live(choice["regions"], choice["start"], choice["end"])
 
     choice = validate_params()
-    load_files(choice) >> fetch_live(choice) >> publish_loaded("ingest_grid_loaded",
-                                                               {"load_files": RAW_GRID, "fetch_live": RAW_GRID})
+    (
+        load_files(choice)
+        >> fetch_live(choice)
+        >> publish_loaded("ingest_grid_loaded", {"load_files": RAW_GRID, "fetch_live": RAW_GRID})
+    )
 
 
 ingest_grid()

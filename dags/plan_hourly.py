@@ -8,6 +8,7 @@ manifests, Slurm headers, index.json), in the one-slot `warehouse` pool. `dry_ru
 Logic: scheduling/tasks.py and scheduling/service.py. Consumes `warehouse://forecast` and `warehouse://marts`; emits
 `warehouse://plan`.
 """
+
 from __future__ import annotations
 
 import pendulum
@@ -29,8 +30,9 @@ with DAG(
         "as_of": time_param("Planning time (ISO UTC, e.g. 2021-07-15T12:00Z); empty = data interval end."),
         "policy": Param(DEFAULT_POLICY, type="string", enum=list(POLICIES), description="Placement policy."),
         "regions": regions_param(FLEET_REGIONS, "Fleet regions to plan on; empty = every region with grid data."),
-        "horizon_hours": Param(168, type="integer", minimum=24, maximum=168,
-                               description="Longest planning horizon (hours)."),
+        "horizon_hours": Param(
+            168, type="integer", minimum=24, maximum=168, description="Longest planning horizon (hours)."
+        ),
         "dry_run": Param(False, type="boolean", description="Write plan.explanations only (no plan rows, no files)."),
     },
 ):
@@ -42,8 +44,9 @@ with DAG(
 
         ctx = get_current_context()
         dag_run = ctx.get("dag_run")
-        return resolve_plan_run(dict(params), ctx.get("data_interval_end"), ctx.get("logical_date"),
-                                getattr(dag_run, "run_after", None))
+        return resolve_plan_run(
+            dict(params), ctx.get("data_interval_end"), ctx.get("logical_date"), getattr(dag_run, "run_after", None)
+        )
 
     @task(pool="warehouse", inlets=[FORECASTS, MARTS, MODELS], outlets=[PLAN])
     def plan(choice: dict) -> dict:

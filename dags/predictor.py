@@ -4,6 +4,7 @@ training as status 'failed'). The hourly plan loads the latest good version whos
 before its planning time (scheduling.models.registered.resolve_registered) and records the versions in every
 explanation record; without one it falls back, flagged. Logic: scheduling/tasks.py (train_models).
 """
+
 from __future__ import annotations
 
 import pendulum

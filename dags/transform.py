@@ -5,6 +5,7 @@ Runs when any ingest DAG updates a raw Asset; emits `warehouse://marts` when the
 is in the one-slot `warehouse` pool (single DuckDB writer) and takes the warehouse file lock. Configuration and the
 reasons behind it: transforms/cosmos_config.py.
 """
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta

@@ -1,4 +1,5 @@
 """`python -m forecasting`: the command line of `forecasting.cli`."""
+
 import os
 import sys
 

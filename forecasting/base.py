@@ -6,6 +6,7 @@ docs/data-contracts.md). `predict` may read from `data` only what is known at `i
 for hours strictly before `issued_at`, and known-future inputs (calendar, weather *forecasts*) for the horizon.
 `known_at` enforces that, so no model can leak the future by accident.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod

@@ -8,6 +8,7 @@
 
 `--json` prints exactly one JSON document on stdout; progress and library chatter go to stderr.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,6 +63,7 @@ def _quiet():
 
 # ------------------------------------------------------------------------------------------------------ backtest
 
+
 def backtest_command(args) -> int:
     _quiet()
     target = _target(args.target)
@@ -69,15 +71,27 @@ def backtest_command(args) -> int:
     out_stream = sys.stderr if args.json else sys.stdout
     with contextlib.redirect_stdout(sys.stderr):
         data, published = load_inputs(regions, source=args.source)
-        model = make_model(args.model, target, horizon=max(args.horizon, 24)) if args.model in (
-            "lgbm", "mix", "ensemble") else make_model(args.model, target)
-        results = run_backtest(model, target, regions, data, published, start=args.start, end=args.end,
-                               horizon=args.horizon, train_end=args.train_end, context_days=args.context_days)
+        model = (
+            make_model(args.model, target, horizon=max(args.horizon, 24))
+            if args.model in ("lgbm", "mix", "ensemble")
+            else make_model(args.model, target)
+        )
+        results = run_backtest(
+            model,
+            target,
+            regions,
+            data,
+            published,
+            start=args.start,
+            end=args.end,
+            horizon=args.horizon,
+            train_end=args.train_end,
+            context_days=args.context_days,
+        )
         stored = None
         if args.store:
             label = args.store_version or f"{STORED_PREFIX}{utc(args.train_end or args.start).date().isoformat()}"
-            stored = {"model": args.model, "model_version": label,
-                      "rows": store_forecasts(results, args.model, label)}
+            stored = {"model": args.model, "model_version": label, "rows": store_forecasts(results, args.model, label)}
         docs = []
         for res in results:
             doc = res.to_json()
@@ -89,9 +103,15 @@ def backtest_command(args) -> int:
         payload = docs[0]
     else:
         vals = [d[name] for d in docs if d.get(name) is not None]
-        payload = {"target": target, "model": args.model, "start": args.start, "end": args.end,
-                   "horizon": args.horizon, f"mean_{name}": round(sum(vals) / len(vals), 3) if vals else None,
-                   "regions": {d["region"]: d for d in docs}}
+        payload = {
+            "target": target,
+            "model": args.model,
+            "start": args.start,
+            "end": args.end,
+            "horizon": args.horizon,
+            f"mean_{name}": round(sum(vals) / len(vals), 3) if vals else None,
+            "regions": {d["region"]: d for d in docs},
+        }
     payload["start"], payload["end"], payload["horizon"] = args.start, args.end, args.horizon
     payload["train_end"] = str(utc(args.train_end or args.start))
     if stored is not None:
@@ -101,12 +121,16 @@ def backtest_command(args) -> int:
     else:
         for d in docs:
             base = d.get("baseline_dacf_mape", d.get("baseline_operator_error_pct_of_mean"))
-            print(f"{d['region']:5s} {target:17s} {args.model:10s} {name}={d.get(name)} "
-                  f"coverage={d.get('coverage_p10_p90')} published={base}", file=out_stream)
+            print(
+                f"{d['region']:5s} {target:17s} {args.model:10s} {name}={d.get(name)} "
+                f"coverage={d.get('coverage_p10_p90')} published={base}",
+                file=out_stream,
+            )
     return 0
 
 
 # ------------------------------------------------------------------------------------------------------- results
+
 
 def results_command(args) -> int:
     _quiet()
@@ -123,10 +147,19 @@ def results_command(args) -> int:
         return 0
     t0 = time.perf_counter()
     with contextlib.redirect_stdout(sys.stderr):
-        results = build_results(models, targets, regions, args.start, args.end, horizon=args.horizon, jobs=args.jobs,
-                                source=args.source,
-                                plot_models=[m.strip() for m in args.plot_models.split(",") if m.strip()],
-                                plot_dir=str(out.parent), progress=say)
+        results = build_results(
+            models,
+            targets,
+            regions,
+            args.start,
+            args.end,
+            horizon=args.horizon,
+            jobs=args.jobs,
+            source=args.source,
+            plot_models=[m.strip() for m in args.plot_models.split(",") if m.strip()],
+            plot_dir=str(out.parent),
+            progress=say,
+        )
     results["elapsed_wall_s"] = round(time.perf_counter() - t0, 1)
     if args.append and out.with_suffix(".json").exists():
         # Keep the runs of other (target, model) pairs from the previous document; replace the ones run now.
@@ -140,8 +173,10 @@ def results_command(args) -> int:
         order = {m: i for i, m in enumerate(results["models"])}
         torder = {t: i for i, t in enumerate(results["targets"])}
         results["runs"].sort(key=lambda r: (torder.get(r["target"], 0), order.get(r["model"], 0)))
-    command = ("python -m forecasting results --out " + str(out) + f" --models {','.join(models)}"
-               f" --targets {','.join(targets)} --start {args.start} --end {args.end} --horizon {args.horizon}")
+    command = (
+        "python -m forecasting results --out " + str(out) + f" --models {','.join(models)}"
+        f" --targets {','.join(targets)} --start {args.start} --end {args.end} --horizon {args.horizon}"
+    )
     results["command"] = command
     out.write_text(render_markdown(results, command))
     out.with_suffix(".json").write_text(json.dumps(results, indent=1, default=str))
@@ -153,6 +188,7 @@ def results_command(args) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- train, predict
+
 
 def _split(values) -> list[str] | None:
     if not values:
@@ -246,8 +282,10 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2, default=str))
     else:
         for s in summary:
-            print(f"{s.model:10s} {s.target:17s} {s.version or '-':20s} rows {s.rows:5d} fallback {s.fallback_rows:5d}"
-                  + (f"  ({'; '.join(s.reasons)})" if s.reasons else ""))
+            print(
+                f"{s.model:10s} {s.target:17s} {s.version or '-':20s} rows {s.rows:5d} fallback {s.fallback_rows:5d}"
+                + (f"  ({'; '.join(s.reasons)})" if s.reasons else "")
+            )
         print(f"{doc['rows']} rows issued at {doc['as_of']} in {doc['elapsed_s']} s")
     return 0
 
@@ -255,20 +293,39 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 def _add_train_and_predict(subparsers) -> None:
     """The `train` and `predict` sub-commands (forecasting.service)."""
     p = subparsers.add_parser("train", help="fit, validate and register models (model.registry)")
-    p.add_argument("--models", nargs="+", metavar="NAME",
-                   help=f"models to train (default: {' '.join(service.DEFAULT_TRAIN_MODELS)})")
+    p.add_argument(
+        "--models",
+        nargs="+",
+        metavar="NAME",
+        help=f"models to train (default: {' '.join(service.DEFAULT_TRAIN_MODELS)})",
+    )
     p.add_argument("--targets", nargs="+", metavar="TARGET", help="carbon_intensity (default), solar, wind")
     p.add_argument("--regions", nargs="+", metavar="REGION", help=f"default: {' '.join(service.DEFAULT_REGIONS)}")
-    p.add_argument("--train-end", default="2021-06-30",
-                   help="last day of training data (inclusive date) or an exclusive timestamp cut-off")
-    p.add_argument("--budget-s", type=float, default=service.DEFAULT_BUDGET_S,
-                   help=f"wall-clock budget per lane (s; default {service.DEFAULT_BUDGET_S:.0f}: all within 15 min)")
+    p.add_argument(
+        "--train-end",
+        default="2021-06-30",
+        help="last day of training data (inclusive date) or an exclusive timestamp cut-off",
+    )
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=service.DEFAULT_BUDGET_S,
+        help=f"wall-clock budget per lane (s; default {service.DEFAULT_BUDGET_S:.0f}: all within 15 min)",
+    )
     p.add_argument("--val-days", type=int, default=14, help="validation window before the cut-off (days)")
     p.add_argument("--tiny", action="store_true", help="tiny settings (tests, demos)")
-    p.add_argument("--workers", type=int, default=1,
-                   help="2: train the TFT in a second single-threaded process beside the others (2 cores)")
-    p.add_argument("--refit", choices=("auto", "always", "never"), default="auto",
-                   help="refit on the validation days after scoring (auto: when the budget share allows)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="2: train the TFT in a second single-threaded process beside the others (2 cores)",
+    )
+    p.add_argument(
+        "--refit",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="refit on the validation days after scoring (auto: when the budget share allows)",
+    )
     p.add_argument("--source", choices=("auto", "warehouse", "files"), default="auto")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p.set_defaults(func=_cmd_train)
@@ -279,8 +336,11 @@ def _add_train_and_predict(subparsers) -> None:
     p.add_argument("--models", nargs="+", metavar="NAME", help="default: every model with a good version")
     p.add_argument("--targets", nargs="+", metavar="TARGET", help="carbon_intensity (default), solar, wind")
     p.add_argument("--regions", nargs="+", metavar="REGION", help=f"default: {' '.join(service.DEFAULT_REGIONS)}")
-    p.add_argument("--tiny", action="store_true",
-                   help="when a named model has no version yet, train a tiny one on data before --as-of first")
+    p.add_argument(
+        "--tiny",
+        action="store_true",
+        help="when a named model has no version yet, train a tiny one on data before --as-of first",
+    )
     p.add_argument("--no-write", action="store_true", help="do not store the rows")
     p.add_argument("--source", choices=("auto", "warehouse", "files"), default="auto")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
@@ -288,6 +348,7 @@ def _add_train_and_predict(subparsers) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------- parser
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every sub-command; each one's function is `args.func`."""
@@ -302,18 +363,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--end", default="2021-12-31", help="last date scored (inclusive)")
     p.add_argument("--horizon", type=int, default=24, help="hours ahead per issue (1–96)")
     p.add_argument("--train-end", default=None, help="training cut-off (exclusive); default --start")
-    p.add_argument("--context-days", type=int, default=CONTEXT_DAYS,
-                   help="days of data before each issue given to predict (default %(default)s)")
-    p.add_argument("--source", choices=("auto", "warehouse", "files"), default="auto",
-                   help="marts.grid_hourly (warehouse), the CSVs (files) or whichever exists (auto)")
+    p.add_argument(
+        "--context-days",
+        type=int,
+        default=CONTEXT_DAYS,
+        help="days of data before each issue given to predict (default %(default)s)",
+    )
+    p.add_argument(
+        "--source",
+        choices=("auto", "warehouse", "files"),
+        default="auto",
+        help="marts.grid_hourly (warehouse), the CSVs (files) or whichever exists (auto)",
+    )
     p.add_argument("--plot-dir", default=str(REPORT_DIR), help="where the PNG goes")
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    p.add_argument("--store", action="store_true",
-                   help="write every issued forecast (all horizons) into forecast.forecasts (model = --model, "
-                        "model_version = --store-version) for the planner's simulator")
-    p.add_argument("--store-version", default=None,
-                   help="model_version label of the stored rows; default backtest-<train end date>")
+    p.add_argument(
+        "--store",
+        action="store_true",
+        help="write every issued forecast (all horizons) into forecast.forecasts (model = --model, "
+        "model_version = --store-version) for the planner's simulator",
+    )
+    p.add_argument(
+        "--store-version",
+        default=None,
+        help="model_version label of the stored rows; default backtest-<train end date>",
+    )
     p.set_defaults(func=backtest_command)
 
     p = sub.add_parser("results", help="regenerate the full results table (every model, region, horizon bucket)")
@@ -328,8 +403,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", choices=("auto", "warehouse", "files"), default="auto")
     p.add_argument("--plot-models", default="ensemble", help="models whose per-region plots are written")
     p.add_argument("--render-only", action="store_true", help="re-render the markdown from the existing JSON")
-    p.add_argument("--append", action="store_true",
-                   help="merge into the existing results (runs of other models/targets are kept)")
+    p.add_argument(
+        "--append", action="store_true", help="merge into the existing results (runs of other models/targets are kept)"
+    )
     p.add_argument("--json", action="store_true", help="print the results as one JSON document on stdout")
     p.set_defaults(func=results_command)
 

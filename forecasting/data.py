@@ -25,6 +25,7 @@ afternoon, and are not used. Only the series that really are the operators' (CIS
 used as model inputs; the PJM, ERCO and ISNE solar/wind columns of the DACF files are DACF's own neural-network
 forecasts and serve only as the published baseline, and DACF's carbon-intensity forecast is never an input.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -57,8 +58,14 @@ WEATHER_COLUMNS = (
 CALENDAR_COLUMNS = ("hour_of_day", "day_of_week", "month", "day_of_year", "is_weekend")
 FLAG_COLUMNS = ("is_repeated_row", "ci_recomputed_from_mix", "generation_scaled")
 GRID_HOURLY_COLUMNS = (
-    ("region", "hour_utc", "carbon_intensity_direct_gco2_per_kwh", "carbon_intensity_lifecycle_gco2_per_kwh",
-     "signal_type", "basis")
+    (
+        "region",
+        "hour_utc",
+        "carbon_intensity_direct_gco2_per_kwh",
+        "carbon_intensity_lifecycle_gco2_per_kwh",
+        "signal_type",
+        "basis",
+    )
     + FUEL_COLUMNS
     + ("total_generation_mw", "renewable_mw", "renewable_share")
     + WEATHER_COLUMNS
@@ -130,7 +137,9 @@ def _read_weather(path: Path) -> pd.DataFrame:
     return frame[["hour_utc", *WEATHER_COLUMNS]]
 
 
-def compose_intensity(frame: pd.DataFrame, factors: dict[str, float] = DIRECT_FACTORS, suffix: str = "_mw") -> pd.Series:
+def compose_intensity(
+    frame: pd.DataFrame, factors: dict[str, float] = DIRECT_FACTORS, suffix: str = "_mw"
+) -> pd.Series:
     """Production-based CI = Σ genᵢ·EFᵢ / Σ genᵢ over the fuel columns present in `frame` (NaN fuel = absent)."""
     num = pd.Series(0.0, index=frame.index)
     den = pd.Series(0.0, index=frame.index)
@@ -284,6 +293,7 @@ def grid_hourly(regions=None, start=None, end=None, source: str = "auto", db_pat
 
 # ------------------------------------------------------------------------------------------------------ issue times
 
+
 def issue_hour(issued_at) -> pd.Timestamp:
     """`issued_at` in UTC, rounded up to the hour: a forecast issued at 12:20 covers the hours from 13:00."""
     return utc(issued_at).ceil("h")
@@ -297,6 +307,7 @@ def issue_times(start, end, hour: int = 0) -> pd.DatetimeIndex:
 
 
 # ---------------------------------------------------------------------------------------------- published forecasts
+
 
 def _published_from_files(grid: Path, regions: Iterable[str]) -> pd.DataFrame:
     rows = []
@@ -312,7 +323,7 @@ def _published_from_files(grid: Path, regions: Iterable[str]) -> pd.DataFrame:
         }
         for col in raw.columns:
             if col.startswith("avg_") and col.endswith("_production_forecast"):
-                fuel = col[len("avg_"):-len("_production_forecast")]
+                fuel = col[len("avg_") : -len("_production_forecast")]
                 target = f"{fuel}_mw"
                 publisher = OPERATOR_PUBLISHER[region] if (region, target) in OPERATOR_SERIES else "DACF"
                 series[target] = (raw[col] / scale, "mw", publisher)
@@ -389,9 +400,7 @@ def attach_published(frame: pd.DataFrame, published: pd.DataFrame | None) -> pd.
         out[col] = np.nan
     if published is None or published.empty:
         return out
-    keep = published[
-        [(r, t) in OPERATOR_SERIES for r, t in zip(published["region"], published["target"])]
-    ]
+    keep = published[[(r, t) in OPERATOR_SERIES for r, t in zip(published["region"], published["target"])]]
     if keep.empty:
         return out
     wide = published_wide(keep).rename(columns={"solar_mw": "published_solar_mw", "wind_mw": "published_wind_mw"})
@@ -451,7 +460,9 @@ def _known_at_fast(data: pd.DataFrame, issued_at: pd.Timestamp) -> pd.DataFrame:
         series = masked[col]
         if pd.api.types.is_bool_dtype(series.dtype) and not isinstance(series.dtype, pd.BooleanDtype):
             series = series.astype("boolean")
-        elif pd.api.types.is_integer_dtype(series.dtype) and not isinstance(series.dtype, pd.core.arrays.integer.IntegerDtype):
+        elif pd.api.types.is_integer_dtype(series.dtype) and not isinstance(
+            series.dtype, pd.core.arrays.integer.IntegerDtype
+        ):
             series = series.astype("float64")
         masked[col] = series.mask(future)
     return masked

@@ -14,6 +14,7 @@ hours left out) come from that model's last earlier non-fallback forecast, else 
 `is_fallback` with a `fallback_reason`. Rows are stored by delete-insert per (issued_at, region, target, model), so
 issuing twice gives identical rows.
 """
+
 from __future__ import annotations
 
 import copy
@@ -45,8 +46,15 @@ DEFAULT_REGIONS = ("CISO", "PJM", "ERCO", "ISNE", "SE", "DE")
 DEFAULT_BUDGET_S = 840.0
 DEFAULT_TRAIN_MODELS = ("naive-24", "prophet", "lgbm", "mix", "ensemble", "tft")
 # Relative shares of the training budget.
-BUDGET_WEIGHT = {"tft": 6.0, "lgbm": 2.0, "mix": 2.0, "ensemble": 3.0, "prophet": 0.5, "naive-24": 0.2,
-                 "naive-168": 0.2}
+BUDGET_WEIGHT = {
+    "tft": 6.0,
+    "lgbm": 2.0,
+    "mix": 2.0,
+    "ensemble": 3.0,
+    "prophet": 0.5,
+    "naive-24": 0.2,
+    "naive-168": 0.2,
+}
 CHEAP_REFIT_S = 30.0  # with refit="auto", a fit this cheap (CPU s) is always repeated on the whole history
 PREDICT_CONTEXT_DAYS = 60  # history handed to predict (the longest look-back is the TFT's 336 h)
 FALLBACK_NAIVE = "naive-24"
@@ -66,6 +74,7 @@ def cutoff_from(train_end) -> pd.Timestamp:
 
 # ------------------------------------------------------------------------------------------------ data
 
+
 def load_frame(regions, start=None, end=None, source: str = "auto", db_path=None) -> pd.DataFrame:
     """grid_hourly for `regions` in [start, end), with the operators' published forecasts attached when available."""
     frame = grid_hourly(list(regions), start=start, end=end, source=source, db_path=db_path)
@@ -79,6 +88,7 @@ def load_frame(regions, start=None, end=None, source: str = "auto", db_path=None
 
 # ------------------------------------------------------------------------------------------------ validation
 
+
 def _naive_day_ahead(data: pd.DataFrame, column: str, scored: pd.DataFrame) -> pd.Series:
     """Seasonal-naive (same hour, last known day) point forecast for the scored rows (day-ahead issues at 00:00)."""
     series = data.drop_duplicates(["region", "hour_utc"]).set_index(["region", "hour_utc"])[column]
@@ -89,14 +99,15 @@ def _naive_day_ahead(data: pd.DataFrame, column: str, scored: pd.DataFrame) -> p
     return pd.Series(series.reindex(keys).to_numpy(), index=scored.index)
 
 
-def validate(model, data: pd.DataFrame, target: str, start: pd.Timestamp, end: pd.Timestamp,
-             horizon: int = 24) -> dict:
+def validate(model, data: pd.DataFrame, target: str, start: pd.Timestamp, end: pd.Timestamp, horizon: int = 24) -> dict:
     """Day-ahead scores of a fitted model over issues at 00:00 UTC in [start, end)."""
     column = TARGET_COLUMNS[target]
     frames = []
     for issued in pd.date_range(start.ceil("D"), end - HOUR, freq="D"):
-        window = data[(data["hour_utc"] >= issued - pd.Timedelta(days=PREDICT_CONTEXT_DAYS))
-                      & (data["hour_utc"] < issued + horizon * HOUR)]
+        window = data[
+            (data["hour_utc"] >= issued - pd.Timedelta(days=PREDICT_CONTEXT_DAYS))
+            & (data["hour_utc"] < issued + horizon * HOUR)
+        ]
         out = model.predict(issued, horizon, mask_known(window, issued))
         if out is not None and len(out):
             frames.append(out)
@@ -123,6 +134,7 @@ def validate(model, data: pd.DataFrame, target: str, start: pd.Timestamp, end: p
 
 
 # ------------------------------------------------------------------------------------------------ train
+
 
 @dataclass
 class TrainResult:
@@ -194,9 +206,20 @@ def train(
         pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
         lane = pool.submit(
             _train_lane,
-            dict(models=["tft"], targets=targets, regions=regions, train_end=train_end,
-                 budget_s=budget_s - (time.monotonic() - started) if budget_s else budget_s, tiny=tiny,
-                 val_days=val_days, data=data, source=source, db_path=db_path, refit=refit, min_tft_s=min_tft_s),
+            dict(
+                models=["tft"],
+                targets=targets,
+                regions=regions,
+                train_end=train_end,
+                budget_s=budget_s - (time.monotonic() - started) if budget_s else budget_s,
+                tiny=tiny,
+                val_days=val_days,
+                data=data,
+                source=source,
+                db_path=db_path,
+                refit=refit,
+                min_tft_s=min_tft_s,
+            ),
         )
         models = [m for m in models if m != "tft"]
         say("tft: training in a second process")
@@ -210,8 +233,14 @@ def train(
         share = _budget_share(name, [m for m, _ in jobs[i:]], remaining) if remaining is not None else None
         floor = min_tft_s if name == "tft" else 1.0
         if remaining is not None and remaining <= floor:
-            results.append(TrainResult(name, target, "skipped",
-                                       message=f"training budget of {budget_s:.0f} s spent ({remaining:.0f} s left)"))
+            results.append(
+                TrainResult(
+                    name,
+                    target,
+                    "skipped",
+                    message=f"training budget of {budget_s:.0f} s spent ({remaining:.0f} s left)",
+                )
+            )
             say(f"{name}/{target}: skipped (budget spent)")
             continue
         t0 = time.monotonic()
@@ -241,7 +270,7 @@ def train(
                 _fit(model, before_val, target, fit_budget)
                 if getattr(_inner(model), "reused_members_", None):
                     say(f"{name}/{target}: took {', '.join(_inner(model).reused_members_)} as fitted in this run")
-                _remember_fit(fitted_so_far, jobs[i + 1:], model, target, before_val)
+                _remember_fit(fitted_so_far, jobs[i + 1 :], model, target, before_val)
                 fit_s, fit_cpu_s = time.monotonic() - t_fit, time.process_time() - c_fit
                 metrics = validate(model, data, target, val_start, cutoff)
                 used = time.monotonic() - t0
@@ -253,13 +282,15 @@ def train(
                     if hasattr(final, "offer_fitted"):
                         final.offer_fitted(fitted_so_far)
                     _fit(final, data, target, fit_budget)
-                    _remember_fit(fitted_so_far, jobs[i + 1:], final, target, data)
+                    _remember_fit(fitted_so_far, jobs[i + 1 :], final, target, data)
                 else:
                     # Register the validated fit itself: its cut-off is the start of the validation window.
                     final, trained_at = model, val_start
                     metrics["refit"] = False
-                    say(f"{name}/{target}: no refit on the last {val_days} days ({refit=}, "
-                        f"{used:.0f} s used of a {share or 0:.0f} s share)")
+                    say(
+                        f"{name}/{target}: no refit on the last {val_days} days ({refit=}, "
+                        f"{used:.0f} s used of a {share or 0:.0f} s share)"
+                    )
             seconds = time.monotonic() - t0
             metrics["train_seconds"] = round(seconds, 2)
             metrics["train_cpu_seconds"] = round(time.process_time() - c0, 2)
@@ -268,36 +299,68 @@ def train(
                 params["model"] = final.get_params()
             except Exception:  # noqa: BLE001
                 pass
-            record = register_model(final, name, target, trained_at, params=params, metrics=metrics,
-                                             db_path=db_path)
-            results.append(TrainResult(name, target, "good", record.version, trained_at.isoformat(), round(seconds, 2),
-                                       round(time.process_time() - c0, 2), metrics))
+            record = register_model(final, name, target, trained_at, params=params, metrics=metrics, db_path=db_path)
+            results.append(
+                TrainResult(
+                    name,
+                    target,
+                    "good",
+                    record.version,
+                    trained_at.isoformat(),
+                    round(seconds, 2),
+                    round(time.process_time() - c0, 2),
+                    metrics,
+                )
+            )
             say(f"{name}/{target}: {record.version} in {seconds:.1f} s; validation {metrics_headline(metrics)}")
         except Exception as exc:  # noqa: BLE001 - a failing model must not stop the others
             seconds = time.monotonic() - t0
             message = f"{type(exc).__name__}: {exc}"
             log.debug("training %s/%s failed\n%s", name, target, traceback.format_exc())
             try:
-                record = register_model(None, name, target, cutoff, params={"tiny": tiny, "regions": regions},
-                                                 metrics={"error": message}, status="failed", db_path=db_path)
+                record = register_model(
+                    None,
+                    name,
+                    target,
+                    cutoff,
+                    params={"tiny": tiny, "regions": regions},
+                    metrics={"error": message},
+                    status="failed",
+                    db_path=db_path,
+                )
                 version = record.version
             except Exception:  # noqa: BLE001
                 version = None
-            results.append(TrainResult(name, target, "failed", version, cutoff.isoformat(), round(seconds, 2),
-                                       round(time.process_time() - c0, 2), message=message))
+            results.append(
+                TrainResult(
+                    name,
+                    target,
+                    "failed",
+                    version,
+                    cutoff.isoformat(),
+                    round(seconds, 2),
+                    round(time.process_time() - c0, 2),
+                    message=message,
+                )
+            )
             say(f"{name}/{target}: FAILED after {seconds:.1f} s: {message}")
     if lane is not None:
         try:
             for doc in lane.result():
                 result = TrainResult(**doc)
                 results.append(result)
-                detail = (f"; validation {metrics_headline(result.metrics)}" if result.metrics
-                          else f" ({result.message})")
-                say(f"{result.model}/{result.target}: {result.status} {result.version or ''} in {result.seconds:.1f} s"
-                    + detail)
+                detail = (
+                    f"; validation {metrics_headline(result.metrics)}" if result.metrics else f" ({result.message})"
+                )
+                say(
+                    f"{result.model}/{result.target}: {result.status} {result.version or ''} in {result.seconds:.1f} s"
+                    + detail
+                )
         except Exception as exc:  # noqa: BLE001 - the second process died
             for target in targets:
-                results.append(TrainResult("tft", target, "failed", message=f"TFT process: {type(exc).__name__}: {exc}"))
+                results.append(
+                    TrainResult("tft", target, "failed", message=f"TFT process: {type(exc).__name__}: {exc}")
+                )
         finally:
             pool.shutdown()
     return results
@@ -310,9 +373,17 @@ def _inner(model):
 
 def _fallback_frame(region: str, part: pd.DataFrame, model_version, fallback_reason) -> pd.DataFrame:
     """Fallback forecast rows of one region: the quantiles of `part` with where they came from and why."""
-    return pd.DataFrame({"region": region, "target_time": part["target_time"].to_numpy(),
-                         "p10": part["p10"].to_numpy(), "p50": part["p50"].to_numpy(), "p90": part["p90"].to_numpy(),
-                         "model_version": model_version, "fallback_reason": fallback_reason})
+    return pd.DataFrame(
+        {
+            "region": region,
+            "target_time": part["target_time"].to_numpy(),
+            "p10": part["p10"].to_numpy(),
+            "p50": part["p50"].to_numpy(),
+            "p90": part["p90"].to_numpy(),
+            "model_version": model_version,
+            "fallback_reason": fallback_reason,
+        }
+    )
 
 
 def _remember_fit(fitted_so_far: list, jobs_left, model, target: str, history: pd.DataFrame) -> None:
@@ -344,6 +415,7 @@ def metrics_headline(metrics: dict) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ predict
+
 
 @dataclass
 class PredictResult:
@@ -395,16 +467,25 @@ def _check_output(out: pd.DataFrame, regions, issued: pd.Timestamp, horizon: int
     return (pd.concat(good, ignore_index=True) if good else pd.DataFrame()), problems
 
 
-def _fallback_rows(model_name: str, target: str, reason: str, missing: dict[str, pd.DatetimeIndex],
-                   issued: pd.Timestamp, horizon: int, data: pd.DataFrame, db_path=None) -> pd.DataFrame:
+def _fallback_rows(
+    model_name: str,
+    target: str,
+    reason: str,
+    missing: dict[str, pd.DatetimeIndex],
+    issued: pd.Timestamp,
+    horizon: int,
+    data: pd.DataFrame,
+    db_path=None,
+) -> pd.DataFrame:
     """Rows for `missing` {region: hours}: the last good earlier forecast, else the seasonal naive; flagged."""
     if not missing:
         return pd.DataFrame()
     regions = sorted(missing)
     end = issued + horizon * HOUR
     parts = []
-    previous = last_good_forecast(model_name, target, regions, before=issued, target_from=issued,
-                                           target_until=end, db_path=db_path)
+    previous = last_good_forecast(
+        model_name, target, regions, before=issued, target_from=issued, target_until=end, db_path=db_path
+    )
     covered: dict[str, set] = {r: set() for r in regions}
     if len(previous):
         for region, part in previous.groupby("region"):
@@ -412,12 +493,20 @@ def _fallback_rows(model_name: str, target: str, reason: str, missing: dict[str,
             if part.empty:
                 continue
             src_issue = part["issued_at"].max()
-            parts.append(_fallback_frame(region, part, part["model_version"].to_numpy(), [
-                f"{reason}; last good forecast issued {pd.Timestamp(t).isoformat()}" for t in part["issued_at"]]))
+            parts.append(
+                _fallback_frame(
+                    region,
+                    part,
+                    part["model_version"].to_numpy(),
+                    [f"{reason}; last good forecast issued {pd.Timestamp(t).isoformat()}" for t in part["issued_at"]],
+                )
+            )
             covered[region] = set(part["target_time"])
             log.info("%s/%s %s: reused forecast issued up to %s", model_name, target, region, src_issue)
-    rest = {r: missing[r].difference(pd.DatetimeIndex(sorted(covered[r])) if covered[r] else pd.DatetimeIndex([]))
-            for r in regions}
+    rest = {
+        r: missing[r].difference(pd.DatetimeIndex(sorted(covered[r])) if covered[r] else pd.DatetimeIndex([]))
+        for r in regions
+    }
     rest = {r: h for r, h in rest.items() if len(h)}
     if rest:
         try:
@@ -431,8 +520,9 @@ def _fallback_rows(model_name: str, target: str, reason: str, missing: dict[str,
                 part = naive[(naive["region"] == region) & naive["target_time"].isin(hours)]
                 if part.empty:
                     continue
-                parts.append(_fallback_frame(region, part, FALLBACK_NAIVE,
-                                             f"{reason}; seasonal naive ({FALLBACK_NAIVE})"))
+                parts.append(
+                    _fallback_frame(region, part, FALLBACK_NAIVE, f"{reason}; seasonal naive ({FALLBACK_NAIVE})")
+                )
     if not parts:
         return pd.DataFrame()
     out = pd.concat(parts, ignore_index=True)
@@ -464,11 +554,18 @@ def predict(
     regions = list(regions)
     targets = list(targets)
     if data is None:
-        data = load_frame(regions, start=issued - pd.Timedelta(days=PREDICT_CONTEXT_DAYS), end=issued + horizon * HOUR,
-                          source=source, db_path=db_path)
-    data = data[data["region"].isin(regions)
-                & (data["hour_utc"] >= issued - pd.Timedelta(days=PREDICT_CONTEXT_DAYS))
-                & (data["hour_utc"] < issued + horizon * HOUR)]
+        data = load_frame(
+            regions,
+            start=issued - pd.Timedelta(days=PREDICT_CONTEXT_DAYS),
+            end=issued + horizon * HOUR,
+            source=source,
+            db_path=db_path,
+        )
+    data = data[
+        data["region"].isin(regions)
+        & (data["hour_utc"] >= issued - pd.Timedelta(days=PREDICT_CONTEXT_DAYS))
+        & (data["hour_utc"] < issued + horizon * HOUR)
+    ]
     if data.empty:
         raise ValueError(
             f"no grid data for {', '.join(regions)} in the {PREDICT_CONTEXT_DAYS} days before {issued.isoformat()}: "
@@ -479,9 +576,9 @@ def predict(
     hours = pd.date_range(issued, periods=horizon, freq="h")
     all_rows, summary = [], []
     for target in targets:
-        names = list(models) if models else [
-            n for n in MODEL_NAMES if latest_good(n, target, issued, db_path) is not None
-        ]
+        names = (
+            list(models) if models else [n for n in MODEL_NAMES if latest_good(n, target, issued, db_path) is not None]
+        )
         if not names:
             raise ValueError(
                 f"no good model for {target} trained before {issued.isoformat()}; run `python -m forecasting train` "
@@ -490,8 +587,17 @@ def predict(
         for name in names:
             record = latest_good(name, target, issued, db_path)
             if record is None and bootstrap_tiny:
-                train([name], [target], regions, issued.isoformat(), budget_s=300, tiny=True, val_days=7,
-                      source=source, db_path=db_path)
+                train(
+                    [name],
+                    [target],
+                    regions,
+                    issued.isoformat(),
+                    budget_s=300,
+                    tiny=True,
+                    val_days=7,
+                    source=source,
+                    db_path=db_path,
+                )
                 record = latest_good(name, target, issued, db_path)
             good = pd.DataFrame()
             problems: dict[str, str] = {}
@@ -509,8 +615,20 @@ def predict(
             rows = []
             if len(good):
                 good = good.assign(model_version=record.version, is_fallback=False, fallback_reason=None)
-                rows.append(good[["region", "target_time", "p10", "p50", "p90", "model_version", "is_fallback",
-                                  "fallback_reason"]])
+                rows.append(
+                    good[
+                        [
+                            "region",
+                            "target_time",
+                            "p10",
+                            "p50",
+                            "p90",
+                            "model_version",
+                            "is_fallback",
+                            "fallback_reason",
+                        ]
+                    ]
+                )
             missing = {}
             for region in regions:
                 have = set(good.loc[good["region"] == region, "target_time"]) if len(good) else set()
@@ -520,7 +638,8 @@ def predict(
             reasons = sorted(set(problems.values()))
             if missing:
                 region_reason = reason or f"{name} incomplete: " + "; ".join(
-                    f"{r}: {problems.get(r, 'hours missing')}" for r in sorted(missing))
+                    f"{r}: {problems.get(r, 'hours missing')}" for r in sorted(missing)
+                )
                 fb = _fallback_rows(name, target, region_reason, missing, issued, horizon, data, db_path)
                 if len(fb):
                     rows.append(fb)

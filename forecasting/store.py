@@ -4,6 +4,7 @@
 fallback_reason)` is written per (issued_at, region, target, model) by delete-insert in one transaction, so issuing
 the same forecast again replaces it (idempotent). The table is created on first write through `warehouse.db.writer`.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -53,13 +54,15 @@ def ensure_tables(con) -> None:
     con.execute(DDL)
 
 
-
 def forecast_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """`frame` as the rows of forecast.forecasts: the table's columns and types, optional columns defaulted.
 
     Raises ValueError when a required column is missing or a key repeats."""
-    missing = [c for c in ("issued_at", "target_time", "region", "target", "p10", "p50", "p90", "model")
-               if c not in frame.columns]
+    missing = [
+        c
+        for c in ("issued_at", "target_time", "region", "target", "p10", "p50", "p90", "model")
+        if c not in frame.columns
+    ]
     if missing:
         raise ValueError(f"forecast rows lack column(s) {missing}")
     out = frame.copy()
@@ -151,7 +154,7 @@ def read_forecasts(
     if not include_fallback:
         where.append("NOT is_fallback")
     sql = f"SELECT {', '.join(FORECAST_COLUMNS)} FROM forecast.forecasts"
-    sql += (" WHERE " + " AND ".join(where) if where else "")
+    sql += " WHERE " + " AND ".join(where) if where else ""
     sql += " ORDER BY model, target, region, issued_at, target_time"
     empty = pd.DataFrame(columns=list(FORECAST_COLUMNS))
     try:
@@ -166,12 +169,21 @@ def read_forecasts(
     return frame
 
 
-def last_good_forecast(model: str, target: str, regions: Iterable[str], before, target_from, target_until,
-                       db_path=None) -> pd.DataFrame:
+def last_good_forecast(
+    model: str, target: str, regions: Iterable[str], before, target_from, target_until, db_path=None
+) -> pd.DataFrame:
     """For each region and target hour in [target_from, target_until): the non-fallback row of `model` from the
     most recent issue strictly before `before` that covers that hour."""
-    rows = read_forecasts(model, target, regions, issued_before=before, target_from=target_from,
-                          target_until=target_until, include_fallback=False, db_path=db_path)
+    rows = read_forecasts(
+        model,
+        target,
+        regions,
+        issued_before=before,
+        target_from=target_from,
+        target_until=target_until,
+        include_fallback=False,
+        db_path=db_path,
+    )
     if rows.empty:
         return rows
     rows = rows.sort_values(["region", "target_time", "issued_at"])

@@ -1,4 +1,5 @@
 """What the forecast DAGs call: Param validation, then training or issuing forecasts; JSON-able results."""
+
 from __future__ import annotations
 
 import logging
@@ -25,8 +26,12 @@ def validate(params: dict, interval_end) -> dict:
     bad = sorted(set(targets) - set(TARGETS))
     if bad:
         raise ValueError(f"unknown target(s) {bad}; choose from {list(TARGETS)}")
-    out = {"regions": regions, "targets": targets, "models": list(params.get("models") or []) or None,
-           "tiny": bool(params.get("tiny", False))}
+    out = {
+        "regions": regions,
+        "targets": targets,
+        "models": list(params.get("models") or []) or None,
+        "tiny": bool(params.get("tiny", False)),
+    }
     if "as_of" in params:
         out["as_of"] = parse_time(params["as_of"] or interval_end, "as_of").isoformat()
         horizon = int(params.get("horizon", 96))
@@ -41,9 +46,15 @@ def validate(params: dict, interval_end) -> dict:
 
 def train(choice: dict) -> list[dict]:
     """Train and register the chosen models (`validate`'s output); fails when every model failed."""
-    results = service.train(models=choice["models"], targets=choice["targets"], regions=choice["regions"],
-                            train_end=choice["train_end"], budget_s=choice["budget_s"], tiny=choice["tiny"],
-                            progress=log.info)
+    results = service.train(
+        models=choice["models"],
+        targets=choice["targets"],
+        regions=choice["regions"],
+        train_end=choice["train_end"],
+        budget_s=choice["budget_s"],
+        tiny=choice["tiny"],
+        progress=log.info,
+    )
     rows = [{"model": r.model, "target": r.target, "status": r.status} for r in results]
     for row in rows:
         log.info("trained %s/%s: %s", row["model"], row["target"], row["status"])
@@ -54,9 +65,14 @@ def train(choice: dict) -> list[dict]:
 
 def predict(choice: dict) -> dict:
     """Issue and store the chosen forecasts (`validate`'s output); a summary of the rows written."""
-    rows, results = service.predict(choice["as_of"], horizon=choice["horizon"], regions=choice["regions"],
-                                    targets=choice["targets"], models=choice["models"],
-                                    bootstrap_tiny=choice["tiny"])
+    rows, results = service.predict(
+        choice["as_of"],
+        horizon=choice["horizon"],
+        regions=choice["regions"],
+        targets=choice["targets"],
+        models=choice["models"],
+        bootstrap_tiny=choice["tiny"],
+    )
     fallback = int(rows["is_fallback"].sum()) if len(rows) and "is_fallback" in rows else 0
     log.info("issued %d forecast rows at %s (%d fallback rows)", len(rows), choice["as_of"], fallback)
     return {"as_of": choice["as_of"], "rows": int(len(rows)), "fallback_rows": fallback}

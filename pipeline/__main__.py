@@ -4,6 +4,7 @@ ingest (every file source) → transform (dbt build) → forecast train + predic
 performance predictor and the power model → plan for `--as-of` (which loads those registered versions).
 The planning time is explicit (default a replayable hour in 2021), never the wall clock.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,15 +48,30 @@ def run(args: argparse.Namespace) -> int:
     if args.until == "transform":
         return 0
 
-
     t = _stage(f"forecast: train ({'tiny' if args.tiny else 'default'} settings) up to {args.train_end}")
     trained = forecast_service.train(
-        models=args.models, train_end=args.train_end, budget_s=args.budget_s, tiny=args.tiny,
+        models=args.models,
+        train_end=args.train_end,
+        budget_s=args.budget_s,
+        tiny=args.tiny,
         progress=lambda msg: print(f"   {msg}", flush=True),
     )
-    print(tabulate([{"model": r.model, "target": r.target, "status": r.status, "seconds": round(r.seconds, 1),
-                     "val_mape": r.metrics.get("mape"), "note": (r.message or "")[:60]} for r in trained],
-                   headers="keys"))
+    print(
+        tabulate(
+            [
+                {
+                    "model": r.model,
+                    "target": r.target,
+                    "status": r.status,
+                    "seconds": round(r.seconds, 1),
+                    "val_mape": r.metrics.get("mape"),
+                    "note": (r.message or "")[:60],
+                }
+                for r in trained
+            ],
+            headers="keys",
+        )
+    )
     _done(t)
     t = _stage(f"forecast: predict 96 h issued at {args.as_of}")
     rows, summary = forecast_service.predict(args.as_of, horizon=96)
@@ -64,14 +80,18 @@ def run(args: argparse.Namespace) -> int:
     if args.until == "forecast":
         return 0
 
-
     cutoff = cutoff_from(args.train_end)
-    t = _stage(f"performance: train and register the predictor and the power model (version as of {cutoff.isoformat()})")
+    t = _stage(
+        f"performance: train and register the predictor and the power model (version as of {cutoff.isoformat()})"
+    )
     registered = train_models(as_of=cutoff, evaluate=False)
-    print(tabulate([{"model": name, "status": r.get("status"), "version": r.get("version")}
-                    for name, r in registered.items()], headers="keys"))
+    print(
+        tabulate(
+            [{"model": name, "status": r.get("status"), "version": r.get("version")} for name, r in registered.items()],
+            headers="keys",
+        )
+    )
     _done(t)
-
 
     t = _stage(f"plan: hourly plan for {args.as_of} (policy {args.policy})")
     plan = plan_hourly(args.as_of, policy=args.policy)
@@ -90,8 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-s", type=float, default=600.0, help="time budget for forecaster training (s)")
     p.add_argument("--tiny", action="store_true", help="tiny model settings (quick demo)")
     p.add_argument("--policy", default="rolling-lp", help="placement policy for the plan (default rolling-lp)")
-    p.add_argument("--until", choices=("ingest", "transform", "forecast", "plan"), default="plan",
-                   help="stop after this stage")
+    p.add_argument(
+        "--until", choices=("ingest", "transform", "forecast", "plan"), default="plan", help="stop after this stage"
+    )
     p.set_defaults(func=run)
     args = parser.parse_args(argv)
     return args.func(args)

@@ -1,4 +1,5 @@
 """`python -m scheduling <command>`: see scheduling.cli."""
+
 import sys
 
 from scheduling.cli import main

@@ -35,6 +35,7 @@ Writes (not in a dry run): the schedule directory (atomically, `scheduling.outpu
 plan.assignments, plan.explanations, plan.unplaced in one transaction (`scheduling.output.plan_store`), whose
 `schedule_dir` points at it. A dry run writes plan.explanations only (under plan_id + "#dry-run"), and no files.
 """
+
 from __future__ import annotations
 
 import logging
@@ -118,8 +119,7 @@ def plan_history(policy: str, as_of, db_path=None) -> tuple[pd.DataFrame, pd.Tim
     first plan_time of that policy within the pending look-back window, or None)."""
     as_of = utc(as_of)
     lo = as_of - pd.Timedelta(days=HISTORY_DAYS)
-    cols = ["job_id", "cluster", "node", "gpu_devices", "gpu_milli", "gpu_count", "start_time", "end_time",
-            "plan_time"]
+    cols = ["job_id", "cluster", "node", "gpu_devices", "gpu_milli", "gpu_count", "start_time", "end_time", "plan_time"]
     empty = pd.DataFrame(columns=cols)
     try:
         with reader(db_path) as con:
@@ -127,13 +127,14 @@ def plan_history(policy: str, as_of, db_path=None) -> tuple[pd.DataFrame, pd.Tim
                 return empty, None
             first = con.execute(
                 "SELECT min(plan_time) FROM plan.plans WHERE policy = ? AND plan_time >= ? AND plan_time < ?",
-                [policy, (as_of - pd.Timedelta(hours=PENDING_LOOKBACK_H)).to_pydatetime(),
-                 as_of.to_pydatetime()]).fetchone()[0]
+                [policy, (as_of - pd.Timedelta(hours=PENDING_LOOKBACK_H)).to_pydatetime(), as_of.to_pydatetime()],
+            ).fetchone()[0]
             rows = con.execute(
                 f"SELECT {', '.join('a.' + c for c in cols[:-1])}, p.plan_time FROM plan.assignments a "
                 "JOIN plan.plans p USING (plan_id) WHERE p.policy = ? AND p.plan_time >= ? AND p.plan_time < ? "
                 "AND a.start_time = p.plan_time ORDER BY p.plan_time, a.job_id",
-                [policy, lo.to_pydatetime(), as_of.to_pydatetime()]).df()
+                [policy, lo.to_pydatetime(), as_of.to_pydatetime()],
+            ).df()
     except FileNotFoundError:
         return empty, None
     for col in ("start_time", "end_time", "plan_time"):
@@ -142,8 +143,9 @@ def plan_history(policy: str, as_of, db_path=None) -> tuple[pd.DataFrame, pd.Tim
     return rows, (utc(first) if first is not None else None)
 
 
-def pending_and_running(as_of, policy: str, fleet, db_path=None, data_dir=None,
-                        n_per_day: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
+def pending_and_running(
+    as_of, policy: str, fleet, db_path=None, data_dir=None, n_per_day: int | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict]:
     """The pending jobs and the running ones at `as_of` (see the module doc), the jobs of the stream that arrived
     in the pending window but were dispatched already (the recent arrivals a policy may forecast demand from),
     plus counters."""
@@ -167,9 +169,14 @@ def pending_and_running(as_of, policy: str, fleet, db_path=None, data_dir=None,
         run["gpu_devices"] = run["gpu_devices"].fillna("")
         run["node"] = run["node"].where(run["node"].notna(), None)
     running = run.reset_index(drop=True)
-    info = {"history_dispatched": int(len(history)), "cold_start": first is None,
-            "pending_since": iso_z(cutoff), "running": int(len(running)), "pending": int(len(pending)),
-            "arrived_dispatched": int(len(arrived))}
+    info = {
+        "history_dispatched": int(len(history)),
+        "cold_start": first is None,
+        "pending_since": iso_z(cutoff),
+        "running": int(len(running)),
+        "pending": int(len(pending)),
+        "arrived_dispatched": int(len(arrived)),
+    }
     return pending, running, arrived, info
 
 
@@ -238,14 +245,21 @@ def _forecasts(fleet, plan_time: pd.Timestamp, horizon_h: int, db_path=None, dat
     end = plan_time + pd.Timedelta(hours=horizon_h + 24)
     grid = _grid(zones, plan_time, horizon_h, db_path, data_dir)
     try:
-        return make_forecasts("warehouse", grid, zones, start=plan_time, end=end, db_path=db_path,
-                              data_dir=data_dir)
+        return make_forecasts("warehouse", grid, zones, start=plan_time, end=end, db_path=db_path, data_dir=data_dir)
     except ValueError:
         return make_forecasts("naive", grid, zones)
 
 
-def make_plan_for(as_of, *, policy: str = DEFAULT_POLICY, regions=None, horizon_hours: int = DEFAULT_HORIZON_H,
-                  db_path=None, data_dir=None, n_per_day: int | None = None):
+def make_plan_for(
+    as_of,
+    *,
+    policy: str = DEFAULT_POLICY,
+    regions=None,
+    horizon_hours: int = DEFAULT_HORIZON_H,
+    db_path=None,
+    data_dir=None,
+    n_per_day: int | None = None,
+):
     """(Plan, info) for the planning time `as_of`, without writing anything."""
     plan_time = utc(as_of).floor("h")
     fleet = _fleet(regions, data_dir)
@@ -261,8 +275,7 @@ def make_plan_for(as_of, *, policy: str = DEFAULT_POLICY, regions=None, horizon_
     jobs = pd.concat([pending, arrived], ignore_index=True) if len(arrived) else pending
     speed_model, predictor_info = _speed_model(jobs, plan_time, db_path, data_dir)
     table = JobTable(jobs, fleet, speed_model=speed_model, power_table=power_table, data_dir=data_dir)
-    hp = HourlyPlanner(fleet, None, policy, forecasts, table=table, max_horizon=int(horizon_hours),
-                       data_dir=data_dir)
+    hp = HourlyPlanner(fleet, None, policy, forecasts, table=table, max_horizon=int(horizon_hours), data_dir=data_dir)
     hp.started[table.jobs["job_id"].isin(set(arrived["job_id"])).to_numpy()] = True
     if len(running):
         apply_running(hp, running, plan_time)
@@ -296,21 +309,39 @@ def validate_inputs(as_of, policy: str, regions=None, horizon_hours: int = DEFAU
         raise ValueError(f"as_of {as_of!r} is not an ISO date/time (e.g. 2021-07-15T12:00Z): {exc}") from None
     if policy not in POLICY_NAMES:
         raise ValueError(f"policy {policy!r} is not one of {list(POLICY_NAMES)}")
-    if not isinstance(horizon_hours, (int, np.integer)) or isinstance(horizon_hours, bool) \
-            or not MIN_HORIZON_H <= int(horizon_hours) <= MAX_HORIZON_H:
+    if (
+        not isinstance(horizon_hours, (int, np.integer))
+        or isinstance(horizon_hours, bool)
+        or not MIN_HORIZON_H <= int(horizon_hours) <= MAX_HORIZON_H
+    ):
         raise ValueError(f"horizon_hours {horizon_hours!r} must be an integer in [{MIN_HORIZON_H}, {MAX_HORIZON_H}]")
     if regions:
         known = list(yaml.safe_load(DEFAULT_FLEET_PATH.read_text())["regions"])
         bad = [r for r in regions if r not in known]
         if bad:
             raise ValueError(f"region(s) {bad} not in the fleet; choose from {known}")
-    return {"as_of": iso_z(ts.floor("h")), "policy": policy, "regions": list(regions or []),
-            "horizon_hours": int(horizon_hours)}
+    return {
+        "as_of": iso_z(ts.floor("h")),
+        "policy": policy,
+        "regions": list(regions or []),
+        "horizon_hours": int(horizon_hours),
+    }
 
 
-def plan_hourly(as_of, *, policy: str = DEFAULT_POLICY, dry_run: bool = False, regions=None, db_path=None,
-                schedule_root=None, horizon_hours: int = DEFAULT_HORIZON_H, created_from: str = "plan_service",
-                explainer=None, data_dir=None, n_per_day: int | None = None) -> dict:
+def plan_hourly(
+    as_of,
+    *,
+    policy: str = DEFAULT_POLICY,
+    dry_run: bool = False,
+    regions=None,
+    db_path=None,
+    schedule_root=None,
+    horizon_hours: int = DEFAULT_HORIZON_H,
+    created_from: str = "plan_service",
+    explainer=None,
+    data_dir=None,
+    n_per_day: int | None = None,
+) -> dict:
     """Plan the planning time `as_of` (see the module doc) and write it; returns a summary dict: plan_id,
     plan_time, policy, dry_run, forecast_version, forecast_source, n_jobs, n_assigned, n_dispatched, n_unplaced,
     n_running, n_arrived_dispatched (recent arrivals already dispatched: history for demand forecasts),
@@ -319,25 +350,35 @@ def plan_hourly(as_of, *, policy: str = DEFAULT_POLICY, dry_run: bool = False, r
     t0 = time.perf_counter()
     checked = validate_inputs(as_of, policy, regions, horizon_hours)
     plan_time = utc(checked["as_of"])
-    plan, info = make_plan_for(plan_time, policy=policy, regions=regions, horizon_hours=horizon_hours,
-                               db_path=db_path, data_dir=data_dir, n_per_day=n_per_day)
+    plan, info = make_plan_for(
+        plan_time,
+        policy=policy,
+        regions=regions,
+        horizon_hours=horizon_hours,
+        db_path=db_path,
+        data_dir=data_dir,
+        n_per_day=n_per_day,
+    )
     explainer = explainer or make_explainer()
     texts = {str(r.get("job_id")): explainer.explain(r) for r in plan.explanations}
     plan_id = plan_id_for(policy, plan_time, dry_run=dry_run)
     schedule_dir, files = None, []
     if dry_run:
-        plan_store.write_plan(plan, texts=texts, explanations_only=True, created_from=created_from,
-                              db_path=db_path)
+        plan_store.write_plan(plan, texts=texts, explanations_only=True, created_from=created_from, db_path=db_path)
         tables = ["plan.explanations"]
     else:
         result = schedules.write_schedules(plan, schedule_root, plan_id=plan_id)  # files first, then the rows
         schedule_dir, files = str(result.path), result.files
-        plan_store.write_plan(plan, schedule_dir=schedule_dir, texts=texts, created_from=created_from,
-                              db_path=db_path)
+        plan_store.write_plan(plan, schedule_dir=schedule_dir, texts=texts, created_from=created_from, db_path=db_path)
         tables = ["plan.plans", "plan.assignments", "plan.explanations", "plan.unplaced"]
     a = plan.assignments
-    dispatched = int((a["status"] == "dispatched").sum()) if "status" in a.columns else \
-        int((pd.to_datetime(a["start_time"], utc=True) == plan_time).sum()) if len(a) else 0
+    dispatched = (
+        int((a["status"] == "dispatched").sum())
+        if "status" in a.columns
+        else int((pd.to_datetime(a["start_time"], utc=True) == plan_time).sum())
+        if len(a)
+        else 0
+    )
     kg = float(a["expected_kgco2e"].sum()) if len(a) else 0.0
     summary = {
         "plan_id": plan_id,
@@ -361,6 +402,13 @@ def plan_hourly(as_of, *, policy: str = DEFAULT_POLICY, dry_run: bool = False, r
         "models": info.get("models"),
         "seconds": round(time.perf_counter() - t0, 3),
     }
-    log.info("plan %s: %d jobs, %d assigned (%d start now), %.3f kgCO2e expected; schedule %s",
-             plan_id, summary["n_jobs"], summary["n_assigned"], dispatched, kg, schedule_dir or "(dry run)")
+    log.info(
+        "plan %s: %d jobs, %d assigned (%d start now), %.3f kgCO2e expected; schedule %s",
+        plan_id,
+        summary["n_jobs"],
+        summary["n_assigned"],
+        dispatched,
+        kg,
+        schedule_dir or "(dry run)",
+    )
     return summary

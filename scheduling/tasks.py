@@ -3,6 +3,7 @@
 Each function checks its inputs first and raises ValueError naming a bad value, so a DAG run fails at its first
 task before any work. Planning time always comes from the run (its Param or data interval), never the wall clock.
 """
+
 from __future__ import annotations
 
 import time
@@ -24,6 +25,7 @@ from warehouse import model_registry
 
 # ------------------------------------------------------------------------------------------------ plan_hourly
 
+
 def resolve_plan_run(params: dict, data_interval_end=None, logical_date=None, run_after=None) -> dict:
     """The checked settings of one plan_hourly DAG run: the planning time is the `as_of` Param when given, else
     the run's data interval end, else its logical date, else its run_after (a manual run without a date), floored
@@ -42,25 +44,30 @@ def resolve_plan_run(params: dict, data_interval_end=None, logical_date=None, ru
     regions = params.get("regions") or []
     if isinstance(regions, str) or not isinstance(regions, (list, tuple)):
         raise ValueError(f"regions {regions!r} must be a list of fleet region names")
-    checked = validate_inputs(as_of, str(params.get("policy", DEFAULT_POLICY)), list(regions),
-                              params.get("horizon_hours", DEFAULT_HORIZON_H))
+    checked = validate_inputs(
+        as_of, str(params.get("policy", DEFAULT_POLICY)), list(regions), params.get("horizon_hours", DEFAULT_HORIZON_H)
+    )
     checked["dry_run"] = dry_run
     return checked
-
-
 
 
 def plan(choice: dict, created_from: str = "airflow:plan_hourly") -> dict:
     """Plan and write the hour `resolve_plan_run` chose; the summary of `service.plan_hourly`, with the count of
     schedule files instead of their list."""
-    summary = plan_hourly(choice["as_of"], policy=choice["policy"], dry_run=choice["dry_run"],
-                          regions=choice["regions"] or None, horizon_hours=choice["horizon_hours"],
-                          created_from=created_from)
+    summary = plan_hourly(
+        choice["as_of"],
+        policy=choice["policy"],
+        dry_run=choice["dry_run"],
+        regions=choice["regions"] or None,
+        horizon_hours=choice["horizon_hours"],
+        created_from=created_from,
+    )
     summary["n_files"] = len(summary.pop("files"))
     return summary
 
 
 # ------------------------------------------------------------------------------------------------ evaluate
+
 
 def resolve_evaluation_run(params: dict) -> dict:
     """The checked settings of one evaluate DAG run (ValueError naming a bad policy, date, size, region or load)."""
@@ -69,12 +76,20 @@ def resolve_evaluation_run(params: dict) -> dict:
 
 def evaluate(choice: dict, run_id: str) -> dict:
     """Simulate the chosen policies and write the HTML report under var/reports/evaluate/<run id>/."""
-    return run_evaluation(start=choice["start"], days=choice["days"], n_jobs=choice["n_jobs"],
-                          regions=choice["regions"], load=choice["load"], policies=choice["policies"],
-                          run_id=safe_run_id(run_id), max_cards=choice["max_cards"])
+    return run_evaluation(
+        start=choice["start"],
+        days=choice["days"],
+        n_jobs=choice["n_jobs"],
+        regions=choice["regions"],
+        load=choice["load"],
+        policies=choice["policies"],
+        run_id=safe_run_id(run_id),
+        max_cards=choice["max_cards"],
+    )
 
 
 # ------------------------------------------------------------------------------------------------ predictor
+
 
 def resolve_model_run(as_of, data_interval_end=None) -> str:
     """The version time of a training run: the `as_of` Param when given, else the run's data interval end (ISO)."""
@@ -95,7 +110,6 @@ def train_models(db_path=None, as_of=None, evaluate: bool = True, eval_config=No
     # torch loads only for training: an hourly plan task, which imports this module too, need not pay for it
     import torch  # noqa: PLC0415 - torch loads in seconds; only training/prediction paths need it
 
-
     torch.set_num_threads(1)
     log = log or (lambda message: None)
     trained_at = pd.Timestamp(as_of) if as_of is not None else _now_utc()
@@ -113,16 +127,25 @@ def train_models(db_path=None, as_of=None, evaluate: bool = True, eval_config=No
         if evaluate:
             log("evaluating the predictor (3 protocols)")
             evaluation = run_all(throughput, cfg, log=log)
-            metrics.update({k: evaluation[k] for k in evaluation if k.startswith("protocol") or k in ("targets", "timings")})
+            metrics.update(
+                {k: evaluation[k] for k in evaluation if k.startswith("protocol") or k in ("targets", "timings")}
+            )
         metrics["environment"] = environment()
         params = {"prior": cfg.prior.__dict__, "refiner": cfg.refiner.__dict__, "rows": int(len(throughput))}
-        record = model_registry.register_model(predictor, PREDICTOR_NAME, PREDICTOR_TARGET, trained_at, params=params,
-                                         metrics=metrics, db_path=db_path)
+        record = model_registry.register_model(
+            predictor, PREDICTOR_NAME, PREDICTOR_TARGET, trained_at, params=params, metrics=metrics, db_path=db_path
+        )
     except Exception as exc:  # noqa: BLE001 - recorded as a failed version, then re-raised after the power model
         log(f"predictor training failed: {exc}")
-        record = model_registry.register_model(None, PREDICTOR_NAME, PREDICTOR_TARGET, trained_at, status="failed",
-                                         metrics={"error": f"{type(exc).__name__}: {exc}",
-                                                  "traceback": traceback.format_exc()[-4000:]}, db_path=db_path)
+        record = model_registry.register_model(
+            None,
+            PREDICTOR_NAME,
+            PREDICTOR_TARGET,
+            trained_at,
+            status="failed",
+            metrics={"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]},
+            db_path=db_path,
+        )
     result[PREDICTOR_NAME] = _summary(record)
 
     # --- power model ---
@@ -130,18 +153,32 @@ def train_models(db_path=None, as_of=None, evaluate: bool = True, eval_config=No
     try:
         profiles = load_energy_profiles(db_path)
         power = PowerModel(profiles)
-        metrics = {"power_eval": power_eval(profiles) if evaluate else None, "train_s": round(time.perf_counter() - t0, 1)}
-        record = model_registry.register_model(power, POWER_NAME, POWER_TARGET, trained_at,
-                                         params={"rows": int(len(profiles)), "gpu_types": sorted(profiles.gpu_type.unique())},
-                                         metrics=metrics, db_path=db_path)
+        metrics = {
+            "power_eval": power_eval(profiles) if evaluate else None,
+            "train_s": round(time.perf_counter() - t0, 1),
+        }
+        record = model_registry.register_model(
+            power,
+            POWER_NAME,
+            POWER_TARGET,
+            trained_at,
+            params={"rows": int(len(profiles)), "gpu_types": sorted(profiles.gpu_type.unique())},
+            metrics=metrics,
+            db_path=db_path,
+        )
     except Exception as exc:  # noqa: BLE001
         log(f"power model failed: {exc}")
-        record = model_registry.register_model(None, POWER_NAME, POWER_TARGET, trained_at, status="failed",
-                                         metrics={"error": f"{type(exc).__name__}: {exc}",
-                                                  "traceback": traceback.format_exc()[-4000:]}, db_path=db_path)
+        record = model_registry.register_model(
+            None,
+            POWER_NAME,
+            POWER_TARGET,
+            trained_at,
+            status="failed",
+            metrics={"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]},
+            db_path=db_path,
+        )
     result[POWER_NAME] = _summary(record)
     return result
-
 
 
 def _summary(record) -> dict:
@@ -153,12 +190,14 @@ def _summary(record) -> dict:
         headline["power_overall"] = metrics["power_eval"].get("overall")
     if "error" in metrics:
         headline["error"] = metrics["error"]
-    return {"version": record.version, "status": record.status, "artifact_path": record.artifact_path,
-            "trained_at": record.trained_at.isoformat(), "headline": headline}
-
+    return {
+        "version": record.version,
+        "status": record.status,
+        "artifact_path": record.artifact_path,
+        "trained_at": record.trained_at.isoformat(),
+        "headline": headline,
+    }
 
 
 def _now_utc() -> pd.Timestamp:
     return pd.Timestamp.now(tz="UTC").floor("s")
-
-

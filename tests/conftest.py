@@ -1,4 +1,5 @@
 """Shared fixtures: a temporary warehouse per test, the real DATA_DIR, single-threaded numerics."""
+
 from __future__ import annotations
 
 import os

@@ -21,6 +21,7 @@ How the transform DAG runs dbt:
   resolved when the task runs by warehouse.config.warehouse_path() (WAREHOUSE_PATH, default
   <repo>/var/warehouse.duckdb).
 """
+
 from __future__ import annotations
 
 import logging
@@ -103,7 +104,9 @@ def load_mode() -> LoadMode:
     state = "missing" if not MANIFEST_PATH.exists() else "older than the project files"
     log.warning(
         "dbt manifest %s is %s: rendering the transform DAG with `dbt ls` (slow). Run `%s` to refresh it.",
-        MANIFEST_PATH, state, MANIFEST_COMMAND,
+        MANIFEST_PATH,
+        state,
+        MANIFEST_COMMAND,
     )
     return LoadMode.DBT_LS
 

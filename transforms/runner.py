@@ -16,6 +16,7 @@ dbt always gets an absolute --project-dir and --profiles-dir, and WAREHOUSE_PATH
 warehouse hold the exclusive warehouse lock (warehouse.db.warehouse_lock) for their whole run, so dbt never meets
 another writer or reader of the file (DuckDB allows one writing process).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -241,8 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "build":
             result = build(args.select, args.warehouse, exclude=args.exclude, stream=True, check=False)
-            print(json.dumps({"returncode": result.returncode, "counts": result.counts,
-                              "unit_tests": result.unit_tests}), file=sys.stderr)
+            print(
+                json.dumps({"returncode": result.returncode, "counts": result.counts, "unit_tests": result.unit_tests}),
+                file=sys.stderr,
+            )
             return result.returncode
         if args.command == "manifest":
             print(manifest())
@@ -251,8 +254,9 @@ def main(argv: list[str] | None = None) -> int:
             print(docs(args.warehouse))
             return 0
         if args.command == "freshness":
-            result = run_dbt(["source", "freshness"], warehouse_path=args.warehouse, lock=True, check=False,
-                             stream=True)
+            result = run_dbt(
+                ["source", "freshness"], warehouse_path=args.warehouse, lock=True, check=False, stream=True
+            )
             return result.returncode
     except DbtError as exc:
         print(str(exc), file=sys.stderr)

@@ -1,4 +1,5 @@
 """DuckDB warehouse: configuration, single-writer connections, idempotent batch loads, loaders and connectors."""
+
 from warehouse.config import data_dir, var_dir, warehouse_path
 from warehouse.db import load_batch, reader, writer
 

@@ -1,4 +1,5 @@
 """Command line: `python -m warehouse {ingest,sql,status,catalog}`."""
+
 from __future__ import annotations
 
 import argparse
@@ -60,8 +61,11 @@ def _cmd_catalog(args: argparse.Namespace) -> int:
         if args.catalog_command == "describe":
             out = catalog.describe(target)
         elif args.catalog_command == "statements":
-            out = {"mode": target.mode, "database": catalog.describe(target)["database"],
-                   "statements": catalog.redacted_statements(target, read_only=args.read_only)}
+            out = {
+                "mode": target.mode,
+                "database": catalog.describe(target)["database"],
+                "statements": catalog.redacted_statements(target, read_only=args.read_only),
+            }
         elif args.catalog_command == "init":
             out = init_catalog(target)
         else:

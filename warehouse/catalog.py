@@ -24,6 +24,7 @@ Command line (prints one JSON document):
     python -m warehouse catalog init                  create the warehouse once before parallel writers start
                                                       (`warehouse.db.init_catalog`)
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -246,9 +247,13 @@ def _s3_settings(environ: Mapping[str, str], data_path: str) -> S3Settings:
         )
     if provider == "config":
         if not key_id:
-            raise CatalogConfigError("AWS_ACCESS_KEY_ID is not set: S3 credentials come in pairs with AWS_SECRET_ACCESS_KEY")
+            raise CatalogConfigError(
+                "AWS_ACCESS_KEY_ID is not set: S3 credentials come in pairs with AWS_SECRET_ACCESS_KEY"
+            )
         if not secret:
-            raise CatalogConfigError("AWS_SECRET_ACCESS_KEY is not set: S3 credentials come in pairs with AWS_ACCESS_KEY_ID")
+            raise CatalogConfigError(
+                "AWS_SECRET_ACCESS_KEY is not set: S3 credentials come in pairs with AWS_ACCESS_KEY_ID"
+            )
     else:
         key_id = secret = None
     url_style = _env(environ, "S3_URL_STYLE")
@@ -282,20 +287,26 @@ def from_env(environ: Mapping[str, str] | None = None) -> WarehouseTarget:
     if mode == LOCAL:
         return WarehouseTarget(mode=LOCAL, path=_local_path(environ), extension_directory=extension_directory)
     if mode == DUCKLAKE:
-        dsn = _require(environ, "DUCKLAKE_CATALOG_DSN",
-                       "WAREHOUSE_CATALOG=ducklake needs the PostgreSQL catalog database as a libpq connection "
-                       "string, e.g. 'dbname=ducklake_catalog host=pg.internal port=5432 user=ducklake'")
+        dsn = _require(
+            environ,
+            "DUCKLAKE_CATALOG_DSN",
+            "WAREHOUSE_CATALOG=ducklake needs the PostgreSQL catalog database as a libpq connection "
+            "string, e.g. 'dbname=ducklake_catalog host=pg.internal port=5432 user=ducklake'",
+        )
         if dsn.lower().startswith(("ducklake:", "postgres:")) and "://" not in dsn:
             raise CatalogConfigError(
                 f"DUCKLAKE_CATALOG_DSN must be the bare libpq connection string, without a "
                 f"'{dsn.split(':', 1)[0]}:' prefix"
             )
-        data_path = _require(environ, "DUCKLAKE_DATA_PATH",
-                             "WAREHOUSE_CATALOG=ducklake needs the data-file location, e.g. s3://bucket/warehouse/ "
-                             "or an absolute path on a filesystem every worker mounts")
+        data_path = _require(
+            environ,
+            "DUCKLAKE_DATA_PATH",
+            "WAREHOUSE_CATALOG=ducklake needs the data-file location, e.g. s3://bucket/warehouse/ "
+            "or an absolute path on a filesystem every worker mounts",
+        )
         s3 = None
         if data_path.startswith("s3://"):
-            if len(data_path) <= len("s3://") or data_path[len("s3://"):].startswith("/"):
+            if len(data_path) <= len("s3://") or data_path[len("s3://") :].startswith("/"):
                 raise CatalogConfigError(f"DUCKLAKE_DATA_PATH={data_path!r} names no bucket")
             s3 = _s3_settings(environ, data_path)
         elif "://" in data_path:
@@ -316,8 +327,9 @@ def from_env(environ: Mapping[str, str] | None = None) -> WarehouseTarget:
             extension_directory=extension_directory,
         )
     if mode == MOTHERDUCK:
-        database = _require(environ, "MOTHERDUCK_DATABASE",
-                            "WAREHOUSE_CATALOG=motherduck needs the MotherDuck database name")
+        database = _require(
+            environ, "MOTHERDUCK_DATABASE", "WAREHOUSE_CATALOG=motherduck needs the MotherDuck database name"
+        )
         if database.startswith("md:"):
             database = database[3:]
         if not _MD_DATABASE.match(database):
@@ -328,8 +340,9 @@ def from_env(environ: Mapping[str, str] | None = None) -> WarehouseTarget:
                 "MOTHERDUCK_TOKEN is not set: WAREHOUSE_CATALOG=motherduck needs a service token (without one "
                 "MotherDuck would wait for an interactive browser log-in)"
             )
-        return WarehouseTarget(mode=MOTHERDUCK, md_database=database, md_token=token,
-                               extension_directory=extension_directory)
+        return WarehouseTarget(
+            mode=MOTHERDUCK, md_database=database, md_token=token, extension_directory=extension_directory
+        )
     raise CatalogConfigError(f"WAREHOUSE_CATALOG={mode!r} is not one of {list(MODES)}")
 
 
@@ -376,12 +389,15 @@ def connect_statements(target: WarehouseTarget, read_only: bool = False) -> list
         statements.append(_s3_secret_statement(target.s3))
     options = [f"DATA_PATH {_sql(str(target.data_path))}"]
     if target.catalog_password:
-        statements.append(f"CREATE OR REPLACE SECRET {CATALOG_SECRET} "
-                          f"(TYPE postgres, PASSWORD {_sql(target.catalog_password)})")
+        statements.append(
+            f"CREATE OR REPLACE SECRET {CATALOG_SECRET} (TYPE postgres, PASSWORD {_sql(target.catalog_password)})"
+        )
         options.append(f"META_SECRET {_sql(CATALOG_SECRET)}")
     if read_only:
         options.append("READ_ONLY")
-    statements.append(f"ATTACH {_sql('ducklake:postgres:' + str(target.catalog_dsn))} AS {ALIAS} ({', '.join(options)})")
+    statements.append(
+        f"ATTACH {_sql('ducklake:postgres:' + str(target.catalog_dsn))} AS {ALIAS} ({', '.join(options)})"
+    )
     statements.append(f"USE {ALIAS}")
     return statements
 

@@ -1,4 +1,5 @@
 """Paths and settings, all overridable through the environment (see DESIGN.md, Configuration)."""
+
 from __future__ import annotations
 
 import os

@@ -5,6 +5,7 @@ that touches the warehouse therefore goes through an advisory file lock beside t
 exclusively, readers shared. Airflow additionally serializes warehouse tasks with a one-slot pool; the lock makes
 the CLI, tests and ad-hoc scripts safe too. Connections are short-lived: open, do the work, close.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -152,9 +153,7 @@ def reader(path: Path | str | None = None, timeout_s: float = LOCK_TIMEOUT_S) ->
         return
     db_path = Path(path) if path else warehouse_path()
     if not db_path.exists():
-        raise FileNotFoundError(
-            f"warehouse {db_path} does not exist yet; run `python -m warehouse ingest --all` first"
-        )
+        raise FileNotFoundError(f"warehouse {db_path} does not exist yet; run `python -m warehouse ingest --all` first")
     with _file_lock(db_path, exclusive=False, timeout_s=timeout_s):
         con = _connect(db_path, read_only=True, timeout_s=timeout_s)
         try:
@@ -254,7 +253,9 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, loaded_at: pd.Times
         con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
         con.register("_batch_frame", frame)
         # Batch metadata go in as parameters, not per-row frame columns (much faster to insert).
-        select = "SELECT *, ?::VARCHAR AS _source, ?::VARCHAR AS _batch_id, ?::TIMESTAMPTZ AS _loaded_at FROM _batch_frame"
+        select = (
+            "SELECT *, ?::VARCHAR AS _source, ?::VARCHAR AS _batch_id, ?::TIMESTAMPTZ AS _loaded_at FROM _batch_frame"
+        )
         meta = [batch.source, batch.batch_id, stamp]
         if not table_exists(con, batch.table):
             con.execute(f"CREATE TABLE {batch.table} AS {select} LIMIT 0", meta)

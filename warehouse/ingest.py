@@ -1,4 +1,5 @@
 """Run sources into the warehouse: the engine behind `python -m warehouse ingest` and the ingest DAGs."""
+
 from __future__ import annotations
 
 import sys

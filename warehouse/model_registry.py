@@ -11,6 +11,7 @@ naming the class, the storage format (the model's own `save`/`load`, else pickle
 or altered file raises `ArtifactError` on load. Forecasters and the scheduler's predictor and power model all
 register here.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -52,6 +53,7 @@ class ArtifactError(RuntimeError):
 
 
 # ------------------------------------------------------------------------------------------------ artifacts
+
 
 def models_dir() -> Path:
     """Artifact root: MODELS_DIR, default var/models."""
@@ -118,6 +120,7 @@ def load_artifact(directory: Path | str):
 
 
 # ------------------------------------------------------------------------------------------------ registry
+
 
 @dataclass(frozen=True)
 class ModelRecord:
@@ -192,7 +195,6 @@ def ensure_tables(con) -> None:
     con.execute(DDL)
 
 
-
 def _version_for(con, model_name: str, target: str, trained_at: pd.Timestamp) -> str:
     stem = trained_at.strftime("%Y%m%dT%H%MZ")
     taken = {
@@ -253,8 +255,17 @@ def register_model(
                 created.to_pydatetime(),
             ],
         )
-    return ModelRecord(model_name, target, version, trained_at, json.loads(_dumps(params)),
-                       json.loads(_dumps(metrics)), artifact, status, created)
+    return ModelRecord(
+        model_name,
+        target,
+        version,
+        trained_at,
+        json.loads(_dumps(params)),
+        json.loads(_dumps(metrics)),
+        artifact,
+        status,
+        created,
+    )
 
 
 def _records(frame: pd.DataFrame) -> list[ModelRecord]:
@@ -276,8 +287,9 @@ def _records(frame: pd.DataFrame) -> list[ModelRecord]:
     return out
 
 
-def list_models(model_name: str | None = None, target: str | None = None, status: str | None = None,
-                db_path=None) -> list[ModelRecord]:
+def list_models(
+    model_name: str | None = None, target: str | None = None, status: str | None = None, db_path=None
+) -> list[ModelRecord]:
     """Registry rows, newest cut-off first."""
     where, params = [], []
     for col, value in (("model_name", model_name), ("target", target), ("status", status)):

@@ -3,6 +3,7 @@
 Each callable takes plain values (validated Params) and returns a JSON-able summary that the DAG logs and
 pushes to XCom, so a run's log says exactly what was loaded.
 """
+
 from __future__ import annotations
 
 import logging
@@ -49,7 +50,11 @@ def ingest_group(group: str, names: list[str] | None = None, data_dir: str | Non
     for row in summary:
         log.info(
             "%s: %s rows in %s batches (%s unchanged), %s rejected to quarantine",
-            row["table"], row["rows"], row["batches"], row["unchanged"], row["rejected"],
+            row["table"],
+            row["rows"],
+            row["batches"],
+            row["unchanged"],
+            row["rejected"],
         )
     return summary
 

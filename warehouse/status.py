@@ -1,4 +1,5 @@
 """Per-table row counts and time spans of the warehouse."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,7 +30,9 @@ def table_status(db_path: Path | None = None, breakdown: bool = True) -> list[di
             time_col = next((p for p in _PREFERRED if p in time_cols), time_cols[0] if time_cols else None)
             fq = f'"{schema}"."{name}"'
             if time_col:
-                rows, tmin, tmax = con.execute(f'SELECT count(*), min("{time_col}"), max("{time_col}") FROM {fq}').fetchone()
+                rows, tmin, tmax = con.execute(
+                    f'SELECT count(*), min("{time_col}"), max("{time_col}") FROM {fq}'
+                ).fetchone()
             else:
                 rows, tmin, tmax = con.execute(f"SELECT count(*) FROM {fq}").fetchone()[0], None, None
             entry = {

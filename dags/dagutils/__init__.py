@@ -3,6 +3,7 @@
 Importing this package also puts the repository root on sys.path, so DAG files can import the project's packages
 (warehouse, transforms, forecasting, scheduling) even when Airflow was started without PYTHONPATH set.
 """
+
 from __future__ import annotations
 
 import sys

@@ -4,6 +4,7 @@ The ingest DAGs emit the raw assets when they have loaded a group of sources int
 (dags/transform.py) is scheduled on any of them and emits MARTS when the dbt marts are rebuilt; forecasting and
 planning consume MARTS. Import from here, never re-declare the URIs.
 """
+
 from __future__ import annotations
 
 from airflow.sdk import Asset

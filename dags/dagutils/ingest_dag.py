@@ -1,5 +1,6 @@
 """Builds the file-ingest DAGs: one validate task, one load task per source group (pool `warehouse`), then one
 task emitting the Asset events of the groups that loaded (`dagutils.publish`: one transform run per ingest run)."""
+
 from __future__ import annotations
 
 import pendulum
@@ -24,7 +25,9 @@ def file_ingest_dag(dag_id: str, groups: dict[str, Asset], doc: str, schedule=No
         doc_md=doc,
         params={
             "sources": Param(
-                [], type="array", items={"type": "string", "enum": choices},
+                [],
+                type="array",
+                items={"type": "string", "enum": choices},
                 description=f"Sources to load (any of {choices}); empty = all.",
             ),
             "data_dir": Param("", type="string", description="Folder holding the source files; empty = DATA_DIR."),

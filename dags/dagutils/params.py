@@ -2,6 +2,7 @@
 policies, so that every DAG rejects the same bad values with the same message at trigger time.
 
 Kept free of numpy/pandas imports: DAG files must parse fast (tests/dags/test_dagbag.py)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,5 +32,9 @@ def regions_param(regions: list[str], description: str = "Regions; empty = the d
 
 
 def targets_param(description: str) -> Param:
-    return Param(["carbon_intensity"], type="array",
-                 items={"type": "string", "enum": ["carbon_intensity", "solar", "wind"]}, description=description)
+    return Param(
+        ["carbon_intensity"],
+        type="array",
+        items={"type": "string", "enum": ["carbon_intensity", "solar", "wind"]},
+        description=description,
+    )

@@ -5,6 +5,7 @@ events minutes apart and start two transform runs for one ingest run. A single t
 `AssetAlias` emits them at once, so the scheduler sees them together and starts one run. An Asset is emitted only
 when a load task mapped to it loaded something (a skipped load pushes no result).
 """
+
 from __future__ import annotations
 
 from airflow.sdk import Asset, AssetAlias, TriggerRule, task

@@ -10,6 +10,7 @@ after `end` are not scored.
 the daily 00:00 issue, so every hour of the test window is scored exactly once (DACF's published MAPEs are over all
 hours of Jul–Dec 2021 in the same way).
 """
+
 from __future__ import annotations
 
 import time
@@ -43,8 +44,13 @@ STANDARD = {
 }
 # The published figures (DACF paper, Table 4; SOURCE.md), reproduced from the files by `published_baseline`.
 PUBLISHED_DACF_MAPE = {"CISO": 7.41, "PJM": 3.30, "ERCO": 8.05, "ISNE": 4.44, "SE": 6.47, "DE": 9.08}
-PUBLISHED_OPERATOR_ERROR = {("CISO", "solar"): 14.4, ("CISO", "wind"): 21.5, ("DE", "solar"): 7.0, ("DE", "wind"): 10.2,
-                            ("SE", "wind"): 6.6}
+PUBLISHED_OPERATOR_ERROR = {
+    ("CISO", "solar"): 14.4,
+    ("CISO", "wind"): 21.5,
+    ("DE", "solar"): 7.0,
+    ("DE", "wind"): 10.2,
+    ("SE", "wind"): 6.6,
+}
 
 
 def window_end(end) -> pd.Timestamp:
@@ -97,8 +103,9 @@ def score(forecasts: pd.DataFrame, data: pd.DataFrame, target: str, end=None) ->
     return scored
 
 
-def published_baseline(published: pd.DataFrame, data: pd.DataFrame, target: str, region: str, start, end,
-                       operator_only: bool = True) -> dict | None:
+def published_baseline(
+    published: pd.DataFrame, data: pd.DataFrame, target: str, region: str, start, end, operator_only: bool = True
+) -> dict | None:
     """The published day-ahead forecast's error over the test window: DACF's CI MAPE, or the operator's solar/wind
     error as % of mean output (only for the series that are the operator's own, unless operator_only=False)."""
     col = TARGET_COLUMNS.get(target, target)
@@ -192,8 +199,19 @@ def run_backtest(
         part = scored[scored["region"] == region]
         metrics = summarize(part, target) if len(part) else {}
         baseline = published_baseline(published, data, target, region, start, end) if published is not None else None
-        results.append(BacktestResult(region, target, getattr(model, "name", type(model).__name__), metrics, baseline,
-                                      part, fit_s, pred_s, forecasts[forecasts["region"] == region]))
+        results.append(
+            BacktestResult(
+                region,
+                target,
+                getattr(model, "name", type(model).__name__),
+                metrics,
+                baseline,
+                part,
+                fit_s,
+                pred_s,
+                forecasts[forecasts["region"] == region],
+            )
+        )
     return results
 
 

@@ -4,6 +4,7 @@ bucket.
 All functions take arrays (or Series) and ignore rows where the actual or the forecast is missing. MAPE skips
 actuals ≤ 0 (carbon intensity is positive in every file; the guard only protects against division by zero).
 """
+
 from __future__ import annotations
 
 import numpy as np

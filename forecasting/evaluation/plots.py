@@ -1,4 +1,5 @@
 """Forecast-against-actual plots with the P10–P90 band (PNG, matplotlib, headless)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -45,8 +46,16 @@ def plot_forecast(
     t = pd.to_datetime(da["target_time"]).dt.tz_convert("UTC").dt.tz_localize(None)
     zoom_end = t.iloc[0] + pd.Timedelta(days=zoom_days)
     for ax, sel, lw in ((axes[0], np.ones(len(t), dtype=bool), 0.5), (axes[1], (t < zoom_end).to_numpy(), 1.2)):
-        ax.fill_between(t[sel], da["p10"][sel], da["p90"][sel], color="tab:blue", alpha=0.25, linewidth=0,
-                        label="P10–P90", step="mid")
+        ax.fill_between(
+            t[sel],
+            da["p10"][sel],
+            da["p90"][sel],
+            color="tab:blue",
+            alpha=0.25,
+            linewidth=0,
+            label="P10–P90",
+            step="mid",
+        )
         ax.plot(t[sel], da["actual"][sel], color="black", lw=lw, label="actual")
         ax.plot(t[sel], da["p50"][sel], color="tab:blue", lw=lw, label="forecast P50")
         if baseline is not None and len(baseline):
@@ -77,6 +86,8 @@ def write_plot(res, published, plot_dir: Path) -> Path:
             label = f"published day-ahead ({part['publisher'].iloc[0]})"
     path = plot_dir / f"{res.target}_{res.model}_{res.region}.png"
     metric = res.metrics.get("day_ahead_mape", res.metrics.get("day_ahead_error_pct_of_mean"))
-    title = (f"{res.region} {res.target}: {res.model} day-ahead (issued 00:00 UTC, h 1–24), "
-             f"error {metric} %, P10–P90 coverage {res.metrics.get('day_ahead_coverage_p10_p90')} %")
+    title = (
+        f"{res.region} {res.target}: {res.model} day-ahead (issued 00:00 UTC, h 1–24), "
+        f"error {metric} %, P10–P90 coverage {res.metrics.get('day_ahead_coverage_p10_p90')} %"
+    )
     return plot_forecast(res.forecasts, path, title, target=res.target, baseline=baseline, baseline_label=label)

@@ -1,5 +1,6 @@
 """The standard comparison: every (target, model) backtest over its regions, the published baselines per horizon
 bucket, and the markdown results document (`python -m forecasting results`)."""
+
 from __future__ import annotations
 
 import json
@@ -69,11 +70,28 @@ def results_job(spec: dict) -> dict:
     model.fit(data[data["hour_utc"] < train_end], target)
     fit_cpu, fit_wall = time.process_time() - c0, time.perf_counter() - w0
     c0, w0 = time.process_time(), time.perf_counter()
-    results = run_backtest(model, target, regions, data, published, start=spec["start"], end=spec["end"],
-                           horizon=spec["horizon"], fit=False, context_days=spec.get("context_days", CONTEXT_DAYS))
+    results = run_backtest(
+        model,
+        target,
+        regions,
+        data,
+        published,
+        start=spec["start"],
+        end=spec["end"],
+        horizon=spec["horizon"],
+        fit=False,
+        context_days=spec.get("context_days", CONTEXT_DAYS),
+    )
     pred_cpu, pred_wall = time.process_time() - c0, time.perf_counter() - w0
-    out = {"target": target, "model": name, "fit_cpu_s": round(fit_cpu, 1), "fit_wall_s": round(fit_wall, 1),
-           "predict_cpu_s": round(pred_cpu, 1), "predict_wall_s": round(pred_wall, 1), "regions": {}}
+    out = {
+        "target": target,
+        "model": name,
+        "fit_cpu_s": round(fit_cpu, 1),
+        "fit_wall_s": round(fit_wall, 1),
+        "predict_cpu_s": round(pred_cpu, 1),
+        "predict_wall_s": round(pred_wall, 1),
+        "regions": {},
+    }
     for res in results:
         res.model = name
         out["regions"][res.region] = res.metrics
@@ -82,14 +100,35 @@ def results_job(spec: dict) -> dict:
     return out
 
 
-def build_results(models, targets, regions, start, end, horizon=96, jobs=1, source="auto", plot_models=(),
-                  plot_dir="var/reports/forecast", progress=None) -> dict:
+def build_results(
+    models,
+    targets,
+    regions,
+    start,
+    end,
+    horizon=96,
+    jobs=1,
+    source="auto",
+    plot_models=(),
+    plot_dir="var/reports/forecast",
+    progress=None,
+) -> dict:
     """Run every (target, model) backtest (in `jobs` processes) and collect metrics and baselines."""
     say = progress or (lambda msg: None)
     specs = [
-        {"target": t, "model": m, "regions": list(regions), "start": start, "end": end, "horizon": horizon,
-         "source": source, "plot": m in plot_models, "plot_dir": plot_dir}
-        for t in targets for m in models
+        {
+            "target": t,
+            "model": m,
+            "regions": list(regions),
+            "start": start,
+            "end": end,
+            "horizon": horizon,
+            "source": source,
+            "plot": m in plot_models,
+            "plot_dir": plot_dir,
+        }
+        for t in targets
+        for m in models
         if applicable(m, t)
     ]
     runs = []
@@ -122,9 +161,18 @@ def build_results(models, targets, regions, start, end, horizon=96, jobs=1, sour
             env[mod] = __import__(mod).__version__
         except Exception:  # noqa: BLE001
             pass
-    return {"start": start, "end": end, "train_end": start, "horizon": horizon, "regions": list(regions),
-            "targets": list(targets), "models": list(models), "runs": runs, "baselines": baselines,
-            "environment": env}
+    return {
+        "start": start,
+        "end": end,
+        "train_end": start,
+        "horizon": horizon,
+        "regions": list(regions),
+        "targets": list(targets),
+        "models": list(models),
+        "runs": runs,
+        "baselines": baselines,
+        "environment": env,
+    }
 
 
 def _fmt(x, nd=2) -> str:
@@ -155,8 +203,10 @@ def render_markdown(results: dict, command: str = "") -> str:
         label = "MAPE %" if target == "carbon_intensity" else "error % of mean output"
         regions = target_regions(target, results["regions"])
         lines += [f"## {target}: day-ahead {label}", ""]
-        lines += ["| model | " + " | ".join(regions) + " | mean | better than published |",
-                  "|---" * (len(regions) + 3) + "|"]
+        lines += [
+            "| model | " + " | ".join(regions) + " | mean | better than published |",
+            "|---" * (len(regions) + 3) + "|",
+        ]
         pub_label = "DACF (published)" if target == "carbon_intensity" else "published day-ahead"
         pub_vals = [base.get(r, {}).get("day_ahead") for r in regions]
         cells = []
@@ -181,13 +231,18 @@ def render_markdown(results: dict, command: str = "") -> str:
                     wins += better
                 cells.append(f"**{_fmt(v)}**" if better else _fmt(v))
             ok = [v for v in vals if v is not None]
-            lines.append(f"| {run['model']} | " + " | ".join(cells) + f" | {_fmt(np.mean(ok)) if ok else '–'} | "
-                         f"{wins} of {comparable} |")
+            lines.append(
+                f"| {run['model']} | " + " | ".join(cells) + f" | {_fmt(np.mean(ok)) if ok else '–'} | "
+                f"{wins} of {comparable} |"
+            )
         lines.append("")
         if target != "carbon_intensity":
-            lines += ["Published solar/wind: the grid operator's day-ahead forecast for CISO (CAISO OASIS), DE and SE "
-                      "(ENTSO-E); the PJM, ERCO and ISNE columns of the DACF files are DACF's own ANN, shown for "
-                      "reference and not counted.", ""]
+            lines += [
+                "Published solar/wind: the grid operator's day-ahead forecast for CISO (CAISO OASIS), DE and SE "
+                "(ENTSO-E); the PJM, ERCO and ISNE columns of the DACF files are DACF's own ANN, shown for "
+                "reference and not counted.",
+                "",
+            ]
         # Detailed table.
         lines += [f"### {target}: {label} by horizon bucket, P10–P90 coverage %", ""]
         header = ["region", "model", *buckets, "day-ahead", "cov 1-24", "cov all", *[f"cov {b}" for b in buckets]]
@@ -196,8 +251,10 @@ def render_markdown(results: dict, command: str = "") -> str:
             b = base.get(r)
             if b is not None:
                 who = b["publisher"] + ("" if b["is_reference"] else " (ANN, not counted)")
-                lines.append(f"| {r} | published: {who} | {_fmt(b['1-6'])} | {_fmt(b['7-24'])} | – | – | "
-                             f"{_fmt(b['day_ahead'])} | – | – |" + " – |" * len(buckets))
+                lines.append(
+                    f"| {r} | published: {who} | {_fmt(b['1-6'])} | {_fmt(b['7-24'])} | – | – | "
+                    f"{_fmt(b['day_ahead'])} | – | – |" + " – |" * len(buckets)
+                )
             for run in runs:
                 if "error" in run or r not in run["regions"]:
                     continue
@@ -211,23 +268,39 @@ def render_markdown(results: dict, command: str = "") -> str:
                 row += [_fmt(m.get("day_ahead_coverage_p10_p90"), 1), _fmt(m.get("coverage_p10_p90"), 1)]
                 row += [_fmt(by.get(bk, {}).get("coverage_p10_p90"), 1) for bk in buckets]
                 lines.append("| " + " | ".join(row) + " |")
-                if run["model"] == "ensemble" and b is not None and b["is_reference"] and da is not None \
-                        and da >= b["day_ahead"]:
+                if (
+                    run["model"] == "ensemble"
+                    and b is not None
+                    and b["is_reference"]
+                    and da is not None
+                    and da >= b["day_ahead"]
+                ):
                     losses.append(f"{target} {r}: ensemble {_fmt(da)} vs {b['publisher']} {_fmt(b['day_ahead'])}")
         lines.append("")
     lines += ["## Where the ensemble loses to the published forecast", ""]
     lines += [f"- {x}" for x in losses] or ["- nowhere"]
-    lines += ["", "## Training and forecasting time", "",
-              "| target | model | fit CPU s (all regions) | fit wall s | backtest CPU s | backtest wall s |",
-              "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Training and forecasting time",
+        "",
+        "| target | model | fit CPU s (all regions) | fit wall s | backtest CPU s | backtest wall s |",
+        "|---|---|---|---|---|---|",
+    ]
     total = 0.0
     for run in results["runs"]:
         if "error" in run:
             continue
         total += run["fit_cpu_s"]
-        lines.append(f"| {run['target']} | {run['model']} | {run['fit_cpu_s']} | {run['fit_wall_s']} | "
-                     f"{run['predict_cpu_s']} | {run['predict_wall_s']} |")
-    lines += ["", f"Total fit CPU time, every model and target, all regions: {total:.0f} s (single-threaded; "
-              "wall time is higher when the machine is shared).", "",
-              f"Environment: {json.dumps(results.get('environment', {}))}", ""]
+        lines.append(
+            f"| {run['target']} | {run['model']} | {run['fit_cpu_s']} | {run['fit_wall_s']} | "
+            f"{run['predict_cpu_s']} | {run['predict_wall_s']} |"
+        )
+    lines += [
+        "",
+        f"Total fit CPU time, every model and target, all regions: {total:.0f} s (single-threaded; "
+        "wall time is higher when the machine is shared).",
+        "",
+        f"Environment: {json.dumps(results.get('environment', {}))}",
+        "",
+    ]
     return "\n".join(lines)

@@ -9,6 +9,7 @@ the same way. The band is the base model's band width scaled by conformal quanti
 no published value is known (later horizons, other regions) the base model's forecast is returned. The published
 forecasts start on 2021-07-01, so for the first `min_days` of a test window the published value is used as is.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,8 +27,16 @@ class PublishedBlendForecaster(Forecaster):
 
     name = "operator-blend"
 
-    def __init__(self, base: Forecaster, window_days: int = 56, min_days: int = 7, ridge: float = 5.0,
-                 level: float = 0.8, ffill_hours: int = 6, name: str | None = None):
+    def __init__(
+        self,
+        base: Forecaster,
+        window_days: int = 56,
+        min_days: int = 7,
+        ridge: float = 5.0,
+        level: float = 0.8,
+        ffill_hours: int = 6,
+        name: str | None = None,
+    ):
         self.base = base
         self.window_days = window_days
         self.min_days = min_days
@@ -103,7 +112,9 @@ class PublishedBlendForecaster(Forecaster):
             op = self._op_feature(pa, region, T, h)
             e24 = np.where(h <= 24, err(Ti + h - 1 - 24), np.nan)  # the same hour a day earlier, known at T
             feats = np.column_stack([op - b[:, 1], np.full(horizon, err(Ti - 1)), e24, np.ones(horizon)])
-            X_list.append(feats); Y_list.append(yy - b[:, 1]); W_list.append(b[:, 2] - b[:, 0])
+            X_list.append(feats)
+            Y_list.append(yy - b[:, 1])
+            W_list.append(b[:, 2] - b[:, 0])
             K += int(np.isfinite(yy - b[:, 1] + feats[:, 0]).any())
         X = np.stack(X_list)  # K,H,4
         X[:, :, 1:3] = np.nan_to_num(X[:, :, 1:3])
@@ -113,8 +124,14 @@ class PublishedBlendForecaster(Forecaster):
         p10, p50, p90 = base_now[:, 0].copy(), b50.copy(), base_now[:, 2].copy()
         level = max(float(np.nanmean(np.abs(ya.values))), 1e-6)
         floor = 0.02 * level
-        x_now = np.column_stack([op_now - b50, np.full(horizon, np.nan_to_num(err(T0i - 1))),
-                                 np.nan_to_num(np.where(h <= 24, err(T0i + h - 1 - 24), np.nan)), np.ones(horizon)])
+        x_now = np.column_stack(
+            [
+                op_now - b50,
+                np.full(horizon, np.nan_to_num(err(T0i - 1))),
+                np.nan_to_num(np.where(h <= 24, err(T0i + h - 1 - 24), np.nan)),
+                np.ones(horizon),
+            ]
+        )
         prior = np.array([1.0, 0.0, 0.0, 0.0])  # shrink towards "the published value as is"
         resid = np.full(Y.shape, np.nan)
         for j in np.flatnonzero(known):
@@ -125,7 +142,7 @@ class PublishedBlendForecaster(Forecaster):
                 p90[j] = op_now[j] + (base_now[j, 2] - b50[j])
                 continue
             Xj, Yj = X[ok, j], Y[ok, j]
-            scale = np.sqrt(np.mean(Xj ** 2, axis=0))
+            scale = np.sqrt(np.mean(Xj**2, axis=0))
             scale[3] = 1.0
             scale = np.where(scale > 1e-9 * level, scale, 1.0)
             Xs = Xj / scale
@@ -156,4 +173,3 @@ class PublishedBlendForecaster(Forecaster):
         idx = out["horizon_h"].to_numpy(dtype=int) - 1
         out["p10"], out["p50"], out["p90"] = p10[idx], p50[idx], p90[idx]
         return out
-

@@ -17,6 +17,7 @@ members' own forecasts of the issues since), so the weights follow what was lear
 comes after. The rolling mode exists because some inputs only exist in the test period: the operators' published
 day-ahead forecasts start on 2021-07-01, so a member that uses them cannot be weighed on any window before it.
 """
+
 from __future__ import annotations
 
 import copy
@@ -108,9 +109,11 @@ def fit_weights_fast(F: np.ndarray, y: np.ndarray, relative: bool) -> np.ndarray
 def same_params(a: Forecaster, b: Forecaster) -> bool:
     """Same constructor parameters (fitted attributes, which end in `_`, ignored). Values without a stable repr
     (objects at an address) compare unequal, so doubt means "fit it again"."""
+
     def params(model):
-        return json.dumps({k: v for k, v in model.get_params().items() if not k.endswith("_")}, sort_keys=True,
-                          default=repr)
+        return json.dumps(
+            {k: v for k, v in model.get_params().items() if not k.endswith("_")}, sort_keys=True, default=repr
+        )
 
     try:
         return params(a) == params(b)
@@ -183,8 +186,10 @@ class EnsembleForecaster(Forecaster):
             m = copy.deepcopy(member).fit(train, target)
             fitted_val.append(m)
             for T in issues:
-                window = history[(history["hour_utc"] >= T - pd.Timedelta(days=40))
-                                 & (history["hour_utc"] < T + (self.horizon + 24) * HOUR)]
+                window = history[
+                    (history["hour_utc"] >= T - pd.Timedelta(days=40))
+                    & (history["hour_utc"] < T + (self.horizon + 24) * HOUR)
+                ]
                 memory.put(T, m.predict(T, self.horizon, mask_known(window, T)))
         self._static = self._fit_combination(issues, history, col, before=end, H=self.horizon)
         if self.refit:
@@ -208,8 +213,12 @@ class EnsembleForecaster(Forecaster):
 
     def _offered_fit(self, member: Forecaster, target: str, end: pd.Timestamp) -> Forecaster | None:
         for model, model_target, model_end in getattr(self, "_offered", []):
-            if type(model) is type(member) and model_target == target and model_end == end \
-                    and same_params(model, member):
+            if (
+                type(model) is type(member)
+                and model_target == target
+                and model_end == end
+                and same_params(model, member)
+            ):
                 return copy.deepcopy(model)
         return None
 
@@ -227,7 +236,9 @@ class EnsembleForecaster(Forecaster):
         buckets = bucket_of(h)
         for region, part in data.groupby("region", sort=True):
             ya = HourlyArray(part[part["hour_utc"] < before], col)
-            F = np.stack([np.stack([mem.array(T, region, H) for mem in self._memory], axis=1) for T in issues])  # W,H,M,3
+            F = np.stack(
+                [np.stack([mem.array(T, region, H) for mem in self._memory], axis=1) for T in issues]
+            )  # W,H,M,3
             Y = np.stack([ya.take(ya.index(T) + h - 1) for T in issues])  # W,H
             for b in np.unique(buckets):
                 sel = buckets == b
@@ -240,7 +251,9 @@ class EnsembleForecaster(Forecaster):
                 w = fit_weights_fast(f[:, :, 1], y, rel)
                 p10, p50, p90 = f[:, :, 0] @ w, f[:, :, 1] @ w, f[:, :, 2] @ w
                 floor = 0.01 * max(float(np.mean(np.abs(y))), 1e-6)
-                lo, hi = conformal_offsets(p10, p50, p90, y, level=self.level, floor=floor) if self.calibrate else (0.0, 0.0)
+                lo, hi = (
+                    conformal_offsets(p10, p50, p90, y, level=self.level, floor=floor) if self.calibrate else (0.0, 0.0)
+                )
                 out[(region, int(b))] = {"w": w, "lo": lo, "hi": hi, "floor": floor, "n": int(ok.sum())}
         return out
 
@@ -249,8 +262,16 @@ class EnsembleForecaster(Forecaster):
         rows = []
         for (region, b), p in sorted(self._static.items()):
             lo, hi = HORIZON_BUCKETS[b]
-            rows.append({"region": region, "bucket": f"{lo}-{hi}", **dict(zip(self.member_names, np.round(p["w"], 3))),
-                         "conformal_lo": round(p["lo"], 3), "conformal_hi": round(p["hi"], 3), "n": p["n"]})
+            rows.append(
+                {
+                    "region": region,
+                    "bucket": f"{lo}-{hi}",
+                    **dict(zip(self.member_names, np.round(p["w"], 3))),
+                    "conformal_lo": round(p["lo"], 3),
+                    "conformal_hi": round(p["hi"], 3),
+                    "n": p["n"],
+                }
+            )
         return pd.DataFrame(rows)
 
     # --------------------------------------------------------------------------------------------------- predict
@@ -301,8 +322,18 @@ class EnsembleForecaster(Forecaster):
                 if prm is not None and self.calibrate:
                     lo, hi = apply_offsets(res[rows, 0], res[rows, 1], res[rows, 2], prm["lo"], prm["hi"], prm["floor"])
                     res[rows, 0], res[rows, 2] = lo, hi
-            out.append(pd.DataFrame({
-                "region": region, "issued_at": T0, "target_time": T0 + (h - 1) * HOUR, "horizon_h": h,
-                "p10": res[:, 0], "p50": res[:, 1], "p90": res[:, 2], "model": self.name,
-            }))
+            out.append(
+                pd.DataFrame(
+                    {
+                        "region": region,
+                        "issued_at": T0,
+                        "target_time": T0 + (h - 1) * HOUR,
+                        "horizon_h": h,
+                        "p10": res[:, 0],
+                        "p50": res[:, 1],
+                        "p90": res[:, 2],
+                        "model": self.name,
+                    }
+                )
+            )
         return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=list(OUTPUT_COLUMNS))

@@ -1,4 +1,5 @@
 """Helpers the forecasters share: the output frame, horizon buckets, hourly arrays and a cache of issued forecasts."""
+
 from __future__ import annotations
 
 import numpy as np

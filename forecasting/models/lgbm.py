@@ -21,6 +21,7 @@ without the weather features.
 
 The day ahead (horizons 1–24) and the later horizons (25–96, every third one in training) get separate boosters.
 """
+
 from __future__ import annotations
 
 import functools
@@ -50,8 +51,19 @@ REGION_TZ = {
     "SE": "Europe/Stockholm",
     "GB": "Europe/London",
 }
-REGION_COUNTRY = {"CISO": "US", "ERCO": "US", "PJM": "US", "ISNE": "US", "MISO": "US", "DE": "DE", "ES": "ES",
-                  "NL": "NL", "PL": "PL", "SE": "SE", "GB": "GB"}
+REGION_COUNTRY = {
+    "CISO": "US",
+    "ERCO": "US",
+    "PJM": "US",
+    "ISNE": "US",
+    "MISO": "US",
+    "DE": "DE",
+    "ES": "ES",
+    "NL": "NL",
+    "PL": "PL",
+    "SE": "SE",
+    "GB": "GB",
+}
 CONTEXT_HOURS = 24 * 8 + 24  # the longest look-back of the lag features
 CAPACITY_DAYS = 45  # window of the capacity proxy (solar/wind targets): predict needs this much history
 
@@ -137,8 +149,14 @@ class FeatureSpec:
     names: list = field(default_factory=list)
 
 
-def build_features(series: RegionSeries, region: str, issue_idx: np.ndarray, horizons: np.ndarray,
-                   spec: FeatureSpec, published_until_idx: np.ndarray | None = None) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+def build_features(
+    series: RegionSeries,
+    region: str,
+    issue_idx: np.ndarray,
+    horizons: np.ndarray,
+    spec: FeatureSpec,
+    published_until_idx: np.ndarray | None = None,
+) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
     """Feature rows for every (issue index T, horizon h); returns (X, target index t, issue index T)."""
     T = np.repeat(issue_idx.astype(np.int64), len(horizons))
     h = np.tile(horizons.astype(np.int64), len(issue_idx))
@@ -266,7 +284,9 @@ class LGBMForecaster(Forecaster):
 
     def _spec(self, history_region: pd.DataFrame, col: str) -> FeatureSpec:
         weather = tuple(
-            c for c in WEATHER_COLUMNS if self.use_weather and c in history_region and history_region[c].notna().mean() > 0.5
+            c
+            for c in WEATHER_COLUMNS
+            if self.use_weather and c in history_region and history_region[c].notna().mean() > 0.5
         )
         if self.context_cols is not None:
             context = tuple(self.context_cols)
@@ -310,7 +330,9 @@ class LGBMForecaster(Forecaster):
         if self.history_days:
             part = part[part["hour_utc"] >= part["hour_utc"].max() - pd.Timedelta(days=self.history_days)]
         spec = self._spec(part, col)
-        series = RegionSeries(part, self._series_columns(spec) + (["is_repeated_row"] if "is_repeated_row" in part else []))
+        series = RegionSeries(
+            part, self._series_columns(spec) + (["is_repeated_row"] if "is_repeated_row" in part else [])
+        )
         self._prepare(series, spec)
         hours = pd.DatetimeIndex(series.hours)
         issue = np.flatnonzero(np.isin(hours.hour, self.issue_hours))
@@ -385,8 +407,9 @@ class LGBMForecaster(Forecaster):
     def regions(self) -> list[str]:
         return list(self._models)
 
-    def predict_region(self, region: str, T0: pd.Timestamp, horizon: int, part: pd.DataFrame,
-                       exog: dict[str, np.ndarray] | None = None) -> dict[float, np.ndarray] | None:
+    def predict_region(
+        self, region: str, T0: pd.Timestamp, horizon: int, part: pd.DataFrame, exog: dict[str, np.ndarray] | None = None
+    ) -> dict[float, np.ndarray] | None:
         """Quantile arrays (alpha → values for horizons 1…horizon) for one region; `part` must already be masked.
 
         `exog` supplies values of the model's exog columns for the forecast hours (e.g. plug-in forecasts)."""
@@ -433,4 +456,3 @@ class LGBMForecaster(Forecaster):
             if q is not None:
                 out.append(quantile_frame(region, T0, horizon, q, self.name, nonnegative=True))
         return pd.concat(out, ignore_index=True) if out else empty_forecast()
-

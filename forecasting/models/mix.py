@@ -15,6 +15,7 @@ P10/P90: relative residual quantiles of the composed CI per horizon bucket, meas
 `calibration_days` of the training history with the plug-in forecasts in place (in-sample for the models, hence
 widened by `band_inflation`); the ensemble recalibrates on its validation window anyway.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,8 +33,15 @@ PLUGIN_FUELS = ("wind", "solar")
 
 def default_plugin(fuel: str, horizon: int) -> Forecaster:
     """The wind or solar plug-in: the operator blend over a point LightGBM."""
-    base = LGBMForecaster(horizon=horizon, objective="l1", quantiles=(0.5,), issue_hours=(0,), n_estimators=250,
-                          learning_rate=0.06, name=f"lgbm-{fuel}")
+    base = LGBMForecaster(
+        horizon=horizon,
+        objective="l1",
+        quantiles=(0.5,),
+        issue_hours=(0,),
+        n_estimators=250,
+        learning_rate=0.06,
+        name=f"lgbm-{fuel}",
+    )
     # A point base: the blend needs a band width; the point model has none, so the blend's band comes from the
     # residuals alone (width floor), which is fine for a plug-in whose P50 is all that is used.
     return PublishedBlendForecaster(base, name=f"plugin-{fuel}")
@@ -105,9 +113,15 @@ class MixCompositeForecaster(Forecaster):
             regions = [r for r, fs in self._fuels.items() if fuel in fs]
             exog = tuple(f"plug_{p}_mw" for p in PLUGIN_FUELS if p in self._plugins)
             model = LGBMForecaster(
-                horizon=self.horizon, objective="l2", quantiles=(0.5,), issue_hours=self.issue_hours,
-                n_estimators=self.n_estimators, learning_rate=self.learning_rate, context_cols=("total_generation_mw",),
-                exog_cols=exog, name=f"mix-{fuel}",
+                horizon=self.horizon,
+                objective="l2",
+                quantiles=(0.5,),
+                issue_hours=self.issue_hours,
+                n_estimators=self.n_estimators,
+                learning_rate=self.learning_rate,
+                context_cols=("total_generation_mw",),
+                exog_cols=exog,
+                name=f"mix-{fuel}",
             )
             model.fit(train[train["region"].isin(regions)], f"{fuel}_mw")
             self._fuel_models[fuel] = model
@@ -132,8 +146,10 @@ class MixCompositeForecaster(Forecaster):
         col = target_column(self._target)
         rows = []
         for T in issues:
-            window = history[(history["hour_utc"] >= T - pd.Timedelta(days=14))
-                             & (history["hour_utc"] < T + (self.horizon + 24) * HOUR)]
+            window = history[
+                (history["hour_utc"] >= T - pd.Timedelta(days=14))
+                & (history["hour_utc"] < T + (self.horizon + 24) * HOUR)
+            ]
             pred = self._compose(T, self.horizon, window)
             for region, (p50, h) in pred.items():
                 actual = window[window["region"] == region].set_index("hour_utc")[col].reindex(T + (h - 1) * HOUR)

@@ -4,6 +4,7 @@ For horizon h the forecast of hour t = T + h − 1 is y[t − period·⌈h/perio
 before the issue time T. P10/P90 are empirical quantiles of the training residuals per horizon, relative
 (y / ŷ − 1) for carbon intensity and additive in MW for solar and wind.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,7 +28,9 @@ class SeasonalNaive(Forecaster):
         self._relative = True
         self._residual_q: dict[str, np.ndarray] = {}  # region → (max_horizon, 2) quantiles (P10, P90) of residuals
 
-    def _series(self, part: pd.DataFrame, col: str, until: pd.Timestamp | None = None) -> tuple[pd.Timestamp, np.ndarray]:
+    def _series(
+        self, part: pd.DataFrame, col: str, until: pd.Timestamp | None = None
+    ) -> tuple[pd.Timestamp, np.ndarray]:
         part = part.sort_values("hour_utc")
         start = part["hour_utc"].iloc[0]
         last = max(part["hour_utc"].iloc[-1], until) if until is not None else part["hour_utc"].iloc[-1]

@@ -20,6 +20,7 @@ non-null); missing values are filled with the training mean. Generation-mix lags
 Prophet needs a regressor's value for every forecast hour, so only lags ≥ the horizon (≥ 96 h) would be legal,
 and the residual correction already carries the recent level, which is what a mix lag would contribute.
 """
+
 from __future__ import annotations
 
 import logging
@@ -116,7 +117,8 @@ class ProphetForecaster(Forecaster):
             regressors = []
             if self.use_weather:
                 regressors = [
-                    c for c in WEATHER_COLUMNS
+                    c
+                    for c in WEATHER_COLUMNS
                     if c in frame.columns and frame[c].notna().mean() >= 0.95 and frame[c].std() > 0
                 ]
             fill = {c: float(frame[c].mean()) for c in regressors}
@@ -176,7 +178,7 @@ class ProphetForecaster(Forecaster):
         ridge = 1e-6
         for h in range(1, H + 1):
             future = np.full_like(r, np.nan)
-            future[: len(r) - (h - 1)] = r[h - 1:]
+            future[: len(r) - (h - 1)] = r[h - 1 :]
             ok = np.isfinite(A).all(axis=1) & np.isfinite(future)
             if ok.sum() < 48:
                 q[h - 1] = np.nanquantile(r, [0.1, 0.5, 0.9]) if np.isfinite(r).any() else 0.0
@@ -252,7 +254,9 @@ class ProphetForecaster(Forecaster):
                 )
             )
         if not frames:
-            return pd.DataFrame(columns=["region", "issued_at", "target_time", "horizon_h", "p10", "p50", "p90", "model"])
+            return pd.DataFrame(
+                columns=["region", "issued_at", "target_time", "horizon_h", "p10", "p50", "p90", "model"]
+            )
         return pd.concat(frames, ignore_index=True)
 
     # ---------------------------------------------------------- persistence

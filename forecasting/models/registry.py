@@ -11,6 +11,7 @@
 `tiny=True` shrinks the models for tests and demos (fewer trees, shorter windows and history, a small TFT). Heavy
 libraries (LightGBM, Prophet, torch) are imported only when a model is fitted or loaded, so building one is cheap.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -65,8 +66,11 @@ def _ensemble(target: str = "carbon_intensity", tiny: bool = False, **kwargs) ->
     windows = {"validation_days": 14, "rolling_days": 14} if tiny else {}
     windows.update({k: kwargs.pop(k) for k in ("validation_days", "rolling_days", "weighting", "refit") if k in kwargs})
     if target == "carbon_intensity":
-        members = [LGBMForecaster(horizon=horizon, **boost), MixCompositeForecaster(horizon=horizon, **boost),
-                   SeasonalNaive(24)]
+        members = [
+            LGBMForecaster(horizon=horizon, **boost),
+            MixCompositeForecaster(horizon=horizon, **boost),
+            SeasonalNaive(24),
+        ]
         return EnsembleForecaster(members, horizon=horizon, **windows, **kwargs)
     members = [LGBMForecaster(horizon=horizon, **boost), SeasonalNaive(24)]
     inner = EnsembleForecaster(members, horizon=horizon, name="ensemble-base", **windows)

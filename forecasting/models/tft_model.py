@@ -19,6 +19,7 @@ a validation window. `predict` rebuilds one encoder/decoder window per region fr
 
 `TFTSettings.tiny()` is for tests (seconds), `TFTSettings.full()` for real training under a time budget.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -298,9 +299,7 @@ class TFTForecaster(Forecaster):
                 add_encoder_length=True,
                 allow_missing_timesteps=True,
             )
-            loaders = {
-                "train_dataloaders": dataset.to_dataloader(train=True, batch_size=s.batch_size, num_workers=0)
-            }
+            loaders = {"train_dataloaders": dataset.to_dataloader(train=True, batch_size=s.batch_size, num_workers=0)}
             if val_start is not None:
                 val = TimeSeriesDataSet.from_dataset(
                     dataset, frame, min_prediction_idx=val_start, stop_randomization=True

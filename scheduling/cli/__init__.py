@@ -1,5 +1,6 @@
 """Command line: `python -m scheduling <command>`. Each command module exposes `register(subparsers)`, which adds
 its sub-parser and sets `func` (returning an exit code)."""
+
 from __future__ import annotations
 
 import argparse

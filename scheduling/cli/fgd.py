@@ -9,6 +9,7 @@
 `fgd-replay` prints only JSON on stdout with --json (progress bars go to stderr) and writes its JSON report and
 plots under --out (default var/reports/fgd/).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,17 +28,26 @@ def _default_jobs() -> int:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("fgd-replay", help="replay the FGD openb experiments on the packer",
-                              description="Replay openb pod lists with the packing policies; report unallocated "
-                                          "GPU and fragmentation at arrived workload points.")
-    p.add_argument("--trace", default="openb_pod_list_default",
-                   help="pod-list variant (openb_pod_list_<x>, or just <x>), or family:all / family:<cpu|gpushare|"
-                        "gpuspec|multigpu>[,...] for the per-family bar chart at arrived 100%%")
+    p = subparsers.add_parser(
+        "fgd-replay",
+        help="replay the FGD openb experiments on the packer",
+        description="Replay openb pod lists with the packing policies; report unallocated "
+        "GPU and fragmentation at arrived workload points.",
+    )
+    p.add_argument(
+        "--trace",
+        default="openb_pod_list_default",
+        help="pod-list variant (openb_pod_list_<x>, or just <x>), or family:all / family:<cpu|gpushare|"
+        "gpuspec|multigpu>[,...] for the per-family bar chart at arrived 100%%",
+    )
     p.add_argument("--policy", default="fgd", help=f"{', '.join(POLICY_NAMES)}, a comma list, or all")
     p.add_argument("--seeds", default="42-51", help="e.g. 42-51 or 42,43 (default 42-51)")
     p.add_argument("--tune", type=float, default=1.3, help="tune the workload to this x GPU capacity (1.3)")
-    p.add_argument("--fixture-order", action="store_true",
-                   help="use the reference's arrival and node tie-break orders (default trace, seeds 42-51)")
+    p.add_argument(
+        "--fixture-order",
+        action="store_true",
+        help="use the reference's arrival and node tie-break orders (default trace, seeds 42-51)",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON (only JSON on stdout)")
     p.add_argument("--out", default=None, help="folder for the JSON report and plots (default var/reports/fgd)")
     p.add_argument("--jobs", type=int, default=_default_jobs(), help="parallel runs (processes)")
@@ -46,10 +56,13 @@ def register(subparsers) -> None:
     p.add_argument("--data-dir", default=None, help="DATA_DIR override (holds openb/)")
     p.set_defaults(func=cmd_replay)
 
-    r = subparsers.add_parser("fgd-report", help="write var/reports/fgd/results.md (reproduction + families)",
-                              description="Assemble results.md from the JSON reports under --out, running the "
-                                          "default-trace fixture reproduction (all policies, seeds 42-51), the "
-                                          "family runs and the benchmark where their JSON is missing.")
+    r = subparsers.add_parser(
+        "fgd-report",
+        help="write var/reports/fgd/results.md (reproduction + families)",
+        description="Assemble results.md from the JSON reports under --out, running the "
+        "default-trace fixture reproduction (all policies, seeds 42-51), the "
+        "family runs and the benchmark where their JSON is missing.",
+    )
     r.add_argument("--out", default=None)
     r.add_argument("--family-seeds", default="42-51", help="seeds of the family runs (default 42-51)")
     r.add_argument("--jobs", type=int, default=_default_jobs())
@@ -58,9 +71,12 @@ def register(subparsers) -> None:
     r.add_argument("--data-dir", default=None)
     r.set_defaults(func=cmd_report)
 
-    b = subparsers.add_parser("bench-packing", help="benchmark one full default FGD replay (JSON)",
-                              description="Time one full default-trace replay (fixture order) and the per-decision "
-                                          "latency; prints JSON with CPU count and versions.")
+    b = subparsers.add_parser(
+        "bench-packing",
+        help="benchmark one full default FGD replay (JSON)",
+        description="Time one full default-trace replay (fixture order) and the per-decision "
+        "latency; prints JSON with CPU count and versions.",
+    )
     b.add_argument("--policy", default="fgd")
     b.add_argument("--seed", type=int, default=42)
     b.add_argument("--repeats", type=int, default=1)
@@ -90,11 +106,12 @@ def _print_table(report: dict) -> None:
     for p, e in pol.items():
         vals = e["unallocated_pct"]["mean"]
         failed = sum(e["failed_pods"].values()) / len(e["failed_pods"])
-        print(f"{e['name']:<14}" + "".join(f"{vals[x]:>8.2f}" for x in pts) + f"{failed:>9.1f}"
-              f"{e['wall_s_mean']:>8.2f}")
+        print(f"{e['name']:<14}" + "".join(f"{vals[x]:>8.2f}" for x in pts) + f"{failed:>9.1f}{e['wall_s_mean']:>8.2f}")
     for p, c in report.get("published_comparison", {}).items():
-        print(f"  {p}: max |ours - published| = {c['max_abs_diff']:.3f} pp (tolerance {c['tolerance']}): "
-              f"{'ok' if c['within_tolerance'] else 'OUTSIDE'}")
+        print(
+            f"  {p}: max |ours - published| = {c['max_abs_diff']:.3f} pp (tolerance {c['tolerance']}): "
+            f"{'ok' if c['within_tolerance'] else 'OUTSIDE'}"
+        )
 
 
 def cmd_replay(args) -> int:
@@ -110,11 +127,17 @@ def cmd_replay(args) -> int:
         fams = list(fr.FAMILIES) if wanted in ("all", "") else [f.strip() for f in wanted.split(",")]
         unknown = [f for f in fams if f not in fr.FAMILIES]
         if unknown:
-            print(f"fgd-replay: unknown family {unknown}; choose from {', '.join(fr.FAMILIES)} or all",
-                  file=sys.stderr)
+            print(f"fgd-replay: unknown family {unknown}; choose from {', '.join(fr.FAMILIES)} or all", file=sys.stderr)
             return 2
-        report = fr.families_experiment(policies, seeds, args.tune, jobs=args.jobs, families=fams,
-                                        data_dir=args.data_dir, show_progress=not args.no_progress)
+        report = fr.families_experiment(
+            policies,
+            seeds,
+            args.tune,
+            jobs=args.jobs,
+            families=fams,
+            data_dir=args.data_dir,
+            show_progress=not args.no_progress,
+        )
         _write_json(out / "families.json", report)
         if not args.no_plots:
             report["plot"] = str(fr.plot_families(report, out / "families_unallocated_at_100.png"))
@@ -133,17 +156,29 @@ def cmd_replay(args) -> int:
         print(f"fgd-replay: fixtures cover seeds {fr.FIXTURE_SEEDS[0]}-{fr.FIXTURE_SEEDS[-1]}", file=sys.stderr)
         return 2
     try:
-        report, results = fr.experiment(args.trace, policies, seeds, args.tune, args.fixture_order,
-                                        jobs=args.jobs, data_dir=args.data_dir, show_progress=not args.no_progress)
+        report, results = fr.experiment(
+            args.trace,
+            policies,
+            seeds,
+            args.tune,
+            args.fixture_order,
+            jobs=args.jobs,
+            data_dir=args.data_dir,
+            show_progress=not args.no_progress,
+        )
     except FileNotFoundError as exc:
         print(f"fgd-replay: {exc}", file=sys.stderr)
         return 2
     tag = f"{report['trace']}_{report['order']}"
     _write_json(out / f"replay_{tag}.json", report)
     if not args.no_plots:
-        report["plot"] = str(fr.plot_unallocated(
-            results, out / f"unallocated_{tag}.png",
-            title=f"{report['trace']} ({report['order']} order), seeds {seeds[0]}-{seeds[-1]}"))
+        report["plot"] = str(
+            fr.plot_unallocated(
+                results,
+                out / f"unallocated_{tag}.png",
+                title=f"{report['trace']} ({report['order']} order), seeds {seeds[0]}-{seeds[-1]}",
+            )
+        )
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -163,24 +198,48 @@ def cmd_report(args) -> int:
     show = not args.no_progress
     default_path = out / "replay_default_fixture.json"
     if args.rerun or not default_path.exists():
-        report, results = fr.experiment(fr.DEFAULT_TRACE, list(fr.POLICY_NAMES), list(fr.FIXTURE_SEEDS), 1.3,
-                                        True, jobs=args.jobs, data_dir=args.data_dir, show_progress=show)
+        report, results = fr.experiment(
+            fr.DEFAULT_TRACE,
+            list(fr.POLICY_NAMES),
+            list(fr.FIXTURE_SEEDS),
+            1.3,
+            True,
+            jobs=args.jobs,
+            data_dir=args.data_dir,
+            show_progress=show,
+        )
         _write_json(default_path, report)
-        fr.plot_unallocated(results, out / "unallocated_default_fixture.png",
-                            title="default (fixture order), seeds 42-51")
+        fr.plot_unallocated(
+            results, out / "unallocated_default_fixture.png", title="default (fixture order), seeds 42-51"
+        )
     default_report = json.loads(default_path.read_text())
     shuffle_path = out / "replay_default_shuffle.json"
     if args.rerun or not shuffle_path.exists():
-        report, results = fr.experiment(fr.DEFAULT_TRACE, list(fr.POLICY_NAMES), list(fr.FIXTURE_SEEDS), 1.3,
-                                        False, jobs=args.jobs, data_dir=args.data_dir, show_progress=show)
+        report, results = fr.experiment(
+            fr.DEFAULT_TRACE,
+            list(fr.POLICY_NAMES),
+            list(fr.FIXTURE_SEEDS),
+            1.3,
+            False,
+            jobs=args.jobs,
+            data_dir=args.data_dir,
+            show_progress=show,
+        )
         _write_json(shuffle_path, report)
-        fr.plot_unallocated(results, out / "unallocated_default_shuffle.png",
-                            title="default (own seeded shuffle), seeds 42-51")
+        fr.plot_unallocated(
+            results, out / "unallocated_default_shuffle.png", title="default (own seeded shuffle), seeds 42-51"
+        )
     shuffle_report = json.loads(shuffle_path.read_text())
     fam_path = out / "families.json"
     if args.rerun or not fam_path.exists():
-        fam = fr.families_experiment(list(fr.POLICY_NAMES), fr.parse_seeds(args.family_seeds), 1.3, jobs=args.jobs,
-                                     data_dir=args.data_dir, show_progress=show)
+        fam = fr.families_experiment(
+            list(fr.POLICY_NAMES),
+            fr.parse_seeds(args.family_seeds),
+            1.3,
+            jobs=args.jobs,
+            data_dir=args.data_dir,
+            show_progress=show,
+        )
         _write_json(fam_path, fam)
         fr.plot_families(fam, out / "families_unallocated_at_100.png")
     fam_report = json.loads(fam_path.read_text())
@@ -188,14 +247,15 @@ def cmd_report(args) -> int:
     if args.rerun or not bench_path.exists():
         _write_json(bench_path, fr.bench_packing("fgd", 42, 1, data_dir=args.data_dir))
     bench = json.loads(bench_path.read_text())
-    commands = ["python -m scheduling fgd-report   # runs what is missing of:",
-                "python -m scheduling fgd-replay --trace openb_pod_list_default --policy all --seeds 42-51 "
-                "--tune 1.3 --fixture-order --json",
-                "python -m scheduling fgd-replay --trace openb_pod_list_default --policy all --seeds 42-51 "
-                "--tune 1.3 --json",
-                f"python -m scheduling fgd-replay --trace family:all --policy all --seeds {args.family_seeds} "
-                "--tune 1.3 --json",
-                "python -m scheduling bench-packing --json"]
+    commands = [
+        "python -m scheduling fgd-report   # runs what is missing of:",
+        "python -m scheduling fgd-replay --trace openb_pod_list_default --policy all --seeds 42-51 "
+        "--tune 1.3 --fixture-order --json",
+        "python -m scheduling fgd-replay --trace openb_pod_list_default --policy all --seeds 42-51 --tune 1.3 --json",
+        f"python -m scheduling fgd-replay --trace family:all --policy all --seeds {args.family_seeds} "
+        "--tune 1.3 --json",
+        "python -m scheduling bench-packing --json",
+    ]
     md = fr.results_markdown(default_report, fam_report, bench, commands, shuffle_report)
     path = out / "results.md"
     path.parent.mkdir(parents=True, exist_ok=True)

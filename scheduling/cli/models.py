@@ -1,6 +1,7 @@
 """Commands: `predictor-eval`, `power-eval`, `train-predictor` (see scheduling/evaluation/predictor_eval.py,
 scheduling/models/power.py and scheduling/models/registered.py). With `--json` exactly one JSON document goes to stdout;
 progress goes to stderr."""
+
 from __future__ import annotations
 
 import json
@@ -43,7 +44,6 @@ def _resolve(path: str | Path) -> Path:
 
 def cmd_predictor_eval(args) -> int:
     import torch  # noqa: PLC0415 - torch loads in seconds; only training/prediction paths need it
-
 
     torch.set_num_threads(1)
     throughput = throughput_from_files(args.data_dir) if args.from_files else load_throughput(args.db)

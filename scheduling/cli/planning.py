@@ -8,6 +8,7 @@
 
 With --json only one JSON document is printed on stdout; the progress bar goes to stderr.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,81 +45,136 @@ DEFAULT_REPORT_DIR = Path("var") / "reports" / "planner"
 
 
 def register(subparsers) -> None:
-    e = subparsers.add_parser("evaluate", help="simulate every placement policy and the LP bound over a grid period",
-                              description="Replay a job trace hour by hour over historical grid data with every "
-                                          "placement policy (plans from the forecasts known each hour, carbon from "
-                                          "the actual intensity) and the offline LP bound.")
+    e = subparsers.add_parser(
+        "evaluate",
+        help="simulate every placement policy and the LP bound over a grid period",
+        description="Replay a job trace hour by hour over historical grid data with every "
+        "placement policy (plans from the forecasts known each hour, carbon from "
+        "the actual intensity) and the offline LP bound.",
+    )
     e.add_argument("--jobs", type=int, default=1000)
     e.add_argument("--regions", type=int, default=6, help="the first N regions of the fleet (default 6)")
     e.add_argument("--start", nargs="+", default=["2021-07-01"], help="period start(s), UTC")
     e.add_argument("--days", type=float, default=14)
-    e.add_argument("--load", nargs="+", type=float, default=[0.5],
-                   help="target average GPU utilisation(s) under performance-first (the fleet is sized to it)")
-    e.add_argument("--seed", type=int, nargs="+", default=[0],
-                   help="trace seed(s); several: every period and load per seed, and the results over the seeds "
-                        "(mean and range; one run moves by 2-3 points of share with the trace)")
+    e.add_argument(
+        "--load",
+        nargs="+",
+        type=float,
+        default=[0.5],
+        help="target average GPU utilisation(s) under performance-first (the fleet is sized to it)",
+    )
+    e.add_argument(
+        "--seed",
+        type=int,
+        nargs="+",
+        default=[0],
+        help="trace seed(s); several: every period and load per seed, and the results over the seeds "
+        "(mean and range; one run moves by 2-3 points of share with the trace)",
+    )
     e.add_argument("--forecasts", default="auto", choices=["auto", "warehouse", "dacf", "naive", "oracle"])
     e.add_argument("--forecast-model", default=None, help="model name in forecast.forecasts (default: best present)")
-    e.add_argument("--forecast-version", default="backtest",
-                   help="model_version in forecast.forecasts (default backtest: the stored backtest -- versions "
-                        "backtest-*, from `python -m forecasting backtest --store` -- with the most issues in the "
-                        "period, else every version; 'all': every version, the latest issue wins; or a label)")
-    e.add_argument("--policies", default="all", help="comma list or all (priority, priority-noprices, "
-                                                     "performance-first, greedy-carbon, carbon-time, round-robin, "
-                                                     "random)")
+    e.add_argument(
+        "--forecast-version",
+        default="backtest",
+        help="model_version in forecast.forecasts (default backtest: the stored backtest -- versions "
+        "backtest-*, from `python -m forecasting backtest --store` -- with the most issues in the "
+        "period, else every version; 'all': every version, the latest issue wins; or a label)",
+    )
+    e.add_argument(
+        "--policies",
+        default="all",
+        help="comma list or all (priority, priority-noprices, "
+        "performance-first, greedy-carbon, carbon-time, round-robin, "
+        "random)",
+    )
     e.add_argument("--no-optimum", action="store_true", help="skip the LP bound")
-    e.add_argument("--ablations", action="store_true",
-                   help="also run priority without capacity prices, priority and rolling-lp with oracle / naive "
-                        "forecasts, and rolling-lp with perfect information (oracle forecasts, true next arrivals)")
+    e.add_argument(
+        "--ablations",
+        action="store_true",
+        help="also run priority without capacity prices, priority and rolling-lp with oracle / naive "
+        "forecasts, and rolling-lp with perfect information (oracle forecasts, true next arrivals)",
+    )
     e.add_argument("--lp-time-limit", type=float, default=900.0)
     e.add_argument("--pods", default="default", help="openb pod list variant (default, gpuspec10, ...)")
     e.add_argument("--max-duration-h", type=float, default=48.0)
-    e.add_argument("--postpone-margin-h", type=float, default=1.0,
-                   help="a job may be postponed only to a start leaving this many hours before its latest timely "
-                        "start (default 1)")
-    e.add_argument("--calibrate", type=int, default=2,
-                   help="re-size the fleet up to N times so that the GPU-hours performance-first runs the jobs with "
-                        "are --load of the fleet's (0: size on the fleet-weighted estimate only)")
+    e.add_argument(
+        "--postpone-margin-h",
+        type=float,
+        default=1.0,
+        help="a job may be postponed only to a start leaving this many hours before its latest timely "
+        "start (default 1)",
+    )
+    e.add_argument(
+        "--calibrate",
+        type=int,
+        default=2,
+        help="re-size the fleet up to N times so that the GPU-hours performance-first runs the jobs with "
+        "are --load of the fleet's (0: size on the fleet-weighted estimate only)",
+    )
     e.add_argument("--fleet", default=None, help="fleet YAML (default scheduling/domain/fleet.yaml)")
     e.add_argument("--data-dir", default=None)
     e.add_argument("--grid-source", default="auto", choices=["auto", "warehouse", "files"])
     e.add_argument("--json", action="store_true", help="print the report as JSON (only JSON on stdout)")
-    e.add_argument("--out", default=None, help="also write the JSON report there (default "
-                                              "var/reports/planner/evaluate_<start>_<load>.json per run)")
+    e.add_argument(
+        "--out",
+        default=None,
+        help="also write the JSON report there (default var/reports/planner/evaluate_<start>_<load>.json per run)",
+    )
     e.add_argument("--report-md", default=None, help="write the results table (markdown) there")
-    e.add_argument("--report-plot", default=None,
-                   help="write a PNG there: share of the optimum's reduction and deadlines per policy, period and "
-                        "load (mean over seeds, min-max whiskers, the targets as lines)")
+    e.add_argument(
+        "--report-plot",
+        default=None,
+        help="write a PNG there: share of the optimum's reduction and deadlines per policy, period and "
+        "load (mean over seeds, min-max whiskers, the targets as lines)",
+    )
     e.add_argument("--no-progress", action="store_true")
-    e.add_argument("--from-json", nargs="+", default=None,
-                   help="do not simulate: rebuild --report-md (and --json output) from saved evaluate JSON file(s)")
+    e.add_argument(
+        "--from-json",
+        nargs="+",
+        default=None,
+        help="do not simulate: rebuild --report-md (and --json output) from saved evaluate JSON file(s)",
+    )
     e.set_defaults(func=cmd_evaluate)
 
-    b = subparsers.add_parser("bench-plan", help="latency and peak memory of one hourly plan (JSON)",
-                              description="Time one plan of N pending jobs over H hours and R regions (coordinator, "
-                                          "agents packing with FGD, tentative nodes, explanations, Plan frame); "
-                                          "also for --also jobs. Prints JSON with CPU count and versions.")
+    b = subparsers.add_parser(
+        "bench-plan",
+        help="latency and peak memory of one hourly plan (JSON)",
+        description="Time one plan of N pending jobs over H hours and R regions (coordinator, "
+        "agents packing with FGD, tentative nodes, explanations, Plan frame); "
+        "also for --also jobs. Prints JSON with CPU count and versions.",
+    )
     b.add_argument("--jobs", type=int, default=1000)
     b.add_argument("--also", type=int, nargs="*", default=[5000], help="further job counts (default 5000)")
     b.add_argument("--hours", type=int, default=168)
     b.add_argument("--regions", type=int, default=10)
     b.add_argument("--repeats", type=int, default=3)
     b.add_argument("--policy", default="priority", help="placement policy to time (default priority)")
-    b.add_argument("--recent", type=int, default=0,
-                   help="also this many jobs that arrived over the 18 h before the plan and were dispatched already "
-                        "(history: rolling-lp plans them again as expected arrivals)")
+    b.add_argument(
+        "--recent",
+        type=int,
+        default=0,
+        help="also this many jobs that arrived over the 18 h before the plan and were dispatched already "
+        "(history: rolling-lp plans them again as expected arrivals)",
+    )
     b.add_argument("--plan-time", default="2021-07-05T00:00Z")
     b.add_argument("--seed", type=int, default=1)
     b.add_argument("--json", action="store_true", help="(output is always JSON)")
-    b.add_argument("--out", default=None, help="also write bench_plan.json (bench_plan_<policy>.json for "
-                   "another policy) there (default var/reports/planner)")
+    b.add_argument(
+        "--out",
+        default=None,
+        help="also write bench_plan.json (bench_plan_<policy>.json for "
+        "another policy) there (default var/reports/planner)",
+    )
     b.add_argument("--data-dir", default=None)
     b.set_defaults(func=cmd_bench)
 
-    p = subparsers.add_parser("plan", help="one hourly plan for a synthetic pending queue (JSON summary)",
-                              description="Plan a queue of --jobs trace jobs submitted at --as-of with one "
-                                          "policy on an empty fleet; prints the plan summary (and with --full "
-                                          "the whole plan) as JSON.")
+    p = subparsers.add_parser(
+        "plan",
+        help="one hourly plan for a synthetic pending queue (JSON summary)",
+        description="Plan a queue of --jobs trace jobs submitted at --as-of with one "
+        "policy on an empty fleet; prints the plan summary (and with --full "
+        "the whole plan) as JSON.",
+    )
     p.add_argument("--as-of", required=True, help="plan time, UTC (never the wall clock)")
     p.add_argument("--jobs", type=int, default=200)
     p.add_argument("--regions", type=int, default=6)
@@ -130,9 +186,12 @@ def register(subparsers) -> None:
     p.add_argument("--data-dir", default=None)
     p.set_defaults(func=cmd_plan)
 
-    h = subparsers.add_parser("plan-hourly", help="plan one planning hour and write plan.* and the schedule files",
-                              description="The hourly plan of the plan_hourly DAG, from the command line: the "
-                                          "pending jobs, the forecasts and the registered models known at --as-of.")
+    h = subparsers.add_parser(
+        "plan-hourly",
+        help="plan one planning hour and write plan.* and the schedule files",
+        description="The hourly plan of the plan_hourly DAG, from the command line: the "
+        "pending jobs, the forecasts and the registered models known at --as-of.",
+    )
     h.add_argument("--as-of", required=True, help="planning time, ISO (e.g. 2021-07-15T12:00Z)")
     h.add_argument("--policy", default=DEFAULT_POLICY)
     h.add_argument("--regions", default="", help="comma-separated fleet regions (default: all with grid data)")
@@ -143,18 +202,31 @@ def register(subparsers) -> None:
     h.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     h.set_defaults(func=cmd_plan_hourly)
 
-    r = _scenario_parser(subparsers, "replay-optimum", "the optimum's schedule executed through the cluster agents "
-                         "(what node packing costs the bound; JSON)")
+    r = _scenario_parser(
+        subparsers,
+        "replay-optimum",
+        "the optimum's schedule executed through the cluster agents (what node packing costs the bound; JSON)",
+    )
     r.add_argument("--integral", action="store_true", help="replay the whole-job MILP's schedule (time-limited)")
     r.set_defaults(func=cmd_replay)
 
-    b = _scenario_parser(subparsers, "preemption-bound", "the bound if checkpointing jobs could be preempted, beside "
-                         "the non-preemptive bound, and each policy's share against both (JSON)")
-    b.add_argument("--evaluation", default=None,
-                   help="an `evaluate` JSON: the policies' carbon from its run of the same start and load, instead "
-                        "of simulating them")
-    b.add_argument("--policies", default="rolling-lp",
-                   help="policies to simulate when --evaluation is not given (performance-first always is)")
+    b = _scenario_parser(
+        subparsers,
+        "preemption-bound",
+        "the bound if checkpointing jobs could be preempted, beside "
+        "the non-preemptive bound, and each policy's share against both (JSON)",
+    )
+    b.add_argument(
+        "--evaluation",
+        default=None,
+        help="an `evaluate` JSON: the policies' carbon from its run of the same start and load, instead "
+        "of simulating them",
+    )
+    b.add_argument(
+        "--policies",
+        default="rolling-lp",
+        help="policies to simulate when --evaluation is not given (performance-first always is)",
+    )
     b.set_defaults(func=cmd_preemption_bound)
 
 
@@ -200,27 +272,52 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         for rep in runs:
             rep["targets"] = targets(rep["policies"], rep.get("optimum"))
     seeds = list(dict.fromkeys(args.seed))
-    cases = [] if args.from_json else [(seed, start, load) for seed in seeds for start in args.start
-                                       for load in args.load]
+    cases = (
+        [] if args.from_json else [(seed, start, load) for seed in seeds for start in args.start for load in args.load]
+    )
     for seed, start, load in cases:
         t0 = time.perf_counter()
         if not args.no_progress:
             print(f"[evaluate] {start} load {load} seed {seed}: building the scenario", file=sys.stderr)
-        sc = build_scenario(start=start, days=args.days, n_jobs=args.jobs, regions=args.regions, load=load,
-                            seed=seed, forecasts=args.forecasts, fleet_path=args.fleet,
-                            data_dir=args.data_dir, pod_list=args.pods, max_duration_h=args.max_duration_h,
-                            grid_source=args.grid_source, forecast_model=args.forecast_model,
-                            forecast_version=None if args.forecast_version == "all" else args.forecast_version,
-                            calibrate=args.calibrate)
-        rep = evaluate(sc, _policies(args.policies), with_optimum=not args.no_optimum, seed=seed,
-                       progress=not args.no_progress, lp_time_limit_s=args.lp_time_limit,
-                       ablations=args.ablations, postpone_margin_h=args.postpone_margin_h)
+        sc = build_scenario(
+            start=start,
+            days=args.days,
+            n_jobs=args.jobs,
+            regions=args.regions,
+            load=load,
+            seed=seed,
+            forecasts=args.forecasts,
+            fleet_path=args.fleet,
+            data_dir=args.data_dir,
+            pod_list=args.pods,
+            max_duration_h=args.max_duration_h,
+            grid_source=args.grid_source,
+            forecast_model=args.forecast_model,
+            forecast_version=None if args.forecast_version == "all" else args.forecast_version,
+            calibrate=args.calibrate,
+        )
+        rep = evaluate(
+            sc,
+            _policies(args.policies),
+            with_optimum=not args.no_optimum,
+            seed=seed,
+            progress=not args.no_progress,
+            lp_time_limit_s=args.lp_time_limit,
+            ablations=args.ablations,
+            postpone_margin_h=args.postpone_margin_h,
+        )
         rep["runtime_s"] = round(time.perf_counter() - t0, 1)
         runs.append(rep)
         tag = f"{start}_{load}" + (f"_seed{seed}" if len(seeds) > 1 or seed != 0 else "")
-        out = Path(args.out) if args.out and len(cases) == 1 else (
-            Path(args.out).with_name(f"{Path(args.out).stem}_{tag}.json") if args.out else
-            DEFAULT_REPORT_DIR / f"evaluate_{tag}.json")
+        out = (
+            Path(args.out)
+            if args.out and len(cases) == 1
+            else (
+                Path(args.out).with_name(f"{Path(args.out).stem}_{tag}.json")
+                if args.out
+                else DEFAULT_REPORT_DIR / f"evaluate_{tag}.json"
+            )
+        )
         _write_json(out, rep)
     if args.report_md:
         path = Path(args.report_md)
@@ -238,21 +335,27 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         for rep in runs:
             _print_table(rep)
         for row in summary:
-            print(f"{row['start'][:10]} load {row['load_target']} over seeds {row['seeds']}: {row['policy']:18s} "
-                  f"share {row['share_mean_pct']:.1f} % ({row['share_min_pct']:.1f}-{row['share_max_pct']:.1f}), "
-                  f"deadlines {100 * row['deadlines_mean']:.1f} % (min {100 * row['deadlines_min']:.1f})")
+            print(
+                f"{row['start'][:10]} load {row['load_target']} over seeds {row['seeds']}: {row['policy']:18s} "
+                f"share {row['share_mean_pct']:.1f} % ({row['share_min_pct']:.1f}-{row['share_max_pct']:.1f}), "
+                f"deadlines {100 * row['deadlines_mean']:.1f} % (min {100 * row['deadlines_min']:.1f})"
+            )
     return 0
 
 
 def _print_table(rep: dict) -> None:
     cfg = rep["config"]
-    print(f"{cfg['start'][:10]} +{cfg['days']}d load {cfg['load_target']} seed {cfg['seed']} forecasts "
-          f"{rep['forecasts']['used']}")
+    print(
+        f"{cfg['start'][:10]} +{cfg['days']}d load {cfg['load_target']} seed {cfg['seed']} forecasts "
+        f"{rep['forecasts']['used']}"
+    )
     rows = list(rep["policies"].items()) + ([("optimum", rep["optimum"])] if rep.get("optimum") else [])
     for name, m in rows:
-        print(f"  {name:18s} {fmt(m['kgco2e'], 1):>9s} kg  red {fmt(m.get('reduction_vs_performance_first_pct')):>6s}%"
-              f"  share {fmt(m.get('share_of_optimum_reduction_pct')):>6s}%  deadlines "
-              f"{fmt(100 * m['deadline_satisfaction']):>5s}%  delay {fmt(m.get('mean_delay_h'), 2)} h")
+        print(
+            f"  {name:18s} {fmt(m['kgco2e'], 1):>9s} kg  red {fmt(m.get('reduction_vs_performance_first_pct')):>6s}%"
+            f"  share {fmt(m.get('share_of_optimum_reduction_pct')):>6s}%  deadlines "
+            f"{fmt(100 * m['deadline_satisfaction']):>5s}%  delay {fmt(m.get('mean_delay_h'), 2)} h"
+        )
     if rep.get("optimum_error"):
         print(f"  optimum            not solved: {rep['optimum_error']}")
 
@@ -283,17 +386,26 @@ def _assignments_digest(assignments) -> str:
     return hashlib.sha256(frame.to_csv(index=False).encode()).hexdigest()
 
 
-def _bench_one(n_jobs: int, hours: int, regions: int, plan_time, seed: int, repeats: int, data_dir,
-               policy: str = "priority", recent: int = 0) -> dict:
+def _bench_one(
+    n_jobs: int,
+    hours: int,
+    regions: int,
+    plan_time,
+    seed: int,
+    repeats: int,
+    data_dir,
+    policy: str = "priority",
+    recent: int = 0,
+) -> dict:
     t = pd.Timestamp(plan_time)
     fleet = load_fleet(regions=regions, data_dir=data_dir)
-    jobs = generate_jobs(n_jobs, t, 1, fleet, seed=seed, data_dir=data_dir, arrival="all-at-start",
-                         max_duration_h=48.0)
+    jobs = generate_jobs(n_jobs, t, 1, fleet, seed=seed, data_dir=data_dir, arrival="all-at-start", max_duration_h=48.0)
     demand = float((jobs["num_gpu"] * jobs["gpu_milli"] / 1000.0 * jobs["duration_h_home"]).sum())
     n_pending = len(jobs)
     if recent:  # jobs that arrived over the 18 h before the plan and were dispatched: history, not pending
-        past = generate_jobs(recent, t - pd.Timedelta(hours=18), 18, fleet, seed=seed + 1, data_dir=data_dir,
-                             max_duration_h=48.0)
+        past = generate_jobs(
+            recent, t - pd.Timedelta(hours=18), 18, fleet, seed=seed + 1, data_dir=data_dir, max_duration_h=48.0
+        )
         past["job_id"] = "recent-" + past["job_id"].astype(str)
         jobs = pd.concat([jobs, past], ignore_index=True)
     grid = GridSeries.load(fleet.zones, t, t + pd.Timedelta(hours=hours + 72), data_dir=data_dir)
@@ -307,8 +419,16 @@ def _bench_one(n_jobs: int, hours: int, regions: int, plan_time, seed: int, repe
             tracemalloc.start()
         t0 = time.perf_counter()
         table = JobTable(jobs, fleet, data_dir=data_dir)
-        hp = HourlyPlanner(fleet, table=table, policy=policy, forecasts=fc, explain=True, tentative=True,
-                           max_horizon=hours, min_horizon=hours)
+        hp = HourlyPlanner(
+            fleet,
+            table=table,
+            policy=policy,
+            forecasts=fc,
+            explain=True,
+            tentative=True,
+            max_horizon=hours,
+            min_horizon=hours,
+        )
         hp.started[n_pending:] = True
         rss_reset = not traced and _reset_peak_rss()
         t1 = time.perf_counter()
@@ -330,25 +450,37 @@ def _bench_one(n_jobs: int, hours: int, regions: int, plan_time, seed: int, repe
         summary = plan.summary()
         assignments_sha256 = _assignments_digest(plan.assignments)
     return {
-        "jobs": n_pending, "recent_arrivals": int(len(jobs) - n_pending), "hours": hours, "regions": regions,
+        "jobs": n_pending,
+        "recent_arrivals": int(len(jobs) - n_pending),
+        "hours": hours,
+        "regions": regions,
         "clusters": len(fleet),
-        "fleet_gpus": fleet.total_gpus, "job_gpu_hours": round(demand, 1), "horizon_h": stats.get("horizon_h"),
+        "fleet_gpus": fleet.total_gpus,
+        "job_gpu_hours": round(demand, 1),
+        "horizon_h": stats.get("horizon_h"),
         "power_options": stats.get("n_options"),
-        "plan_latency_s": {"min": round(min(lat), 4), "median": round(float(np.median(lat)), 4),
-                           "max": round(max(lat), 4)},
+        "plan_latency_s": {
+            "min": round(min(lat), 4),
+            "median": round(float(np.median(lat)), 4),
+            "max": round(max(lat), 4),
+        },
         "plan_cpu_s_median": round(float(np.median(cpu)), 4),
         "setup_s_median": round(float(np.median(setup)), 4),
         "plan_plus_setup_s_median": round(float(np.median(np.add(lat, setup))), 4),
-        "coordinator_s": stats.get("coordinator_s"), "tentative_s": stats.get("tentative_s"),
+        "coordinator_s": stats.get("coordinator_s"),
+        "tentative_s": stats.get("tentative_s"),
         # rolling-lp's parts (last timed plan): the LP (candidates, matrix, HiGHS), HiGHS alone, the explanations
-        "lp_s": stats.get("lp_s"), "lp_solve_s": (stats.get("lp") or {}).get("solve_s"),
+        "lp_s": stats.get("lp_s"),
+        "lp_solve_s": (stats.get("lp") or {}).get("solve_s"),
         "explain_s": stats.get("explain_s"),
         "tracemalloc_peak_mb": round(max(mem_peak) / 2**20, 1),
         # the whole process (interpreter, libraries, loaded grid data, HiGHS's native memory) at its peak during
         # the plan: the figure the 300 MB target is checked on where Linux lets us reset the peak
         "process_peak_rss_mb": round(max(rss_peak), 1) if rss_peak else None,
-        "assigned": summary["n_assigned"], "dispatched": summary["n_dispatched"],
-        "unplaced": summary["n_unplaced"], "agent_rejections": stats.get("agent_rejections"),
+        "assigned": summary["n_assigned"],
+        "dispatched": summary["n_dispatched"],
+        "unplaced": summary["n_unplaced"],
+        "agent_rejections": stats.get("agent_rejections"),
         "n_explanations": len(plan.explanations),
         "assignments_sha256": assignments_sha256,
         # targets: 1000 jobs in under 1 s and 300 MB peak; 5000 jobs in under 5 s (no memory target)
@@ -358,9 +490,20 @@ def _bench_one(n_jobs: int, hours: int, regions: int, plan_time, seed: int, repe
 
 def cmd_bench(args: argparse.Namespace) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    results = [_bench_one(n, args.hours, args.regions, args.plan_time, args.seed, args.repeats, args.data_dir,
-                          args.policy, args.recent)
-               for n in [args.jobs] + list(args.also or [])]
+    results = [
+        _bench_one(
+            n,
+            args.hours,
+            args.regions,
+            args.plan_time,
+            args.seed,
+            args.repeats,
+            args.data_dir,
+            args.policy,
+            args.recent,
+        )
+        for n in [args.jobs] + list(args.also or [])
+    ]
     for r in results:
         r["latency_target_met"] = r["plan_latency_s"]["median"] <= r["targets"]["latency_s"]
         peak = r["process_peak_rss_mb"] if r["process_peak_rss_mb"] is not None else r["tracemalloc_peak_mb"]
@@ -368,13 +511,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         r["memory_target_met"] = None if limit is None else peak <= limit
     load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     payload = {
-        "benchmark": "bench-plan", "policy": args.policy,
+        "benchmark": "bench-plan",
+        "policy": args.policy,
         "load_average_1min": load1,
         "note": "plan_latency_s is wall time; plan_cpu_s this process's CPU time (the fairer figure on a shared "
-                "machine: compare load_average_1min with cpu_count)",
+        "machine: compare load_average_1min with cpu_count)",
         "what": "one HourlyPlanner.plan(t): problem build, priority, vectorized coordinator over (K, H, C), FGD "
-                "agents packing the jobs starting now, tentative nodes for later starts, explanations, Plan frame; "
-                "setup = JobTable (durations, power options, hosting) + agents",
+        "agents packing the jobs starting now, tentative nodes for later starts, explanations, Plan frame; "
+        "setup = JobTable (durations, power options, hosting) + agents",
         "results": results,
         "ru_maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "environment": environment(),
@@ -388,13 +532,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------------- plan
 def cmd_replay(args: argparse.Namespace) -> int:
-    sc = build_scenario(start=args.start, days=args.days, n_jobs=args.jobs, regions=args.regions, load=args.load,
-                        seed=args.seed, data_dir=args.data_dir, calibrate=2)
+    sc = build_scenario(
+        start=args.start,
+        days=args.days,
+        n_jobs=args.jobs,
+        regions=args.regions,
+        load=args.load,
+        seed=args.seed,
+        data_dir=args.data_dir,
+        calibrate=2,
+    )
     out = replay_optimum(sc, integral=args.integral, time_limit_s=args.time_limit)
     base = simulate(sc, "performance-first").metrics["kgco2e"]
     out["performance_first_kgco2e"] = base
-    out["replay_share_of_optimum_reduction_pct"] = (100.0 * (base - out["replay"]["kgco2e"])
-                                                    / max(base - out["optimum_kgco2e"], 1e-12))
+    out["replay_share_of_optimum_reduction_pct"] = (
+        100.0 * (base - out["replay"]["kgco2e"]) / max(base - out["optimum_kgco2e"], 1e-12)
+    )
     print(json.dumps(json_ready(out), indent=2))
     return 0
 
@@ -405,30 +558,60 @@ def _matching_run(path: str, sc) -> dict:
     runs = saved.get("runs", [saved] if "config" in saved else [])
     for run in runs:
         cfg = run["config"]
-        if utc(cfg["start"]) == sc.start and abs(float(cfg["load_target"]) - float(sc.load)) < 1e-9 and (
-                cfg["n_jobs"] == len(sc.jobs)) and int(cfg.get("seed", 0)) == int(sc.config.get("seed", 0)):
+        if (
+            utc(cfg["start"]) == sc.start
+            and abs(float(cfg["load_target"]) - float(sc.load)) < 1e-9
+            and (cfg["n_jobs"] == len(sc.jobs))
+            and int(cfg.get("seed", 0)) == int(sc.config.get("seed", 0))
+        ):
             return run["policies"]
-    raise SystemExit(f"{path}: no run with start {sc.start}, load {sc.load} and {len(sc.jobs)} jobs "
-                     f"(runs: {[(r['config']['start'], r['config']['load_target']) for r in runs]})")
+    raise SystemExit(
+        f"{path}: no run with start {sc.start}, load {sc.load} and {len(sc.jobs)} jobs "
+        f"(runs: {[(r['config']['start'], r['config']['load_target']) for r in runs]})"
+    )
 
 
 def cmd_preemption_bound(args: argparse.Namespace) -> int:
     """Both bounds on one scenario, and the share of each bound's reduction every policy captures."""
-    sc = build_scenario(start=args.start, days=args.days, n_jobs=args.jobs, regions=args.regions, load=args.load,
-                        seed=args.seed, data_dir=args.data_dir, calibrate=2)
+    sc = build_scenario(
+        start=args.start,
+        days=args.days,
+        n_jobs=args.jobs,
+        regions=args.regions,
+        load=args.load,
+        seed=args.seed,
+        data_dir=args.data_dir,
+        calibrate=2,
+    )
     if args.evaluation:
         kg = {name: m["kgco2e"] for name, m in _matching_run(args.evaluation, sc).items()}
     else:
-        kg = {name: simulate(sc, name).metrics["kgco2e"]
-              for name in dict.fromkeys(["performance-first", *_policies(args.policies)])}
-    bounds = {"optimum": solve_optimum(sc, args.time_limit),
-              "optimum_preemptive": solve_preemptive_optimum(sc, args.time_limit)}
+        kg = {
+            name: simulate(sc, name).metrics["kgco2e"]
+            for name in dict.fromkeys(["performance-first", *_policies(args.policies)])
+        }
+    bounds = {
+        "optimum": solve_optimum(sc, args.time_limit),
+        "optimum_preemptive": solve_preemptive_optimum(sc, args.time_limit),
+    }
     base = kg["performance-first"]
-    out = {"start": str(sc.start), "load": sc.load, "jobs": len(sc.jobs), **bounds,
-           "preemption_saves_at_most_kg": bounds["optimum"]["kgco2e"] - bounds["optimum_preemptive"]["kgco2e"],
-           "policies": {name: {"kgco2e": v, **{f"share_of_{b}_reduction_pct": 100.0 * (base - v)
-                                               / max(base - bounds[b]["kgco2e"], 1e-12) for b in bounds}}
-                        for name, v in kg.items()}}
+    out = {
+        "start": str(sc.start),
+        "load": sc.load,
+        "jobs": len(sc.jobs),
+        **bounds,
+        "preemption_saves_at_most_kg": bounds["optimum"]["kgco2e"] - bounds["optimum_preemptive"]["kgco2e"],
+        "policies": {
+            name: {
+                "kgco2e": v,
+                **{
+                    f"share_of_{b}_reduction_pct": 100.0 * (base - v) / max(base - bounds[b]["kgco2e"], 1e-12)
+                    for b in bounds
+                },
+            }
+            for name, v in kg.items()
+        },
+    }
     print(json.dumps(json_ready(out), indent=2))
     return 0
 
@@ -438,8 +621,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     t = (t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")).floor("h")
     fleet = load_fleet(regions=args.regions, data_dir=args.data_dir)
     jobs = generate_jobs(args.jobs, t, 1, fleet, seed=args.seed, data_dir=args.data_dir, arrival="all-at-start")
-    plan = plan_hour(t, jobs, fleet=fleet, policy=args.policy, forecasts=args.forecasts, data_dir=args.data_dir,
-                     seed=args.seed)
+    plan = plan_hour(
+        t, jobs, fleet=fleet, policy=args.policy, forecasts=args.forecasts, data_dir=args.data_dir, seed=args.seed
+    )
     payload = plan.to_dict() if args.full else plan.summary()
     print(json.dumps(payload, indent=2, default=str))
     return 0
@@ -448,10 +632,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_plan_hourly(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     try:
-        summary = plan_hourly(args.as_of, policy=args.policy, dry_run=args.dry_run,
-                              regions=[r for r in args.regions.split(",") if r] or None,
-                              schedule_root=args.schedule_root, horizon_hours=args.horizon_hours,
-                              created_from="cli", explainer=make_explainer(args.explainer))
+        summary = plan_hourly(
+            args.as_of,
+            policy=args.policy,
+            dry_run=args.dry_run,
+            regions=[r for r in args.regions.split(",") if r] or None,
+            schedule_root=args.schedule_root,
+            horizon_hours=args.horizon_hours,
+            created_from="cli",
+            explainer=make_explainer(args.explainer),
+        )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -14,6 +14,7 @@ the Zeus power profile that yields their power-limit options.
 
 Node counts are whole nodes: a cluster gets nodes until it reaches its GPU target (at least one node).
 """
+
 from __future__ import annotations
 
 import copy
@@ -185,8 +186,10 @@ class Fleet:
         targets = total_gpus * weights / weights.sum()
         out = copy.copy(self)
         out.clusters = [
-            FleetCluster(replace(c.config, gpus=max(1, int(round(t)))),
-                         self._sample_nodes(replace(c.config, gpus=max(1, int(round(t)))), seed))
+            FleetCluster(
+                replace(c.config, gpus=max(1, int(round(t)))),
+                self._sample_nodes(replace(c.config, gpus=max(1, int(round(t)))), seed),
+            )
             for c, t in zip(self.clusters, targets)
         ]
         return out
@@ -199,11 +202,19 @@ class Fleet:
         rows = []
         for c in self.clusters:
             sizes = c.nodes["gpu"].value_counts().sort_index()
-            rows.append({
-                "region": c.config.region, "zone": c.config.zone, "cluster": c.name, "gpu_model": c.config.gpu_model,
-                "source": c.config.source, "nodes": len(c.nodes), "gpus": c.n_gpus,
-                "node_shapes": ", ".join(f"{int(n)}x{int(g)}GPU" for g, n in sizes.items()), "pue": c.config.pue,
-            })
+            rows.append(
+                {
+                    "region": c.config.region,
+                    "zone": c.config.zone,
+                    "cluster": c.name,
+                    "gpu_model": c.config.gpu_model,
+                    "source": c.config.source,
+                    "nodes": len(c.nodes),
+                    "gpus": c.n_gpus,
+                    "node_shapes": ", ".join(f"{int(n)}x{int(g)}GPU" for g, n in sizes.items()),
+                    "pue": c.config.pue,
+                }
+            )
         return pd.DataFrame(rows)
 
     # ------------------------------------------------------------------ node pools
@@ -253,13 +264,15 @@ def node_pool(source: str, model: str, data_dir=None) -> pd.DataFrame:
             if col not in raw.columns:
                 raise ValueError(f"{path}: missing column {col!r}")
         raw = raw[(raw["gpu_type"] == model) & (raw["cap_gpu"] > 0)]
-        nodes = pd.DataFrame({
-            "sn": "pai-" + raw["machine"].astype(str).str[:12],
-            "cpu_milli": (raw["cap_cpu"].astype(float) * 1000).astype(np.int64),
-            "memory_mib": (raw["cap_mem"].astype(float) * 1024).astype(np.int64),
-            "gpu": raw["cap_gpu"].astype(np.int64),
-            "model": model,
-        })
+        nodes = pd.DataFrame(
+            {
+                "sn": "pai-" + raw["machine"].astype(str).str[:12],
+                "cpu_milli": (raw["cap_cpu"].astype(float) * 1000).astype(np.int64),
+                "memory_mib": (raw["cap_mem"].astype(float) * 1024).astype(np.int64),
+                "gpu": raw["cap_gpu"].astype(np.int64),
+                "model": model,
+            }
+        )
     else:
         raise ValueError(f"unknown node source {source!r}; known: {NODE_SOURCES}")
     if nodes.empty:
@@ -298,8 +311,15 @@ def sample_nodes(pool: pd.DataFrame, gpus: int, cluster: str, seed: int = 7) -> 
     rows = []
     for idx, cp in picked:
         row = pool.iloc[idx]
-        rows.append((f"{cluster}/{row['sn']}" + (f"#{cp}" if cp else ""), int(row["cpu_milli"]),
-                     int(row["memory_mib"]), int(row["gpu"]), str(row["model"])))
+        rows.append(
+            (
+                f"{cluster}/{row['sn']}" + (f"#{cp}" if cp else ""),
+                int(row["cpu_milli"]),
+                int(row["memory_mib"]),
+                int(row["gpu"]),
+                str(row["model"]),
+            )
+        )
     return pd.DataFrame(rows, columns=["sn", "cpu_milli", "memory_mib", "gpu", "model"])
 
 
@@ -310,8 +330,9 @@ def _stable_hash(text: str) -> int:
     return h
 
 
-def load_fleet(path: str | Path | None = None, regions: int | Iterable[str] | None = None, data_dir=None,
-               seed: int | None = None) -> Fleet:
+def load_fleet(
+    path: str | Path | None = None, regions: int | Iterable[str] | None = None, data_dir=None, seed: int | None = None
+) -> Fleet:
     """Read the fleet YAML (default scheduling/domain/fleet.yaml) and sample every cluster's nodes."""
     path = Path(path) if path else DEFAULT_FLEET_PATH
     spec = yaml.safe_load(path.read_text())
@@ -329,18 +350,30 @@ def load_fleet(path: str | Path | None = None, regions: int | Iterable[str] | No
     for name, m in spec["gpu_models"].items():
         try:
             if "power_profile" in m:  # the curve mapping has one home (scheduling/models/power.py GPU_MAP)
-                raise ValueError("power_profile is not read from the fleet file; the GPU -> power-curve mapping "
-                                 "is scheduling.domain.gpus.GPU_MAP")
-            models[str(name)] = GpuModel(name=str(name), idle_w=float(m["idle_w"]), peak_w=float(m["peak_w"]),
-                                         gavel=m.get("gavel"), relative_speed=m.get("relative_speed"))
+                raise ValueError(
+                    "power_profile is not read from the fleet file; the GPU -> power-curve mapping "
+                    "is scheduling.domain.gpus.GPU_MAP"
+                )
+            models[str(name)] = GpuModel(
+                name=str(name),
+                idle_w=float(m["idle_w"]),
+                peak_w=float(m["peak_w"]),
+                gavel=m.get("gavel"),
+                relative_speed=m.get("relative_speed"),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path}: gpu_models.{name}: {exc}") from exc
         if models[name].gavel is None and models[name].relative_speed is None:
             raise ValueError(f"{path}: gpu_models.{name}: needs gavel or relative_speed")
     fleet_seed = int(spec.get("seed", 7) if seed is None else seed)
-    fleet = Fleet(clusters=[], gpu_models=models, regions=region_zone,
-                  transfer_kwh_per_gb=float(spec.get("transfer", {}).get("kwh_per_gb", 0.0075)), seed=fleet_seed,
-                  source_path=str(path))
+    fleet = Fleet(
+        clusters=[],
+        gpu_models=models,
+        regions=region_zone,
+        transfer_kwh_per_gb=float(spec.get("transfer", {}).get("kwh_per_gb", 0.0075)),
+        seed=fleet_seed,
+        source_path=str(path),
+    )
     names = set()
     configs = []
     for i, c in enumerate(spec["clusters"]):
@@ -361,9 +394,18 @@ def load_fleet(path: str | Path | None = None, regions: int | Iterable[str] | No
         pue = float(c.get("pue", 1.2))
         if not 1.0 <= pue <= 3.0:
             raise ValueError(f"{where}: pue {pue} outside [1, 3]")
-        configs.append(ClusterConfig(name=str(c["name"]), region=str(c["region"]), zone=region_zone[c["region"]],
-                                     gpu_model=str(c["gpu_model"]), source=source, gpus=int(c.get("gpus", 64)),
-                                     pue=pue, weight=float(c.get("weight", 1.0))))
+        configs.append(
+            ClusterConfig(
+                name=str(c["name"]),
+                region=str(c["region"]),
+                zone=region_zone[c["region"]],
+                gpu_model=str(c["gpu_model"]),
+                source=source,
+                gpus=int(c.get("gpus", 64)),
+                pue=pue,
+                weight=float(c.get("weight", 1.0)),
+            )
+        )
     root = _data_dir(data_dir)
     for cfg in configs:
         key = (cfg.source, cfg.gpu_model)

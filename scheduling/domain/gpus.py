@@ -1,6 +1,7 @@
 """GPU models as the planner and the power model see them: which Zeus-profiled power curve a model borrows and its
 own power-limit range. `GPU_MAP` is the project's one GPU-name -> curve mapping (the fleet's `GpuModel.power_profile`
 and the planner's power options read it); unknown names get the default curve."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,7 +36,9 @@ GPU_MAP: dict[str, GpuSpec] = {
     "v100m16": GpuSpec("v100", 150, 300, "V100 SXM2 16 GB (openb/PAI) -> V100 curve, 300 W board"),
     "v100m32": GpuSpec("v100", 150, 300, "V100 SXM2 32 GB (openb/PAI) -> V100 curve, 300 W board"),
     "v100-sxm2": GpuSpec("v100", 150, 300, "V100 SXM2 -> V100 curve"),
-    "k80": GpuSpec("p100", 100, 150, "Kepler K80 (one GK210 of the board) -> P100 curve (nearest older datacenter type)"),
+    "k80": GpuSpec(
+        "p100", 100, 150, "Kepler K80 (one GK210 of the board) -> P100 curve (nearest older datacenter type)"
+    ),
     "k40m": GpuSpec("p100", 180, 235, "Kepler K40m -> P100 curve"),
     "m60": GpuSpec("p100", 112, 150, "Maxwell M60 (one GPU of the board) -> P100 curve"),
     "misc": GpuSpec("p100", 100, 150, "PAI MISC (K40m/K80/M60) -> P100 curve"),
@@ -57,8 +60,16 @@ UNKNOWN_SPEC = GpuSpec(DEFAULT_CURVE, 100, 250, "unknown model -> default curve,
 def normalize_gpu_name(gpu_type: str) -> str:
     name = str(gpu_type).strip().lower().replace("nvidia ", "").replace("tesla ", "").replace("quadro ", "")
     name = name.replace(" ", "").replace("_", "-")
-    aliases = {"v100-16gb": "v100m16", "v100-32gb": "v100m32", "rtx-6000": "rtx6000", "rtx6000-24gb": "rtx6000",
-               "a100-sxm4-40gb": "a100", "a100-sxm4-80gb": "a100-80gb", "h100-80gbhbm3": "h100", "h100-sxm": "h100"}
+    aliases = {
+        "v100-16gb": "v100m16",
+        "v100-32gb": "v100m32",
+        "rtx-6000": "rtx6000",
+        "rtx6000-24gb": "rtx6000",
+        "a100-sxm4-40gb": "a100",
+        "a100-sxm4-80gb": "a100-80gb",
+        "h100-80gbhbm3": "h100",
+        "h100-sxm": "h100",
+    }
     return aliases.get(name, name)
 
 
@@ -68,6 +79,8 @@ def map_gpu_type(gpu_type: str) -> GpuSpec:
 
 
 def gpu_map_table() -> pd.DataFrame:
-    rows = [dict(gpu_type=k, curve=v.curve, min_limit_w=v.min_limit_w, max_limit_w=v.max_limit_w, note=v.note)
-            for k, v in GPU_MAP.items()]
+    rows = [
+        dict(gpu_type=k, curve=v.curve, min_limit_w=v.min_limit_w, max_limit_w=v.max_limit_w, note=v.note)
+        for k, v in GPU_MAP.items()
+    ]
     return pd.DataFrame(rows)

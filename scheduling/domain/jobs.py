@@ -30,6 +30,7 @@ How a job is made (seeded, `generate_jobs(n, start, hours, fleet=..., seed=...)`
 
 Durations are treated as exact in the simulator (estimate = actual run time).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -48,29 +49,65 @@ WORKLOAD_CLASSES: dict[str, tuple[float, float]] = {
     "recommendation": (0.25, 0.45),
 }
 FAMILY_CLASS = {
-    "ResNet-18": "vision", "ResNet-50": "vision", "CycleGAN": "vision",
-    "Transformer": "language", "LM": "language",
-    "A3C": "rl", "Recommendation": "recommendation",
+    "ResNet-18": "vision",
+    "ResNet-50": "vision",
+    "CycleGAN": "vision",
+    "Transformer": "language",
+    "LM": "language",
+    "A3C": "rl",
+    "Recommendation": "recommendation",
 }
 DATA_GB = {"vision": (50.0, 150.0), "language": (5.0, 50.0), "rl": (0.5, 2.0), "recommendation": (20.0, 100.0)}
 CHECKPOINT_P = {"language": 0.9, "vision": 0.8, "recommendation": 0.6, "rl": 0.5}
 PHILLY_BUCKETS = (1, 2, 4, 8)
 GAVEL_JOB_TYPES = (
-    "A3C", "CycleGAN",
-    "LM (batch size 5)", "LM (batch size 10)", "LM (batch size 20)", "LM (batch size 40)", "LM (batch size 80)",
-    "Recommendation (batch size 512)", "Recommendation (batch size 1024)", "Recommendation (batch size 2048)",
-    "Recommendation (batch size 4096)", "Recommendation (batch size 8192)",
-    "ResNet-18 (batch size 16)", "ResNet-18 (batch size 32)", "ResNet-18 (batch size 64)",
-    "ResNet-18 (batch size 128)", "ResNet-18 (batch size 256)",
-    "ResNet-50 (batch size 16)", "ResNet-50 (batch size 32)", "ResNet-50 (batch size 64)",
+    "A3C",
+    "CycleGAN",
+    "LM (batch size 5)",
+    "LM (batch size 10)",
+    "LM (batch size 20)",
+    "LM (batch size 40)",
+    "LM (batch size 80)",
+    "Recommendation (batch size 512)",
+    "Recommendation (batch size 1024)",
+    "Recommendation (batch size 2048)",
+    "Recommendation (batch size 4096)",
+    "Recommendation (batch size 8192)",
+    "ResNet-18 (batch size 16)",
+    "ResNet-18 (batch size 32)",
+    "ResNet-18 (batch size 64)",
+    "ResNet-18 (batch size 128)",
+    "ResNet-18 (batch size 256)",
+    "ResNet-50 (batch size 16)",
+    "ResNet-50 (batch size 32)",
+    "ResNet-50 (batch size 64)",
     "ResNet-50 (batch size 128)",
-    "Transformer (batch size 16)", "Transformer (batch size 32)", "Transformer (batch size 64)",
-    "Transformer (batch size 128)", "Transformer (batch size 256)",
+    "Transformer (batch size 16)",
+    "Transformer (batch size 32)",
+    "Transformer (batch size 64)",
+    "Transformer (batch size 128)",
+    "Transformer (batch size 256)",
 )
 JOB_COLUMNS = (
-    "job_id", "source_pod", "submit_time", "deadline", "duration_h_ref", "duration_h_home", "num_gpu", "gpu_milli",
-    "cpu_milli", "memory_mib", "gpu_spec", "qos", "workload_class", "job_type", "flexibility", "checkpointing",
-    "home_region", "home_cluster", "data_gb",
+    "job_id",
+    "source_pod",
+    "submit_time",
+    "deadline",
+    "duration_h_ref",
+    "duration_h_home",
+    "num_gpu",
+    "gpu_milli",
+    "cpu_milli",
+    "memory_mib",
+    "gpu_spec",
+    "qos",
+    "workload_class",
+    "job_type",
+    "flexibility",
+    "checkpointing",
+    "home_region",
+    "home_cluster",
+    "data_gb",
 )
 
 
@@ -128,8 +165,9 @@ class SpeedModel:
         """(N, C) speed of each job on each cluster of the fleet."""
         job_types = list(job_types)
         uniq = {t: i for i, t in enumerate(dict.fromkeys(job_types))}
-        per_type = np.array([[self.speed(t, fleet.model_of(c)) for c in range(len(fleet))] for t in uniq],
-                            dtype=float).reshape(len(uniq), len(fleet))
+        per_type = np.array(
+            [[self.speed(t, fleet.model_of(c)) for c in range(len(fleet))] for t in uniq], dtype=float
+        ).reshape(len(uniq), len(fleet))
         return per_type[[uniq[t] for t in job_types]]
 
 
@@ -209,9 +247,19 @@ def philly_bucket(num_gpu: np.ndarray) -> np.ndarray:
     return b[np.minimum(idx, len(b) - 1)]
 
 
-def generate_jobs(n: int, start, hours: int, fleet, *, seed: int = 0, data_dir=None, pod_list: str = "default",
-                  max_duration_h: float = 48.0, speed_model: SpeedModel | None = None,
-                  arrival: str = "diurnal") -> pd.DataFrame:
+def generate_jobs(
+    n: int,
+    start,
+    hours: int,
+    fleet,
+    *,
+    seed: int = 0,
+    data_dir=None,
+    pod_list: str = "default",
+    max_duration_h: float = 48.0,
+    speed_model: SpeedModel | None = None,
+    arrival: str = "diurnal",
+) -> pd.DataFrame:
     """`n` jobs arriving in [start, start + hours) (see the module docstring). `arrival`: "diurnal", "trace" or
     "all-at-start".
 
@@ -267,23 +315,25 @@ def generate_jobs(n: int, start, hours: int, fleet, *, seed: int = 0, data_dir=N
     data_gb = gb_lo + (gb_hi - gb_lo) * rng.random(n)
     u_home = rng.random(n)
 
-    jobs = pd.DataFrame({
-        "job_id": [f"job-{i:05d}" for i in range(n)],
-        "source_pod": sel["name"].astype(str).to_numpy(),
-        "submit_time": submit,
-        "duration_h_ref": dur_h,
-        "num_gpu": num_gpu,
-        "gpu_milli": gpu_milli,
-        "cpu_milli": sel["cpu_milli"].to_numpy(np.int64),
-        "memory_mib": sel["memory_mib"].to_numpy(np.int64),
-        "gpu_spec": sel["gpu_spec"].astype(str).to_numpy(),
-        "qos": sel["qos"].astype(str).to_numpy(),
-        "workload_class": klass,
-        "job_type": job_type,
-        "flexibility": flex,
-        "checkpointing": checkpoint,
-        "data_gb": data_gb,
-    })
+    jobs = pd.DataFrame(
+        {
+            "job_id": [f"job-{i:05d}" for i in range(n)],
+            "source_pod": sel["name"].astype(str).to_numpy(),
+            "submit_time": submit,
+            "duration_h_ref": dur_h,
+            "num_gpu": num_gpu,
+            "gpu_milli": gpu_milli,
+            "cpu_milli": sel["cpu_milli"].to_numpy(np.int64),
+            "memory_mib": sel["memory_mib"].to_numpy(np.int64),
+            "gpu_spec": sel["gpu_spec"].astype(str).to_numpy(),
+            "qos": sel["qos"].astype(str).to_numpy(),
+            "workload_class": klass,
+            "job_type": job_type,
+            "flexibility": flex,
+            "checkpointing": checkpoint,
+            "data_gb": data_gb,
+        }
+    )
     host = hostable(jobs, fleet)
     ok = host.any(axis=1)
     gpus = np.array([c.n_gpus for c in fleet.clusters], dtype=float)
@@ -298,8 +348,15 @@ def generate_jobs(n: int, start, hours: int, fleet, *, seed: int = 0, data_dir=N
     jobs["deadline"] = jobs["submit_time"] + pd.to_timedelta(d_home * (1.0 + flex), unit="h")
     dropped = int((~ok).sum())
     jobs = jobs.loc[ok, list(JOB_COLUMNS)].reset_index(drop=True)
-    jobs.attrs.update({"dropped": dropped, "pod_list": pods.attrs.get("path"), "seed": seed,
-                       "max_duration_h": max_duration_h, "speed_source": speed_model.source})
+    jobs.attrs.update(
+        {
+            "dropped": dropped,
+            "pod_list": pods.attrs.get("path"),
+            "seed": seed,
+            "max_duration_h": max_duration_h,
+            "speed_source": speed_model.source,
+        }
+    )
     return jobs
 
 

@@ -1,5 +1,6 @@
 """`Plan`, the planner's output contract (docs/data-contracts.md, "Planning"): assignments, explanations and
 unplaced jobs of one planning hour, with the column names the plan store and the schedule writers rely on."""
+
 from __future__ import annotations
 
 import math
@@ -13,17 +14,46 @@ from common.timeutil import utc
 
 # Contract columns of Plan.assignments, then the extras this planner adds (kept by the plan store).
 ASSIGNMENT_COLUMNS = (
-    "job_id", "cluster", "region", "node", "gpu_devices", "gpu_milli", "gpu_count", "start_time", "end_time",
-    "power_limit_w", "expected_energy_kwh", "expected_kgco2e", "priority",
+    "job_id",
+    "cluster",
+    "region",
+    "node",
+    "gpu_devices",
+    "gpu_milli",
+    "gpu_count",
+    "start_time",
+    "end_time",
+    "power_limit_w",
+    "expected_energy_kwh",
+    "expected_kgco2e",
+    "priority",
 )
 EXTRA_ASSIGNMENT_COLUMNS = (
-    "zone", "gpu_model", "status", "submit_time", "deadline", "cpu_milli", "memory_mib", "workload_class",
-    "checkpointing", "late",
+    "zone",
+    "gpu_model",
+    "status",
+    "submit_time",
+    "deadline",
+    "cpu_milli",
+    "memory_mib",
+    "workload_class",
+    "checkpointing",
+    "late",
 )
 UNPLACED_COLUMNS = ("job_id", "reason")
 EXPLANATION_KEYS = (
-    "job_id", "priority", "urgency", "flexibility", "opportunity", "weights", "chosen", "alternatives",
-    "counterfactuals", "binding_constraints", "forecast_version", "power",
+    "job_id",
+    "priority",
+    "urgency",
+    "flexibility",
+    "opportunity",
+    "weights",
+    "chosen",
+    "alternatives",
+    "counterfactuals",
+    "binding_constraints",
+    "forecast_version",
+    "power",
 )
 BINDING_CONSTRAINTS = ("capacity", "deadline", "gpu_model", "none")
 # Assignment status: dispatched = starts at plan_time and is bound to a node/devices by the cluster agent;
@@ -109,8 +139,11 @@ class Plan:
             "expected_kgco2e": round(self.expected_kgco2e, 4),
             "expected_energy_kwh": round(float(a["expected_energy_kwh"].sum()), 4) if len(a) else 0.0,
             "by_region": ({str(k): int(v) for k, v in a.groupby("region").size().items()} if len(a) else {}),
-            "unplaced_reasons": ({str(k): int(v) for k, v in self.unplaced.groupby("reason").size().items()}
-                                 if len(self.unplaced) else {}),
+            "unplaced_reasons": (
+                {str(k): int(v) for k, v in self.unplaced.groupby("reason").size().items()}
+                if len(self.unplaced)
+                else {}
+            ),
             "stats": _jsonable(self.stats),
         }
 

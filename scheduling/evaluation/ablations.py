@@ -18,6 +18,7 @@ Each variant is a `RollingLP` subclass that overrides one or two of its hooks; n
 
 `ABLATION_RUNS` names the runs `evaluate` adds beside the policies (`run_ablations`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -133,7 +134,7 @@ class Preempting(RollingLP):
             if sv is None:
                 continue
             _, cc, (kb, sb, cb) = sv
-            resid[sb: sb + int(np.ceil(r.dur[i, kb, cb] - 1e-9)), cb] -= r.gpu_total[i]
+            resid[sb : sb + int(np.ceil(r.dur[i, kb, cb] - 1e-9)), cb] -= r.gpu_total[i]
             agents[cc].release(ids[i])
             evictable.pop(ids[i])
             d.evicted.append((ids[i], cc, "carbon"))
@@ -325,8 +326,15 @@ class ReplayPlan(RollingLP):
     description = "replay a fixed offline plan through the cluster agents (diagnostic)"
 
     def __init__(self, plan: dict):
-        super().__init__(RollingLPOptions(capacity_factor=1.0, max_power_candidates=None, max_lp_jobs=None,
-                                          standby_pool=False, expected_arrivals_h=0))
+        super().__init__(
+            RollingLPOptions(
+                capacity_factor=1.0,
+                max_power_candidates=None,
+                max_lp_jobs=None,
+                standby_pool=False,
+                expected_arrivals_h=0,
+            )
+        )
         self.fixed = plan
 
     def _solve(self, p) -> LPResult:
@@ -399,8 +407,15 @@ ABLATION_RUNS = (
 )
 
 
-def run_ablations(sc, policies, *, seed: int = 0, weights: PriorityWeights | None = None,
-                  postpone_margin_h: float = 1.0, runs: tuple[AblationRun, ...] = ABLATION_RUNS) -> dict[str, dict]:
+def run_ablations(
+    sc,
+    policies,
+    *,
+    seed: int = 0,
+    weights: PriorityWeights | None = None,
+    postpone_margin_h: float = 1.0,
+    runs: tuple[AblationRun, ...] = ABLATION_RUNS,
+) -> dict[str, dict]:
     """The simulated metrics of each of `runs` that applies to `policies` (the evaluated policy names), by label, in
     the order of `runs`; runs on the same forecasts share one provider."""
     providers = {}
@@ -411,6 +426,12 @@ def run_ablations(sc, policies, *, seed: int = 0, weights: PriorityWeights | Non
         if run.forecasts is not None and run.forecasts not in providers:
             providers[run.forecasts] = make_forecasts(run.forecasts, sc.grid, sc.fleet.zones)
         policy = run.policy if isinstance(run.policy, str) else run.policy()
-        out[run.label] = simulate(sc, policy, seed=seed, weights=weights, forecasts=providers.get(run.forecasts),
-                                  postpone_margin_h=postpone_margin_h).metrics
+        out[run.label] = simulate(
+            sc,
+            policy,
+            seed=seed,
+            weights=weights,
+            forecasts=providers.get(run.forecasts),
+            postpone_margin_h=postpone_margin_h,
+        ).metrics
     return out

@@ -6,6 +6,7 @@ whatever it knew. `solve_preemptive_optimum` is the same if checkpointing jobs c
 `gap_by_job_shape` splits a policy's carbon above the bound by job GPU shape; `replay_optimum` executes the bound's
 schedule through the cluster agents (what node packing costs it).
 """
+
 from __future__ import annotations
 
 import time
@@ -34,9 +35,16 @@ def optimum_problem(sc: Scenario):
     if a + H > ci.shape[0]:
         H = ci.shape[0] - a
     free = np.repeat(sc.fleet.resource_capacity[:, None, :], H, axis=1)  # (3, H, C)
-    prob = tbl.problem(sc.start, np.arange(tbl.n), free, ci[a: a + H], power_aware=True,
-                       forecast_version="actual (perfect knowledge)", renewable=ren[a: a + H],
-                       release=np.maximum(tbl.submit_h - T0, 0))
+    prob = tbl.problem(
+        sc.start,
+        np.arange(tbl.n),
+        free,
+        ci[a : a + H],
+        power_aware=True,
+        forecast_version="actual (perfect knowledge)",
+        renewable=ren[a : a + H],
+        release=np.maximum(tbl.submit_h - T0, 0),
+    )
     return prob
 
 
@@ -53,7 +61,8 @@ def _require_solved(name: str, result, time_limit_s: float, *, has_schedule: boo
     raise BoundNotSolved(
         f"{name}: HiGHS stopped with status {result.status!r} after {result.solve_s:.0f} s (time limit "
         f"{time_limit_s:.0f} s; {result.n_vars} variables): no bound. Give it more time (evaluate --lp-time-limit) "
-        "or a quieter machine.")
+        "or a quieter machine."
+    )
 
 
 def solve_optimum(sc: Scenario, time_limit_s: float = 600.0, integral: bool = False, per_job: bool = False) -> dict:
@@ -63,8 +72,12 @@ def solve_optimum(sc: Scenario, time_limit_s: float = 600.0, integral: bool = Fa
     t = time.perf_counter()
     prob = optimum_problem(sc)
     lp = solve_lp(prob, time_limit_s=time_limit_s, integral=integral)
-    _require_solved("the optimum's " + ("MILP" if integral else "LP"), lp, time_limit_s,
-                    has_schedule=integral and float(lp.x.sum() + lp.u.sum()) > 0.5)
+    _require_solved(
+        "the optimum's " + ("MILP" if integral else "LP"),
+        lp,
+        time_limit_s,
+        has_schedule=integral and float(lp.x.sum() + lp.u.sum()) > 0.5,
+    )
     n = prob.n_jobs
     x, u = lp.x, lp.u
     late_delay = np.where(lp.late_start >= 0, lp.late_start - prob.release, 0)
@@ -105,9 +118,13 @@ def solve_preemptive_optimum(sc: Scenario, time_limit_s: float = 600.0) -> dict:
     prob = optimum_problem(sc)
     bound = solve_preemptive_lp(prob, prob.jobs["checkpointing"].to_numpy(bool), time_limit_s=time_limit_s)
     _require_solved("the preemptive bound's LP", bound, time_limit_s)
-    return {"kgco2e": bound.objective_kg, "deadline_satisfaction": 1.0 - bound.late_job_share,
-            "preemptible_share": bound.n_preemptible / max(prob.n_jobs, 1), "lp": bound.summary(),
-            "runtime_s": round(time.perf_counter() - t, 2)}
+    return {
+        "kgco2e": bound.objective_kg,
+        "deadline_satisfaction": 1.0 - bound.late_job_share,
+        "preemptible_share": bound.n_preemptible / max(prob.n_jobs, 1),
+        "lp": bound.summary(),
+        "runtime_s": round(time.perf_counter() - t, 2),
+    }
 
 
 def job_shape(jobs: pd.DataFrame) -> np.ndarray:
@@ -130,11 +147,17 @@ def gap_by_job_shape(sc: Scenario, records: pd.DataFrame, optimum_per_job: np.nd
     for s in sorted(set(shape), key=lambda v: (v != "<1", int(v) if v != "<1" else 0)):
         m = shape == s
         gap = float(kg[m].sum() - optimum_per_job[m].sum())
-        out[s] = {"jobs": int(m.sum()), "kgco2e": float(kg[m].sum()), "optimum_kgco2e": float(optimum_per_job[m].sum()),
-                  "gap_kg": gap, "gap_share_pct": 100.0 * gap / total_gap if abs(total_gap) > 1e-9 else None,
-                  "late_share": float(1.0 - met[m].mean()),
-                  "share_if_at_optimum_pct": (100.0 * (base_kg - float(kg.sum()) + gap) / reduction
-                                              if reduction > 1e-9 else None)}
+        out[s] = {
+            "jobs": int(m.sum()),
+            "kgco2e": float(kg[m].sum()),
+            "optimum_kgco2e": float(optimum_per_job[m].sum()),
+            "gap_kg": gap,
+            "gap_share_pct": 100.0 * gap / total_gap if abs(total_gap) > 1e-9 else None,
+            "late_share": float(1.0 - met[m].mean()),
+            "share_if_at_optimum_pct": (
+                100.0 * (base_kg - float(kg.sum()) + gap) / reduction if reduction > 1e-9 else None
+            ),
+        }
     return out
 
 
@@ -155,11 +178,24 @@ def replay_optimum(sc: Scenario, integral: bool = False, time_limit_s: float = 6
     rec = res.records
     start_h = rec["start_time"].astype("int64").to_numpy() // 3_600_000_000_000
     names = np.array(sc.fleet.names, dtype=object)
-    on_plan = np.array([i in plan and rec["started"].iat[j] and plan[i][1] == start_h[j]
-                        and names[plan[i][2]] == rec["cluster"].iat[j] for j, i in enumerate(ids)])
+    on_plan = np.array(
+        [
+            i in plan
+            and rec["started"].iat[j]
+            and plan[i][1] == start_h[j]
+            and names[plan[i][2]] == rec["cluster"].iat[j]
+            for j, i in enumerate(ids)
+        ]
+    )
     opt_job = glp.job_carbon(n)
     excess = rec["kgco2e"].to_numpy() - opt_job
-    return {"optimum_kgco2e": glp.objective_kg, "optimum": glp.summary(), "integral": integral,
-            "fractional_jobs": int((best < 0.999).sum()), "replay": res.metrics,
-            "on_plan_share": float(on_plan.mean()), "excess_kg_on_plan": float(excess[on_plan].sum()),
-            "excess_kg_displaced": float(excess[~on_plan].sum())}
+    return {
+        "optimum_kgco2e": glp.objective_kg,
+        "optimum": glp.summary(),
+        "integral": integral,
+        "fractional_jobs": int((best < 0.999).sum()),
+        "replay": res.metrics,
+        "on_plan_share": float(on_plan.mean()),
+        "excess_kg_on_plan": float(excess[on_plan].sum()),
+        "excess_kg_displaced": float(excess[~on_plan].sum()),
+    }

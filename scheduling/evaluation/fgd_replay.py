@@ -18,6 +18,7 @@ An experiment, as the paper's reference simulator runs it (Weng et al., USENIX A
    means over those events: unallocated GPU % = 100 - U / GPUs / 10, fragmentation amount % = F / GPUs / 10,
    fragmentation ratio % = 100 F / (capacity - U).
 """
+
 from __future__ import annotations
 
 import json
@@ -64,11 +65,12 @@ PUBLISHED_UNALLOCATED = {
     "fgd": {90: 10.02, 95: 5.10, 100: 4.77, 110: 4.70, 130: 4.61},
 }
 # Tolerances of the reproduction (percentage points); Random's draws cannot be replayed.
-TOLERANCE = {"fgd": 0.05, "bestfit": 0.05, "gpupacking": 0.2, "gpuclustering": 0.2, "dotprod": 0.2,
-             "random": 1.0}
+TOLERANCE = {"fgd": 0.05, "bestfit": 0.05, "gpupacking": 0.2, "gpuclustering": 0.2, "dotprod": 0.2, "random": 1.0}
 # Seed 42 alone: GPU allocation % at arrived 95 / 100 / 110 / 130.
-PUBLISHED_SEED42_ALLOC = {"fgd": {95: 94.92, 100: 95.14, 110: 95.19, 130: 95.29},
-                          "bestfit": {95: 92.87, 100: 92.94, 110: 93.00, 130: 93.13}}
+PUBLISHED_SEED42_ALLOC = {
+    "fgd": {95: 94.92, 100: 95.14, 110: 95.19, 130: 95.29},
+    "bestfit": {95: 92.87, 100: 92.94, 110: 93.00, 130: 93.13},
+}
 
 FAMILIES = {
     "cpu": ("cpu0", "cpu037", "cpu050", "cpu072", "cpu100", "cpu200", "cpu235", "cpu250", "cpu300"),
@@ -130,8 +132,10 @@ def load_fixture(seed: int, data_dir: Path | str | None = None) -> tuple[list[Po
     """The reference's arrival order (tuned copies included) and node tie-break ranks for a default-trace seed."""
     pod_path, node_path = fixture_paths(seed, data_dir)
     if not pod_path.exists():
-        raise FileNotFoundError(f"no fixture order for seed {seed} ({pod_path}); fixtures cover "
-                                f"{FIXTURE_SEEDS[0]}-{FIXTURE_SEEDS[-1]} of the default trace")
+        raise FileNotFoundError(
+            f"no fixture order for seed {seed} ({pod_path}); fixtures cover "
+            f"{FIXTURE_SEEDS[0]}-{FIXTURE_SEEDS[-1]} of the default trace"
+        )
     frame = pd.read_csv(pod_path, keep_default_na=False, dtype={"gpu_spec": str}).sort_values("seq")
     pods = pods_from_frame(frame)
     nodes = pd.read_csv(node_path)
@@ -155,8 +159,9 @@ def arrival_order(pods: Sequence[Pod], seed: int, tune_ratio: float, capacity_mi
             if float(total + src.gpu_milli) > target:  # the reference tests the per-GPU milli
                 break
             total += src.total_gpu_milli
-            order.append(Pod(f"{src.pod_id}-tuned-{i}", src.cpu_milli, src.memory_mib, src.num_gpu, src.gpu_milli,
-                             src.gpu_spec))
+            order.append(
+                Pod(f"{src.pod_id}-tuned-{i}", src.cpu_milli, src.memory_mib, src.num_gpu, src.gpu_milli, src.gpu_spec)
+            )
             i += 1
     else:
         while float(total) > target and order:
@@ -227,9 +232,18 @@ class ReplayResult:
         return self._at(ratio, points)
 
 
-def replay(cluster: Cluster, policy: PackingPolicy, pods: Sequence[Pod], workload: TargetWorkload, *,
-           stop_after_pct: float | None = None, record_latency: bool = False, record_frag: bool = True,
-           progress: Callable[[int], None] | None = None, meta: dict | None = None) -> ReplayResult:
+def replay(
+    cluster: Cluster,
+    policy: PackingPolicy,
+    pods: Sequence[Pod],
+    workload: TargetWorkload,
+    *,
+    stop_after_pct: float | None = None,
+    record_latency: bool = False,
+    record_frag: bool = True,
+    progress: Callable[[int], None] | None = None,
+    meta: dict | None = None,
+) -> ReplayResult:
     """Schedule ``pods`` one at a time on ``cluster`` (modified in place) and record the metrics after each.
     ``stop_after_pct`` ends the run once the arrived workload rounds above that percentage; without
     ``record_frag`` the fragmentation series is left NaN (saves the per-pod measure)."""
@@ -274,11 +288,20 @@ def replay(cluster: Cluster, policy: PackingPolicy, pods: Sequence[Pod], workloa
     if progress is not None and done & 255:
         progress(done & 255)
     meta = meta or {}
-    return ReplayResult(policy=policy.name, trace=meta.get("trace", ""), seed=meta.get("seed", -1),
-                        order=meta.get("order", ""), total_gpus=total_gpus, arrived=arrived[:done],
-                        used=used[:done], frag=frag[:done], failed=failed[:done], wall_s=wall,
-                        latency_s=None if lat is None else lat[:done],
-                        extra={} if lat_cpu is None else {"latency_cpu_s": lat_cpu[:done]})
+    return ReplayResult(
+        policy=policy.name,
+        trace=meta.get("trace", ""),
+        seed=meta.get("seed", -1),
+        order=meta.get("order", ""),
+        total_gpus=total_gpus,
+        arrived=arrived[:done],
+        used=used[:done],
+        frag=frag[:done],
+        failed=failed[:done],
+        wall_s=wall,
+        latency_s=None if lat is None else lat[:done],
+        extra={} if lat_cpu is None else {"latency_cpu_s": lat_cpu[:done]},
+    )
 
 
 @dataclass(frozen=True)
@@ -313,35 +336,71 @@ def prepare_run(spec: RunSpec) -> tuple[Cluster, PackingPolicy, list[Pod], Targe
 
 def run_one(spec: RunSpec, progress: Callable[[int], None] | None = None) -> ReplayResult:
     cluster, policy, pods, workload = prepare_run(spec)
-    return replay(cluster, policy, pods, workload, stop_after_pct=spec.stop_after_pct,
-                  record_latency=spec.record_latency, record_frag=spec.record_frag, progress=progress,
-                  meta={"trace": short_name(spec.trace), "seed": spec.seed,
-                        "order": "fixture" if spec.fixture_order else "shuffle"})
+    return replay(
+        cluster,
+        policy,
+        pods,
+        workload,
+        stop_after_pct=spec.stop_after_pct,
+        record_latency=spec.record_latency,
+        record_frag=spec.record_frag,
+        progress=progress,
+        meta={
+            "trace": short_name(spec.trace),
+            "seed": spec.seed,
+            "order": "fixture" if spec.fixture_order else "shuffle",
+        },
+    )
 
 
-def run_many(specs: Sequence[RunSpec], jobs: int = 1, progress_desc: str | None = None,
-             show_progress: bool = True) -> list[ReplayResult]:
+def run_many(
+    specs: Sequence[RunSpec], jobs: int = 1, progress_desc: str | None = None, show_progress: bool = True
+) -> list[ReplayResult]:
     """Run the specs (in parallel processes if ``jobs > 1``), with a tqdm bar on stderr."""
     results: list[ReplayResult | None] = [None] * len(specs)
     if jobs <= 1 or len(specs) <= 1:
         # one process: a pod-level bar, its total grown as each run's arrival order is known
-        with tqdm(total=0, desc=progress_desc or "pods", unit="pod", file=sys.stderr, disable=not show_progress,
-                  leave=False, mininterval=0.5) as bar:
+        with tqdm(
+            total=0,
+            desc=progress_desc or "pods",
+            unit="pod",
+            file=sys.stderr,
+            disable=not show_progress,
+            leave=False,
+            mininterval=0.5,
+        ) as bar:
             for i, spec in enumerate(specs):
                 cluster, policy, pods, workload = prepare_run(spec)
                 bar.total += len(pods)
                 bar.set_postfix_str(f"{short_name(spec.trace)} {spec.policy} seed {spec.seed} ({i + 1}/{len(specs)})")
-                results[i] = replay(cluster, policy, pods, workload, stop_after_pct=spec.stop_after_pct,
-                                    record_latency=spec.record_latency, record_frag=spec.record_frag,
-                                    progress=bar.update,
-                                    meta={"trace": short_name(spec.trace), "seed": spec.seed,
-                                          "order": "fixture" if spec.fixture_order else "shuffle"})
+                results[i] = replay(
+                    cluster,
+                    policy,
+                    pods,
+                    workload,
+                    stop_after_pct=spec.stop_after_pct,
+                    record_latency=spec.record_latency,
+                    record_frag=spec.record_frag,
+                    progress=bar.update,
+                    meta={
+                        "trace": short_name(spec.trace),
+                        "seed": spec.seed,
+                        "order": "fixture" if spec.fixture_order else "shuffle",
+                    },
+                )
         return results  # type: ignore[return-value]
 
-    with ProcessPoolExecutor(max_workers=jobs) as pool, tqdm(
-        total=len(specs), desc=progress_desc or "runs", unit="run", file=sys.stderr, disable=not show_progress,
-        leave=False,
-    ) as bar:
+    with (
+        ProcessPoolExecutor(max_workers=jobs) as pool,
+        tqdm(
+            total=len(specs),
+            desc=progress_desc or "runs",
+            unit="run",
+            file=sys.stderr,
+            disable=not show_progress,
+            leave=False,
+        ) as bar,
+    ):
         futures = {pool.submit(run_one, spec): i for i, spec in enumerate(specs)}
         for fut in as_completed(futures):
             results[futures[fut]] = fut.result()
@@ -391,9 +450,11 @@ def summarize(results: Sequence[ReplayResult], points: Sequence[int] = ARRIVAL_P
     for policy in [p for p in POLICY_NAMES if p in by_policy]:
         runs = sorted(by_policy[policy], key=lambda r: r.seed)
         entry: dict = {"name": DISPLAY_NAMES[policy], "seeds": [r.seed for r in runs]}
-        for metric, fn in (("unallocated_pct", ReplayResult.unallocated_at),
-                           ("frag_amount_pct", ReplayResult.frag_amount_at),
-                           ("frag_ratio_pct", ReplayResult.frag_ratio_at)):
+        for metric, fn in (
+            ("unallocated_pct", ReplayResult.unallocated_at),
+            ("frag_amount_pct", ReplayResult.frag_amount_at),
+            ("frag_ratio_pct", ReplayResult.frag_ratio_at),
+        ):
             per_seed = [fn(r, points) for r in runs]
             entry[metric] = {
                 "mean": {str(k): _r(v) for k, v in _mean_over(per_seed).items()},
@@ -423,28 +484,43 @@ def compare_published(summary: dict) -> dict:
             rows[str(x)] = {"ours": o, "published": v, "diff": diff}
         diffs = [abs(r["diff"]) for r in rows.values() if r["diff"] is not None]
         worst = round(max(diffs), 4) if len(diffs) == len(rows) else None
-        out[policy] = {"points": rows, "max_abs_diff": worst, "tolerance": TOLERANCE[policy],
-                       "within_tolerance": worst is not None and worst <= TOLERANCE[policy] + 1e-9}
+        out[policy] = {
+            "points": rows,
+            "max_abs_diff": worst,
+            "tolerance": TOLERANCE[policy],
+            "within_tolerance": worst is not None and worst <= TOLERANCE[policy] + 1e-9,
+        }
     return out
 
 
 def environment() -> dict:
     import matplotlib  # noqa: PLC0415 - plotting loads only when a chart is drawn
 
-    return {"cpu_count": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
-            "pandas": pd.__version__, "matplotlib": matplotlib.__version__, "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine()}
+    return {
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "pandas": pd.__version__,
+        "matplotlib": matplotlib.__version__,
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+    }
 
 
-def experiment(trace: str, policies: Sequence[str], seeds: Sequence[int], tune: float = 1.3,
-               fixture_order: bool = False, jobs: int = 1, data_dir: str | None = None,
-               show_progress: bool = True) -> tuple[dict, list[ReplayResult]]:
+def experiment(
+    trace: str,
+    policies: Sequence[str],
+    seeds: Sequence[int],
+    tune: float = 1.3,
+    fixture_order: bool = False,
+    jobs: int = 1,
+    data_dir: str | None = None,
+    show_progress: bool = True,
+) -> tuple[dict, list[ReplayResult]]:
     """Run policies x seeds on a trace; return the JSON-ready report and the raw results."""
-    specs = [RunSpec(trace_name(trace), p, s, tune, fixture_order, data_dir=data_dir) for p in policies
-             for s in seeds]
+    specs = [RunSpec(trace_name(trace), p, s, tune, fixture_order, data_dir=data_dir) for p in policies for s in seeds]
     t0 = time.perf_counter()
-    results = run_many(specs, jobs=jobs, progress_desc=f"fgd-replay {short_name(trace)}",
-                       show_progress=show_progress)
+    results = run_many(specs, jobs=jobs, progress_desc=f"fgd-replay {short_name(trace)}", show_progress=show_progress)
     workload = TargetWorkload.from_pods(load_pods(trace, data_dir))
     summary = summarize(results)
     report = {
@@ -464,13 +540,24 @@ def experiment(trace: str, policies: Sequence[str], seeds: Sequence[int], tune: 
     return report, results
 
 
-def families_experiment(policies: Sequence[str], seeds: Sequence[int], tune: float = 1.3, jobs: int = 1,
-                        families: Sequence[str] | None = None, data_dir: str | None = None,
-                        show_progress: bool = True) -> dict:
+def families_experiment(
+    policies: Sequence[str],
+    seeds: Sequence[int],
+    tune: float = 1.3,
+    jobs: int = 1,
+    families: Sequence[str] | None = None,
+    data_dir: str | None = None,
+    show_progress: bool = True,
+) -> dict:
     """Unallocated GPU % at arrived 100 % for every variant of the trace families (own seeded shuffle)."""
     fams = list(families or FAMILIES)
-    specs = [RunSpec(trace_name(v), p, s, tune, stop_after_pct=101, record_frag=False, data_dir=data_dir)
-             for f in fams for v in FAMILIES[f] for p in policies for s in seeds]
+    specs = [
+        RunSpec(trace_name(v), p, s, tune, stop_after_pct=101, record_frag=False, data_dir=data_dir)
+        for f in fams
+        for v in FAMILIES[f]
+        for p in policies
+        for s in seeds
+    ]
     t0 = time.perf_counter()
     results = run_many(specs, jobs=jobs, progress_desc="fgd-families", show_progress=show_progress)
     table: dict[str, dict] = {}
@@ -481,17 +568,33 @@ def families_experiment(policies: Sequence[str], seeds: Sequence[int], tune: flo
             for p in policies:
                 runs = [r for r in results if r.trace == v and r.policy == p]
                 vals = [r.unallocated_at([100])[100] for r in runs]
-                table[f][v][p] = {"mean": _r(float(np.mean(vals))),
-                                  "per_seed": {str(r.seed): _r(x) for r, x in zip(runs, vals)},
-                                  "wall_s_mean": round(float(np.mean([r.wall_s for r in runs])), 3)}
-    return {"families": table, "seeds": list(seeds), "tune": tune, "policies": list(policies),
-            "metric": "unallocated GPU % at arrived 100 %", "order": "shuffle",
-            "total_wall_s": round(time.perf_counter() - t0, 2), "jobs": jobs, "environment": environment()}
+                table[f][v][p] = {
+                    "mean": _r(float(np.mean(vals))),
+                    "per_seed": {str(r.seed): _r(x) for r, x in zip(runs, vals)},
+                    "wall_s_mean": round(float(np.mean([r.wall_s for r in runs])), 3),
+                }
+    return {
+        "families": table,
+        "seeds": list(seeds),
+        "tune": tune,
+        "policies": list(policies),
+        "metric": "unallocated GPU % at arrived 100 %",
+        "order": "shuffle",
+        "total_wall_s": round(time.perf_counter() - t0, 2),
+        "jobs": jobs,
+        "environment": environment(),
+    }
 
 
 # --------------------------------------------------------------------------------------------- plots
-_COLORS = {"random": "#7f7f7f", "dotprod": "#9467bd", "gpuclustering": "#8c564b", "gpupacking": "#ff7f0e",
-           "bestfit": "#1f77b4", "fgd": "#d62728"}
+_COLORS = {
+    "random": "#7f7f7f",
+    "dotprod": "#9467bd",
+    "gpuclustering": "#8c564b",
+    "gpupacking": "#ff7f0e",
+    "bestfit": "#1f77b4",
+    "fgd": "#d62728",
+}
 
 
 def plot_unallocated(results: Sequence[ReplayResult], path: Path, title: str = "") -> Path:
@@ -538,8 +641,7 @@ def plot_families(report: dict, path: Path) -> Path:
         x = np.arange(len(variants))
         for j, p in enumerate(policies):
             vals = [report["families"][fam][v][p]["mean"] for v in variants]
-            ax.bar(x + (j - (len(policies) - 1) / 2) * width, vals, width, label=DISPLAY_NAMES[p],
-                   color=_COLORS[p])
+            ax.bar(x + (j - (len(policies) - 1) / 2) * width, vals, width, label=DISPLAY_NAMES[p], color=_COLORS[p])
         ax.set_xticks(x, variants)
         ax.set_ylabel("Unallocated GPU (%)")
         ax.set_title(f"{fam}: unallocated GPU at arrived 100 %")
@@ -557,17 +659,26 @@ def _f(v, nd: int = 2) -> str:
     return "n/a" if v is None or v != v else f"{v:.{nd}f}"
 
 
-def results_markdown(default_report: dict, families_report: dict | None = None, bench: dict | None = None,
-                     commands: Sequence[str] = (), shuffle_report: dict | None = None) -> str:
+def results_markdown(
+    default_report: dict,
+    families_report: dict | None = None,
+    bench: dict | None = None,
+    commands: Sequence[str] = (),
+    shuffle_report: dict | None = None,
+) -> str:
     pol = default_report["policies"]
     lines = ["# FGD reproduction: results", ""]
     if commands:
         lines += ["Produced by:", "", "```"] + list(commands) + ["```", ""]
     seeds = default_report["seeds"]
-    lines += [f"## Default trace (`openb_pod_list_default`), {default_report['order']} order, seeds "
-              f"{seeds[0]}-{seeds[-1]}, tune {default_report['tune']}", "",
-              "Unallocated GPU % (100 - GPU-milli allocation %) at arrived workload x % of 6212 GPUs: ours (mean "
-              "over seeds) vs the published means (the authors' artifact results); diff = ours - published.", ""]
+    lines += [
+        f"## Default trace (`openb_pod_list_default`), {default_report['order']} order, seeds "
+        f"{seeds[0]}-{seeds[-1]}, tune {default_report['tune']}",
+        "",
+        "Unallocated GPU % (100 - GPU-milli allocation %) at arrived workload x % of 6212 GPUs: ours (mean "
+        "over seeds) vs the published means (the authors' artifact results); diff = ours - published.",
+        "",
+    ]
     pts = [str(p) for p in default_report["points"]]
     lines.append("| policy | " + " | ".join(pts) + " |")
     lines.append("|---|" + "---|" * len(pts))
@@ -591,39 +702,58 @@ def results_markdown(default_report: dict, families_report: dict | None = None, 
         for p in POLICY_NAMES:
             if p in comp:
                 c = comp[p]
-                lines.append(f"| {DISPLAY_NAMES[p]} | {_f(c['max_abs_diff'], 3)} | {c['tolerance']} | "
-                             f"{'yes' if c['within_tolerance'] else 'NO'} |")
+                lines.append(
+                    f"| {DISPLAY_NAMES[p]} | {_f(c['max_abs_diff'], 3)} | {c['tolerance']} | "
+                    f"{'yes' if c['within_tolerance'] else 'NO'} |"
+                )
         lines.append("")
-    lines += ["Fragmentation at the same points (mean over seeds): amount % of cluster GPUs / ratio % of idle GPU.",
-              "", "| policy | " + " | ".join(pts) + " |", "|---|" + "---|" * len(pts)]
+    lines += [
+        "Fragmentation at the same points (mean over seeds): amount % of cluster GPUs / ratio % of idle GPU.",
+        "",
+        "| policy | " + " | ".join(pts) + " |",
+        "|---|" + "---|" * len(pts),
+    ]
     for p in POLICY_NAMES:
         if p in pol:
             fa, fr = pol[p]["frag_amount_pct"]["mean"], pol[p]["frag_ratio_pct"]["mean"]
             lines.append(f"| {DISPLAY_NAMES[p]} | " + " | ".join(f"{_f(fa[x])} / {_f(fr[x], 1)}" for x in pts) + " |")
     lines.append("")
     if "42" in pol.get("fgd", {}).get("failed_pods", {}) or "42" in pol.get("bestfit", {}).get("failed_pods", {}):
-        lines += ["Seed 42 (fixture order): failed pods and final allocation (GPU-milli of 6,212,000).", "",
-                  "| policy | failed pods | final allocated | alloc % at 95 / 100 / 110 / 130 |", "|---|---|---|---|"]
+        lines += [
+            "Seed 42 (fixture order): failed pods and final allocation (GPU-milli of 6,212,000).",
+            "",
+            "| policy | failed pods | final allocated | alloc % at 95 / 100 / 110 / 130 |",
+            "|---|---|---|---|",
+        ]
         for p in POLICY_NAMES:
             if p in pol and "42" in pol[p]["failed_pods"]:
                 un = pol[p]["unallocated_pct"]["per_seed"]["42"]
                 alloc = " / ".join(_f(None if un[x] is None else 100 - un[x]) for x in ("95", "100", "110", "130"))
-                lines.append(f"| {DISPLAY_NAMES[p]} | {pol[p]['failed_pods']['42']} | "
-                             f"{pol[p]['final_allocated_milli']['42']:,} | {alloc} |")
+                lines.append(
+                    f"| {DISPLAY_NAMES[p]} | {pol[p]['failed_pods']['42']} | "
+                    f"{pol[p]['final_allocated_milli']['42']:,} | {alloc} |"
+                )
         lines.append("")
-    lines += ["Wall time per run (s, mean over seeds, per-pod metrics included; "
-              f"{default_report.get('jobs', 1)} runs in parallel on a shared machine): " + ", ".join(
-                  f"{DISPLAY_NAMES[p]} {pol[p]['wall_s_mean']:.2f}" for p in POLICY_NAMES if p in pol), "",
-              f"![unallocated GPU vs arrived workload](unallocated_{default_report['trace']}_"
-              f"{default_report['order']}.png)", ""]
+    lines += [
+        "Wall time per run (s, mean over seeds, per-pod metrics included; "
+        f"{default_report.get('jobs', 1)} runs in parallel on a shared machine): "
+        + ", ".join(f"{DISPLAY_NAMES[p]} {pol[p]['wall_s_mean']:.2f}" for p in POLICY_NAMES if p in pol),
+        "",
+        f"![unallocated GPU vs arrived workload](unallocated_{default_report['trace']}_{default_report['order']}.png)",
+        "",
+    ]
     if shuffle_report:
         sp = shuffle_report["policies"]
         sseeds = shuffle_report["seeds"]
-        lines += [f"### Default trace with this project's own seeded shuffle (seeds {sseeds[0]}-{sseeds[-1]})", "",
-                  "The same runs with numpy's seeded shuffle, tuning and node order instead of the reference's "
-                  "(Go math/rand) orders: the means differ from the published ones by the seed-to-seed spread only.",
-                  "", "| policy | " + " | ".join(str(x) for x in PUBLISHED_POINTS) + " | failed pods (mean) |",
-                  "|---|" + "---|" * (len(PUBLISHED_POINTS) + 1)]
+        lines += [
+            f"### Default trace with this project's own seeded shuffle (seeds {sseeds[0]}-{sseeds[-1]})",
+            "",
+            "The same runs with numpy's seeded shuffle, tuning and node order instead of the reference's "
+            "(Go math/rand) orders: the means differ from the published ones by the seed-to-seed spread only.",
+            "",
+            "| policy | " + " | ".join(str(x) for x in PUBLISHED_POINTS) + " | failed pods (mean) |",
+            "|---|" + "---|" * (len(PUBLISHED_POINTS) + 1),
+        ]
         for p in POLICY_NAMES:
             if p in sp:
                 ours = sp[p]["unallocated_pct"]["mean"]
@@ -635,21 +765,35 @@ def results_markdown(default_report: dict, families_report: dict | None = None, 
     if families_report:
         fr = families_report
         fseeds = fr["seeds"]
-        lines += [f"## Trace families: unallocated GPU % at arrived 100 % (own seeded shuffle, seeds "
-                  f"{fseeds[0]}-{fseeds[-1]}, tune {fr['tune']})", ""]
+        lines += [
+            f"## Trace families: unallocated GPU % at arrived 100 % (own seeded shuffle, seeds "
+            f"{fseeds[0]}-{fseeds[-1]}, tune {fr['tune']})",
+            "",
+        ]
         pols = fr["policies"]
         for fam, variants in fr["families"].items():
-            lines += [f"### {fam}", "", "| variant | " + " | ".join(DISPLAY_NAMES[p] for p in pols) + " |",
-                      "|---|" + "---|" * len(pols)]
+            lines += [
+                f"### {fam}",
+                "",
+                "| variant | " + " | ".join(DISPLAY_NAMES[p] for p in pols) + " |",
+                "|---|" + "---|" * len(pols),
+            ]
             for v, row in variants.items():
                 vals = [row[p]["mean"] for p in pols]
                 best = min((x for x in vals if x is not None), default=None)
-                lines.append(f"| {v} | " + " | ".join(
-                    (f"**{_f(x)}**" if x is not None and x == best else _f(x)) for x in vals) + " |")
+                lines.append(
+                    f"| {v} | "
+                    + " | ".join((f"**{_f(x)}**" if x is not None and x == best else _f(x)) for x in vals)
+                    + " |"
+                )
             lines.append("")
-        lines += ["Bold: the lowest unallocated GPU of the variant. Variants run with this project's seeded "
-                  "shuffle (the reference's arrival orders exist for the default trace only).", "",
-                  "![families](families_unallocated_at_100.png)", ""]
+        lines += [
+            "Bold: the lowest unallocated GPU of the variant. Variants run with this project's seeded "
+            "shuffle (the reference's arrival orders exist for the default trace only).",
+            "",
+            "![families](families_unallocated_at_100.png)",
+            "",
+        ]
     if bench:
         lines += ["## Packing benchmark", "", "```json", json.dumps(bench, indent=2), "```", ""]
     return "\n".join(lines)
@@ -662,8 +806,9 @@ def bench_packing(policy: str = "fgd", seed: int = 42, repeats: int = 1, data_di
     walls, cpus, lats, lats_cpu = [], [], [], []
     failed = None
     for _ in range(repeats):
-        spec = RunSpec(DEFAULT_TRACE, policy, seed, fixture_order=seed in FIXTURE_SEEDS, record_latency=True,
-                       data_dir=data_dir)
+        spec = RunSpec(
+            DEFAULT_TRACE, policy, seed, fixture_order=seed in FIXTURE_SEEDS, record_latency=True, data_dir=data_dir
+        )
         t0 = time.perf_counter()
         cluster, pol, pods, workload = prepare_run(spec)
         setup = time.perf_counter() - t0
@@ -678,9 +823,13 @@ def bench_packing(policy: str = "fgd", seed: int = 42, repeats: int = 1, data_di
     lat_cpu = np.concatenate(lats_cpu) * 1e3
 
     def dist(x: np.ndarray) -> dict:
-        return {"mean": round(float(x.mean()), 4), "p50": round(float(np.percentile(x, 50)), 4),
-                "p90": round(float(np.percentile(x, 90)), 4), "p99": round(float(np.percentile(x, 99)), 4),
-                "max": round(float(x.max()), 3)}
+        return {
+            "mean": round(float(x.mean()), 4),
+            "p50": round(float(np.percentile(x, 50)), 4),
+            "p90": round(float(np.percentile(x, 90)), 4),
+            "p99": round(float(np.percentile(x, 99)), 4),
+            "max": round(float(x.max()), 3),
+        }
 
     return {
         "benchmark": "bench-packing",
@@ -701,7 +850,7 @@ def bench_packing(policy: str = "fgd", seed: int = 42, repeats: int = 1, data_di
         "target_s": 10.0,
         "reference_s": {"plain_python_fgd_replay": 36.0, "go_simulator_fgd_replay": 4800.0},
         "note": "replay wall time includes the per-pod metrics (cluster fragmentation after every pod); "
-                "decision latency = place + allocate of one pod (wall clock; decision_cpu_ms: the thread's CPU time, "
-                "which leaves out the time the process waits for a core on a busy machine)",
+        "decision latency = place + allocate of one pod (wall clock; decision_cpu_ms: the thread's CPU time, "
+        "which leaves out the time the process waits for a core on a busy machine)",
         "environment": environment(),
     }

@@ -1,4 +1,5 @@
 """Evaluation of the GPU power model on the Zeus sweeps (leave-one-batch-size-out) and its markdown report."""
+
 from __future__ import annotations
 
 import json
@@ -30,19 +31,33 @@ def power_eval(profiles: pd.DataFrame) -> dict:
             ok = pred.energy_per_epoch_j.notna()
             edge = "smallest" if bs == sizes[0] else "largest" if bs == sizes[-1] else "interior"
             for pl in truth.index[ok.to_numpy()]:
-                rows.append(dict(gpu_type=gpu, workload=workload, optimizer=optimizer, batch_size=bs, edge=edge,
-                                 power_limit_w=pl,
-                                 ape_energy=abs(pred.energy_per_epoch_j[pl] / truth.energy_per_epoch_j[pl] - 1),
-                                 ape_time=abs(pred.time_per_epoch_s[pl] / truth.time_per_epoch_s[pl] - 1),
-                                 ape_power=abs(pred.avg_power_w[pl] / truth.avg_power_w[pl] - 1)))
+                rows.append(
+                    dict(
+                        gpu_type=gpu,
+                        workload=workload,
+                        optimizer=optimizer,
+                        batch_size=bs,
+                        edge=edge,
+                        power_limit_w=pl,
+                        ape_energy=abs(pred.energy_per_epoch_j[pl] / truth.energy_per_epoch_j[pl] - 1),
+                        ape_time=abs(pred.time_per_epoch_s[pl] / truth.time_per_epoch_s[pl] - 1),
+                        ape_power=abs(pred.avg_power_w[pl] / truth.avg_power_w[pl] - 1),
+                    )
+                )
             e_max = truth.energy_per_epoch_j.iloc[-1]
             t_max = truth.time_per_epoch_s.iloc[-1]
             chosen = pred.energy_per_epoch_j[ok].idxmin()
             best = truth.energy_per_epoch_j.idxmin()
-            savings.append(dict(gpu_type=gpu, chosen_limit_w=chosen, max_limit_w=truth.index[-1],
-                                saving=1 - truth.energy_per_epoch_j[chosen] / e_max,
-                                oracle_saving=1 - truth.energy_per_epoch_j[best] / e_max,
-                                slowdown=truth.time_per_epoch_s[chosen] / t_max - 1))
+            savings.append(
+                dict(
+                    gpu_type=gpu,
+                    chosen_limit_w=chosen,
+                    max_limit_w=truth.index[-1],
+                    saving=1 - truth.energy_per_epoch_j[chosen] / e_max,
+                    oracle_saving=1 - truth.energy_per_epoch_j[best] / e_max,
+                    slowdown=truth.time_per_epoch_s[chosen] / t_max - 1,
+                )
+            )
     errors = pd.DataFrame(rows)
     saved = pd.DataFrame(savings)
     sparse = _sparse_grid_errors(frame)
@@ -67,22 +82,25 @@ def power_eval(profiles: pd.DataFrame) -> dict:
         }
     return {
         "protocol": "leave-one-batch-size-out within (GPU type, workload, optimizer); energy per epoch at every "
-                    "power limit; savings = measured energy at the limit the predicted curve says is "
-                    "energy-optimal vs at the maximum limit",
+        "power limit; savings = measured energy at the limit the predicted curve says is "
+        "energy-optimal vs at the maximum limit",
         "per_gpu": per_gpu,
         "overall": {
             "lobo_energy_mape_pct": round(100 * errors.ape_energy.mean(), 2),
-            "lobo_energy_mape_by_edge_pct": {k: round(100 * v, 2) for k, v in
-                                             errors.groupby("edge").ape_energy.mean().items()},
+            "lobo_energy_mape_by_edge_pct": {
+                k: round(100 * v, 2) for k, v in errors.groupby("edge").ape_energy.mean().items()
+            },
             "energy_saved_vs_max_limit_pct": round(100 * saved.saving.mean(), 2),
             "target_lt_5pct_met": bool(errors.ape_energy.mean() < 0.05),
             "sparse_grid_energy_mape_pct": round(100 * sparse.ape_energy.mean(), 2),
         },
         "sparse_grid_protocol": "robustness check (not the target): as above, but the held-out batch size's next "
-                                "larger neighbour (the next smaller at the largest size) is hidden too, so the "
-                                "prediction bridges a gap twice as wide",
-        "by_workload_energy_mape_pct": {f"{g}|{w}": round(100 * v, 2) for (g, w), v in
-                                         errors.groupby(["gpu_type", "workload"]).ape_energy.mean().items()},
+        "larger neighbour (the next smaller at the largest size) is hidden too, so the "
+        "prediction bridges a gap twice as wide",
+        "by_workload_energy_mape_pct": {
+            f"{g}|{w}": round(100 * v, 2)
+            for (g, w), v in errors.groupby(["gpu_type", "workload"]).ape_energy.mean().items()
+        },
         "gpu_map": gpu_map_table().to_dict(orient="records"),
         "environment": {"python": platform.python_version(), "numpy": np.__version__, "pandas": pd.__version__},
     }
@@ -106,19 +124,29 @@ def _sparse_grid_errors(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def power_eval_markdown(result: dict) -> str:
-    lines = ["# Power model evaluation (Zeus sweeps, leave-one-batch-size-out)", "",
-             "Regenerate: `python -m scheduling power-eval --json`.", "",
-             "| GPU | energy/epoch MAPE | (interior batch sizes) | time MAPE | power MAPE | < 5 %? | energy saved vs max limit "
-             "(predicted optimum) | true optimum | slowdown at chosen limit | sparse-grid check |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Power model evaluation (Zeus sweeps, leave-one-batch-size-out)",
+        "",
+        "Regenerate: `python -m scheduling power-eval --json`.",
+        "",
+        "| GPU | energy/epoch MAPE | (interior batch sizes) | time MAPE | power MAPE | < 5 %? | energy saved vs max limit "
+        "(predicted optimum) | true optimum | slowdown at chosen limit | sparse-grid check |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for gpu, r in result["per_gpu"].items():
-        lines.append(f"| {gpu} | {r['lobo_energy_mape_pct']:.2f} % | {r['lobo_energy_mape_interior_bs_pct']:.2f} % | "
-                     f"{r['lobo_time_mape_pct']:.2f} % | {r['lobo_power_mape_pct']:.2f} % | "
-                     f"{'yes' if r['meets_5pct_target'] else 'no'} | {r['energy_saved_vs_max_limit_pct']:.1f} % | "
-                     f"{r['oracle_energy_saved_pct']:.1f} % | {r['slowdown_at_chosen_limit_pct']:.1f} % | "
-                     f"{r['sparse_grid_energy_mape_pct']:.2f} % |")
+        lines.append(
+            f"| {gpu} | {r['lobo_energy_mape_pct']:.2f} % | {r['lobo_energy_mape_interior_bs_pct']:.2f} % | "
+            f"{r['lobo_time_mape_pct']:.2f} % | {r['lobo_power_mape_pct']:.2f} % | "
+            f"{'yes' if r['meets_5pct_target'] else 'no'} | {r['energy_saved_vs_max_limit_pct']:.1f} % | "
+            f"{r['oracle_energy_saved_pct']:.1f} % | {r['slowdown_at_chosen_limit_pct']:.1f} % | "
+            f"{r['sparse_grid_energy_mape_pct']:.2f} % |"
+        )
     o = result["overall"]
-    lines += ["", f"Overall energy MAPE {o['lobo_energy_mape_pct']:.2f} % (by position of the held-out batch size: "
-              f"{json.dumps(o['lobo_energy_mape_by_edge_pct'])}); target < 5 %: {'met' if o['target_lt_5pct_met'] else 'missed'}.",
-              "", f"Sparse-grid check ({result['sparse_grid_protocol']}): {o['sparse_grid_energy_mape_pct']:.2f} %."]
+    lines += [
+        "",
+        f"Overall energy MAPE {o['lobo_energy_mape_pct']:.2f} % (by position of the held-out batch size: "
+        f"{json.dumps(o['lobo_energy_mape_by_edge_pct'])}); target < 5 %: {'met' if o['target_lt_5pct_met'] else 'missed'}.",
+        "",
+        f"Sparse-grid check ({result['sparse_grid_protocol']}): {o['sparse_grid_energy_mape_pct']:.2f} %.",
+    ]
     return "\n".join(lines) + "\n"

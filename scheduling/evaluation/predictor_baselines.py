@@ -13,6 +13,7 @@ Every baseline sees exactly the training rows network 1 sees, in log space, and 
   target GPU's own column masked everywhere it is held out), so the booster gets the same "fingerprint" the
   network gets; co-located: job and partner features and identities, GPU type, both isolated log throughputs.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,8 +21,18 @@ import pandas as pd
 
 from scheduling.models.performance.features import FAMILIES, GPU_TYPES, PerfTables
 
-LGB_PARAMS = dict(n_estimators=400, learning_rate=0.03, num_leaves=15, min_child_samples=5, subsample=0.8,
-                  subsample_freq=1, colsample_bytree=0.8, reg_lambda=1.0, n_jobs=1, verbose=-1)
+LGB_PARAMS = dict(
+    n_estimators=400,
+    learning_rate=0.03,
+    num_leaves=15,
+    min_child_samples=5,
+    subsample=0.8,
+    subsample_freq=1,
+    colsample_bytree=0.8,
+    reg_lambda=1.0,
+    n_jobs=1,
+    verbose=-1,
+)
 
 
 def _lgbm(seed: int):
@@ -32,6 +43,7 @@ def _lgbm(seed: int):
 
 # --- isolated throughput (protocol 2) -------------------------------------------------------------------------
 
+
 def iso_mean_per_job(train: pd.DataFrame, test: pd.DataFrame) -> np.ndarray:
     """log steps/s; train/test: job_key, gpu_type (+ log_y in train)."""
     gpu_mean = train.groupby("gpu_type").log_y.mean()
@@ -41,8 +53,17 @@ def iso_mean_per_job(train: pd.DataFrame, test: pd.DataFrame) -> np.ndarray:
     return (base + test.gpu_type.map(gpu_mean)).to_numpy(dtype=float)
 
 
-def als_fit(rows: np.ndarray, cols: np.ndarray, y: np.ndarray, n_rows: int, n_cols: int, rank: int, l2: float,
-            iters: int = 30, seed: int = 0) -> dict:
+def als_fit(
+    rows: np.ndarray,
+    cols: np.ndarray,
+    y: np.ndarray,
+    n_rows: int,
+    n_cols: int,
+    rank: int,
+    l2: float,
+    iters: int = 30,
+    seed: int = 0,
+) -> dict:
     """Biased matrix factorization y ~ mu + b_r + c_c + p_r . q_c by alternating ridge regressions (numpy,
     deterministic for a seed). Rows/columns without data keep zero bias and factors."""
     rng = np.random.default_rng(seed)
@@ -81,12 +102,22 @@ def als_fold_in(model: dict, obs_cols: np.ndarray, obs_y: np.ndarray, new_cols: 
     return base + sol[0] + model["q"][new_cols] @ sol[1:]
 
 
-def iso_matrix_factorization(train: pd.DataFrame, test: pd.DataFrame, rank: int = 1, l2: float = 1.0, seed: int = 0) -> np.ndarray:
+def iso_matrix_factorization(
+    train: pd.DataFrame, test: pd.DataFrame, rank: int = 1, l2: float = 1.0, seed: int = 0
+) -> np.ndarray:
     keys = sorted(set(train.job_key) | set(test.job_key))
     kidx = {k: i for i, k in enumerate(keys)}
     gidx = {g: i for i, g in enumerate(GPU_TYPES)}
-    model = als_fit(np.array([kidx[k] for k in train.job_key]), np.array([gidx[g] for g in train.gpu_type]),
-                    train.log_y.to_numpy(), len(keys), len(GPU_TYPES), rank, l2, seed=seed)
+    model = als_fit(
+        np.array([kidx[k] for k in train.job_key]),
+        np.array([gidx[g] for g in train.gpu_type]),
+        train.log_y.to_numpy(),
+        len(keys),
+        len(GPU_TYPES),
+        rank,
+        l2,
+        seed=seed,
+    )
     return als_predict(model, np.array([kidx[k] for k in test.job_key]), np.array([gidx[g] for g in test.gpu_type]))
 
 
@@ -122,6 +153,7 @@ def iso_lightgbm(tables: PerfTables, train: pd.DataFrame, test: pd.DataFrame, se
 
 # --- co-located normalized throughput (protocol 1) -------------------------------------------------------------
 
+
 def pair_mean_per_job(train: pd.DataFrame, test: pd.DataFrame) -> np.ndarray:
     """log normalized throughput; mean over the job's training partners on the GPU (fallback: job, GPU, all)."""
     by_job_gpu = train.groupby(["job_key", "gpu_type"]).log_norm.mean()
@@ -132,7 +164,9 @@ def pair_mean_per_job(train: pd.DataFrame, test: pd.DataFrame) -> np.ndarray:
     return np.where(np.isfinite(out), out, fallback).astype(float)
 
 
-def pair_matrix_factorization(train: pd.DataFrame, test: pd.DataFrame, rank: int = 2, l2: float = 0.1, seed: int = 0) -> np.ndarray:
+def pair_matrix_factorization(
+    train: pd.DataFrame, test: pd.DataFrame, rank: int = 2, l2: float = 0.1, seed: int = 0
+) -> np.ndarray:
     """Per GPU type: log norm(A | B) = mu + a_A + b_B + p_A . q_B."""
     out = np.zeros(len(test))
     keys = sorted(set(train.job_key) | set(train.partner_key) | set(test.job_key) | set(test.partner_key))
@@ -143,13 +177,25 @@ def pair_matrix_factorization(train: pd.DataFrame, test: pd.DataFrame, rank: int
         if not mask.any():
             continue
         te = test[mask]
-        model = als_fit(np.array([kidx[k] for k in tr.job_key]), np.array([kidx[k] for k in tr.partner_key]),
-                        tr.log_norm.to_numpy(), len(keys), len(keys), rank, l2, seed=seed)
-        out[mask] = als_predict(model, np.array([kidx[k] for k in te.job_key]), np.array([kidx[k] for k in te.partner_key]))
+        model = als_fit(
+            np.array([kidx[k] for k in tr.job_key]),
+            np.array([kidx[k] for k in tr.partner_key]),
+            tr.log_norm.to_numpy(),
+            len(keys),
+            len(keys),
+            rank,
+            l2,
+            seed=seed,
+        )
+        out[mask] = als_predict(
+            model, np.array([kidx[k] for k in te.job_key]), np.array([kidx[k] for k in te.partner_key])
+        )
     return np.minimum(out, 0.0)
 
 
-def pair_lightgbm(tables: PerfTables, iso: pd.DataFrame, train: pd.DataFrame, test: pd.DataFrame, seed: int = 0) -> np.ndarray:
+def pair_lightgbm(
+    tables: PerfTables, iso: pd.DataFrame, train: pd.DataFrame, test: pd.DataFrame, seed: int = 0
+) -> np.ndarray:
     keys = sorted(tables.jobs.index)
     kidx = {k: i for i, k in enumerate(keys)}
     iso_log = iso.set_index(["job_key", "gpu_type"]).log_y

@@ -19,6 +19,7 @@ Protocol 3 — refinement with runtime feedback. Network 1 is trained on the who
   whose partner is in the held-out family are dropped from training too). Jobs whose feedback is in another unit
   (Recommendation: see feedback.py) are reported separately. Metric: MAPE over the unobserved cells.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,9 @@ class EvalConfig:
     @classmethod
     def quick(cls) -> EvalConfig:
         """Seconds-scale settings for tests and smoke runs (numbers not comparable to the full run)."""
-        return cls(prior=PriorConfig(n_models=1, epochs=120, hidden=32), refiner=RefinerConfig(epochs=60),
-                   folds=3, reps=2)
+        return cls(
+            prior=PriorConfig(n_models=1, epochs=120, hidden=32), refiner=RefinerConfig(epochs=60), folds=3, reps=2
+        )
 
 
 def _folds(items, k: int, seed: int) -> list[np.ndarray]:
@@ -65,6 +67,7 @@ def _folds(items, k: int, seed: int) -> list[np.ndarray]:
 
 # --- protocol 1 ------------------------------------------------------------------------------------------------
 
+
 def protocol_pairs(tables: PerfTables, cfg: EvalConfig, log=print) -> dict:
     folds = _folds(tables.pairs.pair_id.unique(), cfg.folds, cfg.seed)
     parts = []
@@ -72,7 +75,9 @@ def protocol_pairs(tables: PerfTables, cfg: EvalConfig, log=print) -> dict:
         test_mask = tables.pairs.pair_id.isin(set(fold))
         train, test = tables.pairs[~test_mask], tables.pairs[test_mask].copy()
         prior = PriorModel(cfg.prior).fit(PerfTables(tables.jobs, tables.iso, train))
-        log_iso_pred = np.log(prior.predict_isolated(tables.jobs.loc[test.job_key].reset_index(), test.gpu_type.tolist()))
+        log_iso_pred = np.log(
+            prior.predict_isolated(tables.jobs.loc[test.job_key].reset_index(), test.gpu_type.tolist())
+        )
         norm, _ = prior.predict_pair_table(tables, test)
         iso_true = test.isolated_steps_per_s.to_numpy()
         test["ours"] = np.exp(log_iso_pred) * norm
@@ -85,8 +90,10 @@ def protocol_pairs(tables: PerfTables, cfg: EvalConfig, log=print) -> dict:
         log(f"protocol 1 fold {i + 1}/{len(folds)}: ours {mape(test.ours, test.steps_per_s):.2f} %")
     allp = pd.concat(parts)
     out = {m: round(mape(allp[m], allp.steps_per_s), 2) for m in METHODS}
-    out["per_gpu"] = {g: {m: round(mape(allp[allp.gpu_type == g][m], allp[allp.gpu_type == g].steps_per_s), 2)
-                          for m in METHODS} for g in GPU_TYPES}
+    out["per_gpu"] = {
+        g: {m: round(mape(allp[allp.gpu_type == g][m], allp[allp.gpu_type == g].steps_per_s), 2) for m in METHODS}
+        for g in GPU_TYPES
+    }
     out["normalized_mape_ours"] = round(mape(allp.ours / allp.isolated_steps_per_s, allp.normalized_throughput), 2)
     out["n_cells"] = int(len(allp))
     out["n_pairs"] = int(allp.pair_id.nunique())
@@ -94,6 +101,7 @@ def protocol_pairs(tables: PerfTables, cfg: EvalConfig, log=print) -> dict:
 
 
 # --- protocol 2 ------------------------------------------------------------------------------------------------
+
 
 def protocol_gpu_holdout(tables: PerfTables, cfg: EvalConfig, grouping: str = "job", log=print) -> dict:
     if grouping == "job":
@@ -119,8 +127,9 @@ def protocol_gpu_holdout(tables: PerfTables, cfg: EvalConfig, grouping: str = "j
         for f, g in hidden_gpu.items():
             keys = {k for k, v in fold_of.items() if v == f}
             iso_hidden |= ((iso_fold == f) & (tables.iso.gpu_type == g)).to_numpy()
-            pair_hidden |= ((tables.pairs.gpu_type == g)
-                            & (tables.pairs.job_key.isin(keys) | tables.pairs.partner_key.isin(keys))).to_numpy()
+            pair_hidden |= (
+                (tables.pairs.gpu_type == g) & (tables.pairs.job_key.isin(keys) | tables.pairs.partner_key.isin(keys))
+            ).to_numpy()
         train, test = tables.iso[~iso_hidden], tables.iso[iso_hidden].copy()
         prior = PriorModel(cfg.prior).fit(PerfTables(tables.jobs, train, tables.pairs[~pair_hidden]))
         test["ours"] = prior.predict_iso_table(tables, test)
@@ -130,8 +139,10 @@ def protocol_gpu_holdout(tables: PerfTables, cfg: EvalConfig, grouping: str = "j
         parts.append(test)
         log(f"protocol 2 ({grouping}) run {r + 1}/{n_runs}: ours {mape(test.ours, test.steps_per_s):.2f} %")
     allp = pd.concat(parts)
-    out = {g: {m: round(mape(allp[allp.gpu_type == g][m], allp[allp.gpu_type == g].steps_per_s), 2) for m in METHODS}
-           for g in GPU_TYPES}
+    out = {
+        g: {m: round(mape(allp[allp.gpu_type == g][m], allp[allp.gpu_type == g].steps_per_s), 2) for m in METHODS}
+        for g in GPU_TYPES
+    }
     out["mean_over_gpus"] = {m: round(float(np.mean([out[g][m] for g in GPU_TYPES])), 2) for m in METHODS}
     out["all_cells"] = {m: round(mape(allp[m], allp.steps_per_s), 2) for m in METHODS}
     out["n_cells"] = int(len(allp))
@@ -140,19 +151,24 @@ def protocol_gpu_holdout(tables: PerfTables, cfg: EvalConfig, grouping: str = "j
 
 # --- protocol 3 ------------------------------------------------------------------------------------------------
 
+
 def _summary_features(cells: pd.DataFrame, observed: pd.DataFrame) -> pd.DataFrame:
     """LightGBM features of unobserved cells given a job's observed residuals."""
     co = cells.partner_job_type.notna().to_numpy()
-    out = pd.DataFrame({
-        "gpu": [GPU_TYPES.index(g) for g in cells.gpu_type],
-        "co": co.astype(float),
-        "pfam": [FAMILIES.index(p.split(" (")[0]) if isinstance(p, str) and p.split(" (")[0] in FAMILIES else -1
-                 for p in cells.partner_job_type],
-        "jfam": [FAMILIES.index(f) if f in FAMILIES else -1 for f in cells.model_family],
-        "log_bs": np.log2(pd.to_numeric(cells.batch_size, errors="coerce").to_numpy(dtype=float)),
-        "prior_log_norm": cells.prior_log_norm.to_numpy(),
-        "prior_log_iso": cells.prior_log_iso.to_numpy(),
-    })
+    out = pd.DataFrame(
+        {
+            "gpu": [GPU_TYPES.index(g) for g in cells.gpu_type],
+            "co": co.astype(float),
+            "pfam": [
+                FAMILIES.index(p.split(" (")[0]) if isinstance(p, str) and p.split(" (")[0] in FAMILIES else -1
+                for p in cells.partner_job_type
+            ],
+            "jfam": [FAMILIES.index(f) if f in FAMILIES else -1 for f in cells.model_family],
+            "log_bs": np.log2(pd.to_numeric(cells.batch_size, errors="coerce").to_numpy(dtype=float)),
+            "prior_log_norm": cells.prior_log_norm.to_numpy(),
+            "prior_log_iso": cells.prior_log_iso.to_numpy(),
+        }
+    )
     n = len(observed)
     out["n_obs"] = float(n)
     out["obs_mean"] = observed.residual.mean() if n else np.nan
@@ -199,8 +215,16 @@ def protocol_refinement(throughput: pd.DataFrame, prior: PriorModel, cfg: EvalCo
         mf_train = train.assign(row=train.job_key, col=train.cell_id.map(cidx))
         rkeys = sorted(mf_train.row.unique())
         ridx = {k: i for i, k in enumerate(rkeys)}
-        mf_cols = B.als_fit(mf_train.row.map(ridx).to_numpy(), mf_train.col.to_numpy(), mf_train.residual.to_numpy(),
-                            len(rkeys), len(col_ids), rank=2, l2=0.5, seed=cfg.seed)
+        mf_cols = B.als_fit(
+            mf_train.row.map(ridx).to_numpy(),
+            mf_train.col.to_numpy(),
+            mf_train.residual.to_numpy(),
+            len(rkeys),
+            len(col_ids),
+            rank=2,
+            l2=0.5,
+            seed=cfg.seed,
+        )
         # LightGBM on residuals with summaries of the job's observed cells (meta-trained like network 2).
         lgb = _fit_lgb_refiner(train, cfg, rng_seed=cfg.seed)
         for key in test_keys:
@@ -213,12 +237,21 @@ def protocol_refinement(throughput: pd.DataFrame, prior: PriorModel, cfg: EvalCo
                     observed = cells.loc[perm[:n]]
                     mean, _var = refiner.predict(observed, target)
                     offset = observed.residual.mean() if n else 0.0
-                    mf = B.als_fold_in(mf_cols, observed.cell_id.map(cidx).to_numpy(), observed.residual.to_numpy(),
-                                       target.cell_id.map(cidx).to_numpy())
+                    mf = B.als_fold_in(
+                        mf_cols,
+                        observed.cell_id.map(cidx).to_numpy(),
+                        observed.residual.to_numpy(),
+                        target.cell_id.map(cidx).to_numpy(),
+                    )
                     lg = lgb.predict(_summary_features(target, observed))
                     base = target.prior_log.to_numpy()
-                    for method, log_pred in (("prior", base), ("ours", base + mean), ("mean_per_job", base + offset),
-                                             ("matrix_factorization", base + mf), ("lightgbm", base + lg)):
+                    for method, log_pred in (
+                        ("prior", base),
+                        ("ours", base + mean),
+                        ("mean_per_job", base + offset),
+                        ("matrix_factorization", base + mf),
+                        ("lightgbm", base + lg),
+                    ):
                         ape = np.abs(np.exp(log_pred) - truth) / truth
                         rows.append((fam, key, rep, n, method, float(ape.mean()), len(truth)))
         log(f"protocol 3 family {fam}: kernel {refiner.kernel_summary()}")
@@ -229,8 +262,10 @@ def protocol_refinement(throughput: pd.DataFrame, prior: PriorModel, cfg: EvalCo
     table = (100 * table.w / table.cells).round(2).unstack("method")
     out = {"mape_by_n": {int(n): {m: float(table.loc[n, m]) for m in table.columns} for n in table.index}}
     prior_mape = out["mape_by_n"][min(cfg.n_obs)]["prior"]
-    out["ratio_to_prior_at_max_n"] = {m: round(out["mape_by_n"][max_n][m] / prior_mape, 3)
-                                      for m in ("ours", "mean_per_job", "matrix_factorization", "lightgbm")}
+    out["ratio_to_prior_at_max_n"] = {
+        m: round(out["mape_by_n"][max_n][m] / prior_mape, 3)
+        for m in ("ours", "mean_per_job", "matrix_factorization", "lightgbm")
+    }
     fam_table = res[res.method.isin(["prior", "ours"])].groupby(["family", "n", "method"])[["w", "cells"]].sum()
     fam_table = (100 * fam_table.w / fam_table.cells).round(2)
     out["ours_by_family"] = {f: {int(n): float(fam_table.loc[(f, n, "ours")]) for n in cfg.n_obs} for f in families}
@@ -262,6 +297,7 @@ def _fit_lgb_refiner(train: pd.DataFrame, cfg: EvalConfig, rng_seed: int):
 
 # --- all -------------------------------------------------------------------------------------------------------
 
+
 def environment() -> dict:
     import lightgbm  # noqa: PLC0415 - LightGBM loads only for its baseline
     import torch  # noqa: PLC0415 - torch loads in seconds; only training/prediction paths need it
@@ -284,8 +320,16 @@ def run_all(throughput: pd.DataFrame, cfg: EvalConfig | None = None, log=print) 
     torch.set_num_threads(1)
     cfg = cfg or EvalConfig()
     tables = build_tables(throughput, "simulation")
-    out: dict = {"config": {"prior": asdict(cfg.prior), "refiner": asdict(cfg.refiner), "folds": cfg.folds,
-                            "reps": cfg.reps, "n_obs": list(cfg.n_obs), "seed": cfg.seed}}
+    out: dict = {
+        "config": {
+            "prior": asdict(cfg.prior),
+            "refiner": asdict(cfg.refiner),
+            "folds": cfg.folds,
+            "reps": cfg.reps,
+            "n_obs": list(cfg.n_obs),
+            "seed": cfg.seed,
+        }
+    }
     timings = {}
     if 1 in cfg.protocols:
         t0 = time.perf_counter()
@@ -293,8 +337,10 @@ def run_all(throughput: pd.DataFrame, cfg: EvalConfig | None = None, log=print) 
         timings["protocol1_s"] = round(time.perf_counter() - t0, 1)
     if 2 in cfg.protocols:
         t0 = time.perf_counter()
-        out["protocol2_gpu_holdout"] = {"job": protocol_gpu_holdout(tables, cfg, "job", log),
-                                        "job_type": protocol_gpu_holdout(tables, cfg, "job_type", log)}
+        out["protocol2_gpu_holdout"] = {
+            "job": protocol_gpu_holdout(tables, cfg, "job", log),
+            "job_type": protocol_gpu_holdout(tables, cfg, "job_type", log),
+        }
         timings["protocol2_s"] = round(time.perf_counter() - t0, 1)
     if 3 in cfg.protocols:
         t0 = time.perf_counter()
@@ -316,8 +362,11 @@ def targets_status(out: dict) -> dict:
         for grouping, res in out["protocol2_gpu_holdout"].items():
             worst = max(res[g]["ours"] for g in GPU_TYPES)
             status[f"gpu_holdout_{grouping}_lt_15"] = {
-                "mean": res["mean_over_gpus"]["ours"], "worst_gpu": worst,
-                "met_on_mean": bool(res["mean_over_gpus"]["ours"] < 15.0), "met_on_every_gpu": bool(worst < 15.0)}
+                "mean": res["mean_over_gpus"]["ours"],
+                "worst_gpu": worst,
+                "met_on_mean": bool(res["mean_over_gpus"]["ours"] < 15.0),
+                "met_on_every_gpu": bool(worst < 15.0),
+            }
     if "protocol3_refinement" in out:
         r = out["protocol3_refinement"]["ratio_to_prior_at_max_n"]["ours"]
         status["refinement_halves_error"] = {"ratio_at_20": r, "met": bool(r <= 0.5)}
@@ -329,46 +378,70 @@ def _fmt(v) -> str:
 
 
 def results_markdown(out: dict) -> str:
-    lines = ["# Predictor evaluation", "",
-             "Regenerate: `OMP_NUM_THREADS=1 python -m scheduling predictor-eval --json` (writes "
-             "var/reports/predictor/results.md and results.json; single-threaded, seeded).", ""]
-    names = {"ours": "network 1 (+2)", "mean_per_job": "mean per job type", "matrix_factorization": "matrix factorization",
-             "lightgbm": "LightGBM"}
+    lines = [
+        "# Predictor evaluation",
+        "",
+        "Regenerate: `OMP_NUM_THREADS=1 python -m scheduling predictor-eval --json` (writes "
+        "var/reports/predictor/results.md and results.json; single-threaded, seeded).",
+        "",
+    ]
+    names = {
+        "ours": "network 1 (+2)",
+        "mean_per_job": "mean per job type",
+        "matrix_factorization": "matrix factorization",
+        "lightgbm": "LightGBM",
+    }
     header = "| protocol | metric | target | " + " | ".join(names[m] for m in METHODS) + " |"
     lines += [header, "|" + "---|" * (3 + len(METHODS))]
     if "protocol1_pairs" in out:
         p = out["protocol1_pairs"]
-        lines.append("| 1. held-out co-location pairs | MAPE co-located steps/s | < 8 % | "
-                     + " | ".join(_fmt(p[m]) for m in METHODS) + " |")
+        lines.append(
+            "| 1. held-out co-location pairs | MAPE co-located steps/s | < 8 % | "
+            + " | ".join(_fmt(p[m]) for m in METHODS)
+            + " |"
+        )
     if "protocol2_gpu_holdout" in out:
         for grouping, label in (("job", "job"), ("job_type", "whole job type")):
             res = out["protocol2_gpu_holdout"][grouping]
             for g in GPU_TYPES:
-                lines.append(f"| 2. GPU held out ({label}): {g} | MAPE isolated steps/s | < 15 % | "
-                             + " | ".join(_fmt(res[g][m]) for m in METHODS) + " |")
-            lines.append(f"| 2. GPU held out ({label}): mean of 3 | MAPE isolated steps/s | < 15 % | "
-                         + " | ".join(_fmt(res["mean_over_gpus"][m]) for m in METHODS) + " |")
+                lines.append(
+                    f"| 2. GPU held out ({label}): {g} | MAPE isolated steps/s | < 15 % | "
+                    + " | ".join(_fmt(res[g][m]) for m in METHODS)
+                    + " |"
+                )
+            lines.append(
+                f"| 2. GPU held out ({label}): mean of 3 | MAPE isolated steps/s | < 15 % | "
+                + " | ".join(_fmt(res["mean_over_gpus"][m]) for m in METHODS)
+                + " |"
+            )
     if "protocol3_refinement" in out:
         r = out["protocol3_refinement"]
         prior0 = r["mape_by_n"][min(r["mape_by_n"])]["prior"]
         for n, row in r["mape_by_n"].items():
             target = "≤ ½ prior" if n == max(r["mape_by_n"]) else ""
-            lines.append(f"| 3. refinement, {n} observations | MAPE unobserved cells (prior: {prior0:.1f}) | {target} | "
-                         + " | ".join(_fmt(row[m]) for m in METHODS) + " |")
+            lines.append(
+                f"| 3. refinement, {n} observations | MAPE unobserved cells (prior: {prior0:.1f}) | {target} | "
+                + " | ".join(_fmt(row[m]) for m in METHODS)
+                + " |"
+            )
     lines += ["", "Notes"]
     if "protocol1_pairs" in out:
         p = out["protocol1_pairs"]
-        lines.append(f"- Protocol 1: Gavel simulation set, {p['n_pairs']} unordered feasible 1-GPU pairs "
-                     f"({p['n_cells']} directed cells), 5 folds of unordered pairs, a pair held out on all GPU types "
-                     "and in both directions. Network 1 predicts isolated × normalized throughput end to end; the "
-                     "baselines predict the normalized throughput and are given the measured isolated throughput.")
+        lines.append(
+            f"- Protocol 1: Gavel simulation set, {p['n_pairs']} unordered feasible 1-GPU pairs "
+            f"({p['n_cells']} directed cells), 5 folds of unordered pairs, a pair held out on all GPU types "
+            "and in both directions. Network 1 predicts isolated × normalized throughput end to end; the "
+            "baselines predict the normalized throughput and are given the measured isolated throughput."
+        )
     if "protocol2_gpu_holdout" in out:
-        lines.append("- Protocol 2: for each GPU type, 5 folds of jobs are hidden on it (isolated and co-located "
-                     "rows); the model still sees them on the other two GPU types and other jobs on that GPU. "
-                     "`job` = (job type, scale factor, resource shape), so the same model/batch size at another "
-                     "scale factor may be visible on the held-out GPU; `whole job type` hides every scale factor "
-                     "of a model/batch size together. Baselines get the same fingerprint (a job's other-GPU "
-                     "throughputs); the mean-per-job baseline adds the mean GPU-type offset.")
+        lines.append(
+            "- Protocol 2: for each GPU type, 5 folds of jobs are hidden on it (isolated and co-located "
+            "rows); the model still sees them on the other two GPU types and other jobs on that GPU. "
+            "`job` = (job type, scale factor, resource shape), so the same model/batch size at another "
+            "scale factor may be visible on the held-out GPU; `whole job type` hides every scale factor "
+            "of a model/batch size together. Baselines get the same fingerprint (a job's other-GPU "
+            "throughputs); the mean-per-job baseline adds the mean GPU-type offset."
+        )
     if "protocol3_refinement" in out:
         r = out["protocol3_refinement"]
         lines.append(
@@ -381,9 +454,12 @@ def results_markdown(out: dict) -> str:
             "the job's mean observed log residual; matrix factorization = rank-2 residual matrix (jobs × cells) "
             "with the new job folded in by ridge; LightGBM = residual regression on cell features + summaries of "
             "the job's observed residuals, meta-trained on the other families. "
-            f"Excluded (feedback in another unit: median isolated oracle/prior ratio outside [1/4, 4]): {', '.join(r['excluded_unit_mismatch']) or 'none'}.")
+            f"Excluded (feedback in another unit: median isolated oracle/prior ratio outside [1/4, 4]): {', '.join(r['excluded_unit_mismatch']) or 'none'}."
+        )
     if "targets" in out:
         lines.append("- Targets: " + json.dumps(out["targets"]))
     if "timings" in out:
-        lines.append(f"- Runtime (s): {json.dumps(out['timings'])}; environment: {json.dumps(out.get('environment', {}))}")
+        lines.append(
+            f"- Runtime (s): {json.dumps(out['timings'])}; environment: {json.dumps(out.get('environment', {}))}"
+        )
     return "\n".join(lines) + "\n"

@@ -24,6 +24,7 @@
 Everything is written under `var/reports/evaluate/<run>/` (or `out_dir`): index.html, charts/*.png,
 cards/*.png, data.json (the numbers behind the charts).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,8 +61,7 @@ log = logging.getLogger(__name__)
 
 MAX_CARDS = 50
 BASELINE_PREFERENCE = ("run-now", "round-robin", "performance-first", "random")
-PALETTE = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666",
-           "#1f78b4", "#b2df8a")
+PALETTE = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666", "#1f78b4", "#b2df8a")
 
 
 @dataclass
@@ -74,8 +74,13 @@ class ReportResult:
     n_cards_left_out: int = 0
 
     def as_dict(self) -> dict:
-        return {"index": str(self.index), "directory": str(self.directory), "charts": self.charts,
-                "cards": len(self.cards), "cards_left_out": self.n_cards_left_out}
+        return {
+            "index": str(self.index),
+            "directory": str(self.directory),
+            "charts": self.charts,
+            "cards": len(self.cards),
+            "cards_left_out": self.n_cards_left_out,
+        }
 
 
 def default_report_dir(run_id: str) -> Path:
@@ -116,6 +121,7 @@ def _color(i: int) -> str:
 
 # ------------------------------------------------------------------------------------------------ charts
 
+
 def chart_carbon(policies: pd.DataFrame, optimum: float | None, path: Path) -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 3.6))
@@ -133,21 +139,27 @@ def chart_carbon(policies: pd.DataFrame, optimum: float | None, path: Path) -> N
     _save(fig, path)
 
 
-SUMMARY_ORDER = ("rolling-lp", "priority", "carbon-time", "greedy-carbon", "performance-first", "round-robin",
-                 "random")
+SUMMARY_ORDER = ("rolling-lp", "priority", "carbon-time", "greedy-carbon", "performance-first", "round-robin", "random")
 
 
 def over_runs(reports: list[dict]) -> pd.DataFrame:
     """The numbers behind `chart_over_runs`: `results.over_seeds(partial=True)` without the bound and the
     reference runs (policies only), in percent, by period (month) and load, our policy first and the baselines in
     the order of the results tables."""
-    rows = [r for r in over_seeds(reports, partial=True) if r["policy"] != "optimum" and r["policy"] not in
-            REFERENCE_RUNS]
+    rows = [
+        r for r in over_seeds(reports, partial=True) if r["policy"] != "optimum" and r["policy"] not in REFERENCE_RUNS
+    ]
     if not rows:
         return pd.DataFrame()
     frame = pd.DataFrame(rows)
-    out = pd.DataFrame({"period": frame["start"].astype(str).str[:7], "load": frame["load_target"].astype(float),
-                        "policy": frame["policy"], "runs": frame["runs"]})
+    out = pd.DataFrame(
+        {
+            "period": frame["start"].astype(str).str[:7],
+            "load": frame["load_target"].astype(float),
+            "policy": frame["policy"],
+            "runs": frame["runs"],
+        }
+    )
     for stat in ("mean", "min", "max"):
         out[f"share_{stat}"] = frame[f"share_{stat}_pct"].astype(float)
         out[f"deadlines_{stat}"] = 100.0 * frame[f"deadlines_{stat}"].astype(float)
@@ -156,8 +168,9 @@ def over_runs(reports: list[dict]) -> pd.DataFrame:
     return out.sort_values(["period", "load", "order", "policy"]).drop(columns="order").reset_index(drop=True)
 
 
-def chart_over_runs(reports: list[dict], path: Path, share_target_pct: float = 90.0,
-                    deadline_target_pct: float = 98.0) -> pd.DataFrame:
+def chart_over_runs(
+    reports: list[dict], path: Path, share_target_pct: float = 90.0, deadline_target_pct: float = 98.0
+) -> pd.DataFrame:
     """Two panels over every period x load: each policy's share of the optimum's reduction and its deadline
     satisfaction, bars at the mean over the runs (trace seeds), whiskers min-max, the targets as lines.
     Returns the numbers drawn (`over_runs`)."""
@@ -169,8 +182,10 @@ def chart_over_runs(reports: list[dict], path: Path, share_target_pct: float = 9
     policies = list(dict.fromkeys(table["policy"]))
     width = 0.8 / len(policies)
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
-    panels = (("share", "share of the optimum's reduction (%)", share_target_pct),
-              ("deadlines", "jobs meeting their deadline (%)", deadline_target_pct))
+    panels = (
+        ("share", "share of the optimum's reduction (%)", share_target_pct),
+        ("deadlines", "jobs meeting their deadline (%)", deadline_target_pct),
+    )
     for ax, (key, label, target) in zip(axes, panels):
         for i, name in enumerate(policies):
             part = table[table["policy"] == name].set_index(["period", "load"])
@@ -184,8 +199,16 @@ def chart_over_runs(reports: list[dict], path: Path, share_target_pct: float = 9
                     hi.append(row[f"{key}_max"] - row[f"{key}_mean"])
             if xs:
                 runs = int(part["runs"].max())
-                ax.bar(xs, mean, width, color=_color(i), yerr=[lo, hi], capsize=2, error_kw={"linewidth": 0.8},
-                       label=f"{name} ({runs} runs)" if runs > 1 else name)
+                ax.bar(
+                    xs,
+                    mean,
+                    width,
+                    color=_color(i),
+                    yerr=[lo, hi],
+                    capsize=2,
+                    error_kw={"linewidth": 0.8},
+                    label=f"{name} ({runs} runs)" if runs > 1 else name,
+                )
         ax.axhline(target, color="black", linestyle="--", linewidth=1)
         ax.text(len(groups) - 0.5, target, f"target {target:g} %", ha="right", va="bottom", fontsize=8)
         ax.axhline(0, color="grey", linewidth=0.6)
@@ -195,8 +218,9 @@ def chart_over_runs(reports: list[dict], path: Path, share_target_pct: float = 9
     axes[1].set_title("Deadlines")
     axes[1].set_ylim(0, 105)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(policies), fontsize=8, frameon=False,
-               bbox_to_anchor=(0.5, -0.06))
+    fig.legend(
+        handles, labels, loc="lower center", ncol=len(policies), fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.06)
+    )
     _save(fig, path)
     return table
 
@@ -272,8 +296,9 @@ def _forecast_frame(forecast: pd.DataFrame) -> pd.DataFrame:
     return f.sort_values(["region", "target_time"])
 
 
-def chart_timeline(timeline: pd.DataFrame, forecast: pd.DataFrame, path: Path, policy: str | None,
-                   max_regions: int = 6) -> None:
+def chart_timeline(
+    timeline: pd.DataFrame, forecast: pd.DataFrame, path: Path, policy: str | None, max_regions: int = 6
+) -> None:
     """Per region: the forecast (P50 line, P10-P90 band) and the plan's jobs as bars under it."""
     plt = _plt()
     t = timeline.copy()
@@ -304,15 +329,17 @@ def chart_timeline(timeline: pd.DataFrame, forecast: pd.DataFrame, path: Path, p
                 width = (pd.Timestamp(row.end_time) - start) / pd.Timedelta(days=1)
                 import matplotlib.dates as mdates  # noqa: PLC0415 - plotting loads only when a chart is drawn
 
-                twin.broken_barh([(mdates.date2num(start.to_pydatetime()), width)], (k % 12, 0.8),
-                                 facecolors="#fd8d3c", alpha=0.7)
+                twin.broken_barh(
+                    [(mdates.date2num(start.to_pydatetime()), width)], (k % 12, 0.8), facecolors="#fd8d3c", alpha=0.7
+                )
             twin.set_ylim(0, 30)
             twin.set_yticks([])
         if ax is axes[0, 0] and ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="upper right")
     axes[-1, 0].set_xlabel("time (UTC)")
-    fig.suptitle(f"Plan timeline against the forecast{f' ({policy})' if policy else ''}: jobs as orange bars",
-                 fontsize=10)
+    fig.suptitle(
+        f"Plan timeline against the forecast{f' ({policy})' if policy else ''}: jobs as orange bars", fontsize=10
+    )
     fig.autofmt_xdate()
     _save(fig, path)
 
@@ -326,7 +353,9 @@ def chart_card(record: dict, forecast: pd.DataFrame, path: Path, end_time=None) 
     alts = list(record.get("alternatives") or [])[:5]
     region = str(chosen.get("region")) if chosen.get("region") is not None else None
     regions = [region] if region else []
-    regions += [str(a.get("region")) for a in alts if a.get("region") is not None and str(a.get("region")) not in regions]
+    regions += [
+        str(a.get("region")) for a in alts if a.get("region") is not None and str(a.get("region")) not in regions
+    ]
     times = [pd.Timestamp(x) for x in [chosen.get("start_time"), *[a.get("start_time") for a in alts]] if x]
     lo = min(times) - pd.Timedelta(hours=6) if times else None
     hi = max(times) + pd.Timedelta(hours=30) if times else None
@@ -340,22 +369,35 @@ def chart_card(record: dict, forecast: pd.DataFrame, path: Path, end_time=None) 
         main = reg == region
         if main and {"p10", "p90"} <= set(f.columns) and f[["p10", "p90"]].notna().any().all():
             ax.fill_between(f["target_time"], f["p10"], f["p90"], color="#9ecae1", alpha=0.5)
-        ax.plot(f["target_time"], f["p50"], color=_color(i), linewidth=1.6 if main else 0.8,
-                label=f"{reg}{' (chosen)' if main else ''}")
+        ax.plot(
+            f["target_time"],
+            f["p50"],
+            color=_color(i),
+            linewidth=1.6 if main else 0.8,
+            label=f"{reg}{' (chosen)' if main else ''}",
+        )
         lines[reg] = f
     if chosen.get("start_time"):
         start = utc(chosen["start_time"])
         end = chosen.get("end_time") or end_time
         end = utc(end) if end is not None else start + pd.Timedelta(hours=1)
-        ax.axvspan(start, max(end, start + pd.Timedelta(hours=1)), color="#31a354", alpha=0.25,
-                   label=f"chosen: {_kg(chosen.get('kgco2e'))}")
+        ax.axvspan(
+            start,
+            max(end, start + pd.Timedelta(hours=1)),
+            color="#31a354",
+            alpha=0.25,
+            label=f"chosen: {_kg(chosen.get('kgco2e'))}",
+        )
     for k, alt in enumerate(alts, 1):
         if not alt.get("start_time"):
             continue
         ts = utc(alt["start_time"])
         f = lines.get(str(alt.get("region")))
-        y = float(np.interp(ts.value, f["target_time"].astype("int64").to_numpy(), f["p50"].to_numpy())) \
-            if f is not None and len(f) else 0.0
+        y = (
+            float(np.interp(ts.value, f["target_time"].astype("int64").to_numpy(), f["p50"].to_numpy()))
+            if f is not None and len(f)
+            else 0.0
+        )
         ax.plot([ts], [y], marker="v", color="#de2d26", markersize=6)
         ax.annotate(f"{k}: {_kg(alt.get('kgco2e'))}", (ts, y), textcoords="offset points", xytext=(3, 5), fontsize=6)
     ax.set_ylabel("gCO2e/kWh", fontsize=8)
@@ -380,6 +422,7 @@ def _kg(value) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ the page
+
 
 def _table(frame: pd.DataFrame, digits: int = 3) -> str:
     if frame.empty:
@@ -421,8 +464,9 @@ def _pick_baseline(names: list[str], policies: pd.DataFrame, requested: str | No
     return names[0] if names else None
 
 
-def write_report(evaluation: dict, out_dir: str | Path | None = None, run_id: str = "run",
-                 max_cards: int = MAX_CARDS) -> ReportResult:
+def write_report(
+    evaluation: dict, out_dir: str | Path | None = None, run_id: str = "run", max_cards: int = MAX_CARDS
+) -> ReportResult:
     """Render the report (see the module doc); returns where it is. Logs the index path."""
     directory = Path(out_dir) if out_dir else default_report_dir(run_id)
     directory.mkdir(parents=True, exist_ok=True)
@@ -450,8 +494,12 @@ def write_report(evaluation: dict, out_dir: str | Path | None = None, run_id: st
     chart_deadlines(policies, charts / "deadline_satisfaction.png")
     chart_unallocated(policies, utilization, charts / "unallocated_gpus.png")
     chart_timeline(timeline, forecast, charts / "plan_timeline.png", evaluation.get("timeline_policy"))
-    result.charts = ["charts/carbon_per_policy.png", "charts/deadline_satisfaction.png",
-                     "charts/unallocated_gpus.png", "charts/plan_timeline.png"]
+    result.charts = [
+        "charts/carbon_per_policy.png",
+        "charts/deadline_satisfaction.png",
+        "charts/unallocated_gpus.png",
+        "charts/plan_timeline.png",
+    ]
     savings = pd.DataFrame()
     if not by_region.empty and baseline is not None:
         savings = chart_savings(by_region, baseline, charts / "savings_per_region.png")
@@ -473,43 +521,63 @@ def write_report(evaluation: dict, out_dir: str | Path | None = None, run_id: st
         text = texts.get(job) or template.explain(record)
         card_html.append(
             f'<div class="card" id="{html.escape(safe_run_id(job))}"><h3>{html.escape(job)}</h3>'
-            f"<pre>{html.escape(text)}</pre><img src=\"{html.escape(rel)}\" alt=\"forecast and windows of "
-            f"{html.escape(job)}\"></div>")
+            f'<pre>{html.escape(text)}</pre><img src="{html.escape(rel)}" alt="forecast and windows of '
+            f'{html.escape(job)}"></div>'
+        )
 
     table = policies.copy()
     if optimum is not None and "kgco2e" in table.columns:
         table["above_optimum_pct"] = 100.0 * (table["kgco2e"].astype(float) / optimum - 1.0) if optimum > 0 else np.nan
     parts = [
-        "<!DOCTYPE html><html><head><meta charset=\"utf-8\">",
+        '<!DOCTYPE html><html><head><meta charset="utf-8">',
         f"<title>Evaluation {html.escape(str(run_id))}</title><style>{CSS}</style></head><body>",
         f"<h1>Carbon-aware planner: evaluation {html.escape(str(run_id))}</h1>",
-        _table(pd.DataFrame({"setting": list(meta), "value": [canonical_json(v) if isinstance(v, (dict, list))
-                                                              else str(v) for v in meta.values()]})),
+        _table(
+            pd.DataFrame(
+                {
+                    "setting": list(meta),
+                    "value": [canonical_json(v) if isinstance(v, (dict, list)) else str(v) for v in meta.values()],
+                }
+            )
+        ),
         "<h2>Carbon per policy</h2>",
         "<p>Total expected emissions of the jobs each policy ran"
-        + (f"; the dashed line is the offline optimum (linear program), a lower bound: {optimum:,.2f} kgCO2e."
-           if optimum is not None else "; the optimum was not computed.") + "</p>",
+        + (
+            f"; the dashed line is the offline optimum (linear program), a lower bound: {optimum:,.2f} kgCO2e."
+            if optimum is not None
+            else "; the optimum was not computed."
+        )
+        + "</p>",
         _table(table),
         '<img src="charts/carbon_per_policy.png" alt="carbon per policy">',
-        "<h2>Deadline satisfaction</h2>", '<img src="charts/deadline_satisfaction.png" alt="deadlines">',
-        "<h2>Unallocated GPUs</h2>", '<img src="charts/unallocated_gpus.png" alt="unallocated GPUs">',
+        "<h2>Deadline satisfaction</h2>",
+        '<img src="charts/deadline_satisfaction.png" alt="deadlines">',
+        "<h2>Unallocated GPUs</h2>",
+        '<img src="charts/unallocated_gpus.png" alt="unallocated GPUs">',
         "<h2>Plan timeline against the forecast</h2>",
-        "<p>The P10-P90 band is drawn where the forecast has quantiles (a point forecast shows the P50 line "
-        "only).</p>",
+        "<p>The P10-P90 band is drawn where the forecast has quantiles (a point forecast shows the P50 line only).</p>",
         '<img src="charts/plan_timeline.png" alt="timeline">',
     ]
     if not savings.empty:
-        parts += [f"<h2>Savings per region (against {html.escape(str(baseline))})</h2>",
-                  '<img src="charts/savings_per_region.png" alt="savings per region">', _table(savings)]
+        parts += [
+            f"<h2>Savings per region (against {html.escape(str(baseline))})</h2>",
+            '<img src="charts/savings_per_region.png" alt="savings per region">',
+            _table(savings),
+        ]
     parts.append(f"<h2>Explanation cards ({len(shown)} of {len(records)} jobs)</h2>")
     if result.n_cards_left_out:
-        parts.append(f"<p>Cards are capped at {max_cards}: {result.n_cards_left_out} more jobs are left out "
-                     "(all explanation records are in data.json).</p>")
+        parts.append(
+            f"<p>Cards are capped at {max_cards}: {result.n_cards_left_out} more jobs are left out "
+            "(all explanation records are in data.json).</p>"
+        )
     parts += card_html
     parts.append("</body></html>")
     result.index.write_text("\n".join(parts) + "\n", encoding="utf-8")
     data = {
-        "run_id": run_id, "meta": meta, "baseline": baseline, "optimum_kgco2e": optimum,
+        "run_id": run_id,
+        "meta": meta,
+        "baseline": baseline,
+        "optimum_kgco2e": optimum,
         "policies": to_jsonable(policies.to_dict(orient="records")),
         "savings_per_region": to_jsonable(savings.to_dict(orient="records")) if not savings.empty else [],
         "explanations": to_jsonable(records),
@@ -521,6 +589,7 @@ def write_report(evaluation: dict, out_dir: str | Path | None = None, run_id: st
 
 
 # ------------------------------------------------------------------------------------------------ from the simulator
+
 
 def forecast_band(sc, start=None, hours: int | None = None, history_days: int = 7) -> pd.DataFrame:
     """The scenario's forecast over the period as a rolling day-ahead series (issued daily at 00:00 UTC, 24 h
@@ -554,10 +623,19 @@ def forecast_band(sc, start=None, hours: int | None = None, history_days: int = 
         actual = sc.grid.window(day, 24, zones)
         times = pd.date_range(day, periods=24, freq="h")
         for zi, zone in enumerate(zones):
-            frames.append(pd.DataFrame({
-                "region": zone_region.get(zone, zone), "zone": zone, "target_time": times,
-                "p50": f[:, zi], "p10": f[:, zi] + q10[zi], "p90": f[:, zi] + q90[zi], "actual": actual[:, zi],
-            }))
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "region": zone_region.get(zone, zone),
+                        "zone": zone,
+                        "target_time": times,
+                        "p50": f[:, zi],
+                        "p10": f[:, zi] + q10[zi],
+                        "p90": f[:, zi] + q90[zi],
+                        "actual": actual[:, zi],
+                    }
+                )
+            )
     if not frames:
         return pd.DataFrame(columns=["region", "zone", "target_time", "p10", "p50", "p90", "actual"])
     return pd.concat(frames, ignore_index=True)
@@ -566,8 +644,16 @@ def forecast_band(sc, start=None, hours: int | None = None, history_days: int = 
 def explained_run(sc, policy: str = "priority", seed: int = 0) -> list[dict]:
     """The explanation record of the decision that started each job, from a replay of `sc` with explanations
     on (the same loop as `scheduling.evaluation.simulator.simulate`, which does not keep them)."""
-    hp = HourlyPlanner(sc.fleet, table=sc.table, policy=make_policy(policy, seed=seed), forecasts=sc.forecasts,
-                       workload=sc.workload, explain=True, tentative=False, seed=seed)
+    hp = HourlyPlanner(
+        sc.fleet,
+        table=sc.table,
+        policy=make_policy(policy, seed=seed),
+        forecasts=sc.forecasts,
+        workload=sc.workload,
+        explain=True,
+        tentative=False,
+        seed=seed,
+    )
     t0 = abs_hours(sc.start)
     t_arr, t_max = t0 + sc.hours, t0 + sc.hours + sc.tail_hours
     ids = sc.table.jobs["job_id"].astype(str).to_numpy()
@@ -586,8 +672,14 @@ def explained_run(sc, policy: str = "priority", seed: int = 0) -> list[dict]:
     return [records[k] for k in sorted(records)]
 
 
-def evaluation_from_simulation(sc, results: dict, optimum: dict | None = None, explanations=None,
-                               timeline_policy: str | None = None, texts: dict | None = None) -> dict:
+def evaluation_from_simulation(
+    sc,
+    results: dict,
+    optimum: dict | None = None,
+    explanations=None,
+    timeline_policy: str | None = None,
+    texts: dict | None = None,
+) -> dict:
     """The `write_report` input from a scenario (`scheduling.evaluation.scenario.build_scenario`), its `SimResult`s per
     policy and the optimum (`solve_optimum`)."""
     names = list(results)
@@ -598,25 +690,57 @@ def evaluation_from_simulation(sc, results: dict, optimum: dict | None = None, e
     times = pd.date_range(sc.start, periods=sc.hours, freq="h")
     for name, res in results.items():
         m = res.metrics
-        rows.append({"policy": name, "kgco2e": m["kgco2e"], "deadline_met_share": m["deadline_satisfaction"],
-                     "unallocated_gpus": m["unallocated_gpus"], "energy_kwh": m.get("energy_kwh"),
-                     "mean_delay_h": m.get("mean_delay_h"), "jobs_started": m.get("jobs_started")})
+        rows.append(
+            {
+                "policy": name,
+                "kgco2e": m["kgco2e"],
+                "deadline_met_share": m["deadline_satisfaction"],
+                "unallocated_gpus": m["unallocated_gpus"],
+                "energy_kwh": m.get("energy_kwh"),
+                "mean_delay_h": m.get("mean_delay_h"),
+                "jobs_started": m.get("jobs_started"),
+            }
+        )
         alloc = np.asarray(res.hourly_alloc)
-        util.append(pd.DataFrame({"time": times[: len(alloc)], "policy": name,
-                                  "unallocated_gpus": (cap.sum() - alloc.sum(axis=1)) / 1000.0}))
+        util.append(
+            pd.DataFrame(
+                {
+                    "time": times[: len(alloc)],
+                    "policy": name,
+                    "unallocated_gpus": (cap.sum() - alloc.sum(axis=1)) / 1000.0,
+                }
+            )
+        )
         for region, kg in (m.get("by_region_kgco2e") or {}).items():
             if region != "none":
                 by_region.append({"policy": name, "region": region, "kgco2e": kg})
     rec = results[timeline_policy].records
     rec = rec[rec["started"]].copy()
-    timeline = pd.DataFrame({
-        "job_id": rec["job_id"].astype(str), "region": rec["cluster"].map(cluster_region),
-        "cluster": rec["cluster"], "start_time": pd.to_datetime(rec["start_time"], utc=True),
-        "end_time": pd.to_datetime(rec["start_time"], utc=True) + pd.to_timedelta(rec["duration_h"], unit="h"),
-    })
+    timeline = pd.DataFrame(
+        {
+            "job_id": rec["job_id"].astype(str),
+            "region": rec["cluster"].map(cluster_region),
+            "cluster": rec["cluster"],
+            "start_time": pd.to_datetime(rec["start_time"], utc=True),
+            "end_time": pd.to_datetime(rec["start_time"], utc=True) + pd.to_timedelta(rec["duration_h"], unit="h"),
+        }
+    )
     cfg = dict(sc.config)
-    meta = {k: cfg.get(k) for k in ("start", "days", "n_jobs", "regions", "load_target", "seed", "packing",
-                                    "forecasts_requested", "grid_source", "power_options")}
+    meta = {
+        k: cfg.get(k)
+        for k in (
+            "start",
+            "days",
+            "n_jobs",
+            "regions",
+            "load_target",
+            "seed",
+            "packing",
+            "forecasts_requested",
+            "grid_source",
+            "power_options",
+        )
+    }
     meta["forecast_used"] = sc.forecasts.name
     meta["fleet_gpus"] = sc.fleet.total_gpus
     meta["band"] = "P10-P90 = day-ahead P50 + 10th/90th percentile of its errors over the 7 days before the period"
@@ -696,13 +820,34 @@ def validate_evaluation_params(params: dict) -> dict:
     load = params.get("load", 0.5)
     if isinstance(load, bool) or not isinstance(load, (int, float)) or float(load) not in LOADS:
         raise ValueError(f"load {load!r} must be one of {list(LOADS)}")
-    return {"policies": list(dict.fromkeys(policies)), "start": start.strftime("%Y-%m-%d"), "days": values["days"],
-            "n_jobs": values["jobs"], "regions": regions, "load": float(load), "max_cards": values["max_cards"]}
+    return {
+        "policies": list(dict.fromkeys(policies)),
+        "start": start.strftime("%Y-%m-%d"),
+        "days": values["days"],
+        "n_jobs": values["jobs"],
+        "regions": regions,
+        "load": float(load),
+        "max_cards": values["max_cards"],
+    }
 
 
-def run_evaluation(*, start, days: int, n_jobs: int, regions, load: float, policies, run_id: str | None = None,
-                   out_dir=None, max_cards: int = MAX_CARDS, seed: int = 0, lp_time_limit_s: float = 300.0,
-                   db_path=None, data_dir=None, explainer=None) -> dict:
+def run_evaluation(
+    *,
+    start,
+    days: int,
+    n_jobs: int,
+    regions,
+    load: float,
+    policies,
+    run_id: str | None = None,
+    out_dir=None,
+    max_cards: int = MAX_CARDS,
+    seed: int = 0,
+    lp_time_limit_s: float = 300.0,
+    db_path=None,
+    data_dir=None,
+    explainer=None,
+) -> dict:
     """Simulate `policies` (online ones; "optimum" adds the LP bound) on one scenario and write the report.
     Returns {index, directory, run_id, metrics (per policy), optimum_kgco2e, cards, seconds}."""
     t0 = time.perf_counter()
@@ -711,8 +856,9 @@ def run_evaluation(*, start, days: int, n_jobs: int, regions, load: float, polic
     if not online:
         raise ValueError("policies: at least one online policy besides 'optimum' is needed")
     run_id = run_id or default_run_id(start, days, n_jobs, regions, load)
-    sc = build_scenario(start=start, days=days, n_jobs=n_jobs, regions=regions, load=load, seed=seed,
-                        db_path=db_path, data_dir=data_dir)
+    sc = build_scenario(
+        start=start, days=days, n_jobs=n_jobs, regions=regions, load=load, seed=seed, db_path=db_path, data_dir=data_dir
+    )
     results = {p: simulate(sc, p, seed=seed) for p in online}
     optimum = solve_optimum(sc, lp_time_limit_s) if "optimum" in policies else None
     card_policy = "priority" if "priority" in online else online[0]
@@ -725,11 +871,16 @@ def run_evaluation(*, start, days: int, n_jobs: int, regions, load: float, polic
     evaluation["meta"]["cards_policy"] = card_policy
     rr = write_report(evaluation, out_dir or default_report_dir(run_id), run_id=run_id, max_cards=max_cards)
     return {
-        "run_id": run_id, "index": str(rr.index), "directory": str(rr.directory),
-        "metrics": {p: {k: r.metrics[k] for k in ("kgco2e", "deadline_satisfaction", "unallocated_gpus")}
-                    for p, r in results.items()},
+        "run_id": run_id,
+        "index": str(rr.index),
+        "directory": str(rr.directory),
+        "metrics": {
+            p: {k: r.metrics[k] for k in ("kgco2e", "deadline_satisfaction", "unallocated_gpus")}
+            for p, r in results.items()
+        },
         "optimum_kgco2e": None if optimum is None else optimum.get("kgco2e"),
-        "cards": rr.n_cards, "cards_left_out": rr.n_cards_left_out,
+        "cards": rr.n_cards,
+        "cards_left_out": rr.n_cards_left_out,
         "seconds": round(time.perf_counter() - t0, 2),
     }
 
@@ -737,8 +888,10 @@ def run_evaluation(*, start, days: int, n_jobs: int, regions, load: float, polic
 def main(argv: list[str] | None = None) -> int:
     """`python -m scheduling.evaluation.report --start 2021-07-01 --days 2 --jobs 60 --regions 3 --load 0.5
     --policies priority,greedy-carbon,performance-first,optimum [--max-cards 50] [--run-id ID] [--json]`."""
-    parser = argparse.ArgumentParser(prog="python -m scheduling.evaluation.report",
-                                     description="Simulate policies on one scenario and write the HTML report.")
+    parser = argparse.ArgumentParser(
+        prog="python -m scheduling.evaluation.report",
+        description="Simulate policies on one scenario and write the HTML report.",
+    )
     parser.add_argument("--start", required=True)
     parser.add_argument("--days", type=int, default=2)
     parser.add_argument("--jobs", type=int, default=100)
@@ -752,9 +905,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     regions = int(args.regions) if args.regions.isdigit() else [r for r in args.regions.split(",") if r]
-    out = run_evaluation(start=args.start, days=args.days, n_jobs=args.jobs, regions=regions, load=args.load,
-                         policies=[p for p in args.policies.split(",") if p], run_id=args.run_id,
-                         out_dir=args.out_dir, max_cards=args.max_cards)
+    out = run_evaluation(
+        start=args.start,
+        days=args.days,
+        n_jobs=args.jobs,
+        regions=regions,
+        load=args.load,
+        policies=[p for p in args.policies.split(",") if p],
+        run_id=args.run_id,
+        out_dir=args.out_dir,
+        max_cards=args.max_cards,
+    )
     print(json.dumps(out, sort_keys=True) if args.json else f"report: {out['index']}")
     return 0
 

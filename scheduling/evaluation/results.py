@@ -4,6 +4,7 @@ dict), each policy's share of the optimum's reduction over trace seeds (`over_se
     report = evaluate(build_scenario(start="2021-07-01", days=14, n_jobs=1000, regions=6, load=0.5))
     print(report_markdown([report]))
 """
+
 from __future__ import annotations
 
 import math
@@ -25,20 +26,43 @@ from scheduling.planning.policies.registry import ONLINE_POLICIES
 from scheduling.planning.problem import PriorityWeights
 
 OUR_POLICIES = ("priority", "rolling-lp")
-REPORT_POLICIES = ("priority", "rolling-lp", "priority-noprices", "carbon-time", "greedy-carbon", "performance-first",
-                   "round-robin", "random")
+REPORT_POLICIES = (
+    "priority",
+    "rolling-lp",
+    "priority-noprices",
+    "carbon-time",
+    "greedy-carbon",
+    "performance-first",
+    "round-robin",
+    "random",
+)
 
 
 def environment() -> dict:
     """The machine and library versions a result was measured with."""
-    return {"cpu_count": os.cpu_count(), "python": sys.version.split()[0], "numpy": np.__version__,
-            "pandas": pd.__version__, "scipy": scipy.__version__, "platform": platform.platform(),
-            "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
+    return {
+        "cpu_count": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "numpy": np.__version__,
+        "pandas": pd.__version__,
+        "scipy": scipy.__version__,
+        "platform": platform.platform(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+    }
 
 
-def evaluate(sc: Scenario, policies=ONLINE_POLICIES, *, with_optimum: bool = True, seed: int = 0,
-             weights: PriorityWeights | None = None, progress: bool = False, lp_time_limit_s: float = 600.0,
-             ablations: bool = False, postpone_margin_h: float = 1.0) -> dict:
+def evaluate(
+    sc: Scenario,
+    policies=ONLINE_POLICIES,
+    *,
+    with_optimum: bool = True,
+    seed: int = 0,
+    weights: PriorityWeights | None = None,
+    progress: bool = False,
+    lp_time_limit_s: float = 600.0,
+    ablations: bool = False,
+    postpone_margin_h: float = 1.0,
+) -> dict:
     """Every policy (performance-first always), the bound and, with `ablations`, the runs of
     `ablations.ABLATION_RUNS` on one scenario, each with its reduction against performance-first and its share of
     the optimum's reduction; a JSON-ready dict. Ablations: the priority policy without capacity prices, priority
@@ -50,8 +74,13 @@ def evaluate(sc: Scenario, policies=ONLINE_POLICIES, *, with_optimum: bool = Tru
         policies.append(BASELINE)
     bar = None
     if progress:
-        bar = tqdm(total=len(policies) * (sc.hours + sc.tail_hours), file=sys.stderr, unit="h",
-                   desc=f"{sc.start.date()} load={sc.load}", leave=False)
+        bar = tqdm(
+            total=len(policies) * (sc.hours + sc.tail_hours),
+            file=sys.stderr,
+            unit="h",
+            desc=f"{sc.start.date()} load={sc.load}",
+            leave=False,
+        )
     results, records = {}, {}
     for name in policies:
         if bar is not None:
@@ -83,25 +112,40 @@ def evaluate(sc: Scenario, policies=ONLINE_POLICIES, *, with_optimum: bool = Tru
     if opt is not None:
         opt["reduction_vs_performance_first_pct"] = 100.0 * (base - opt["kgco2e"]) / base if base else None
         opt["share_of_optimum_reduction_pct"] = 100.0
-    extra = run_ablations(sc, policies, seed=seed, weights=weights,
-                          postpone_margin_h=postpone_margin_h) if ablations else {}
+    extra = (
+        run_ablations(sc, policies, seed=seed, weights=weights, postpone_margin_h=postpone_margin_h)
+        if ablations
+        else {}
+    )
     for m in extra.values():
         m["reduction_vs_performance_first_pct"] = 100.0 * (base - m["kgco2e"]) / base if base else None
-        m["share_of_optimum_reduction_pct"] = (100.0 * (base - m["kgco2e"]) / (base - opt["kgco2e"])
-                                               if opt is not None and base - opt["kgco2e"] > 1e-9 else None)
+        m["share_of_optimum_reduction_pct"] = (
+            100.0 * (base - m["kgco2e"]) / (base - opt["kgco2e"])
+            if opt is not None and base - opt["kgco2e"] > 1e-9
+            else None
+        )
     fallback = results.get("priority", next(iter(results.values())))["forecast_fallback_share"]
     report = {
         "config": {**sc.config, "postpone_margin_h": postpone_margin_h},
         "signal": SIGNAL,
-        "forecasts": {**sc.forecasts.describe(), "used": sc.forecasts.name,
-                      "fallback_share_of_cells": fallback,
-                      "note": ("naive = seasonal naive from actuals known at the planning hour"
-                               if sc.forecasts.name == "naive" else None)},
+        "forecasts": {
+            **sc.forecasts.describe(),
+            "used": sc.forecasts.name,
+            "fallback_share_of_cells": fallback,
+            "note": (
+                "naive = seasonal naive from actuals known at the planning hour"
+                if sc.forecasts.name == "naive"
+                else None
+            ),
+        },
         "fleet": {"total_gpus": sc.fleet.total_gpus, "clusters": sc.fleet.capacity_table().to_dict("records")},
-        "jobs": {"n": int(len(sc.jobs)), "gpu_hours_home": round(demand_gpu_hours(sc.jobs, sc.table, on="home"), 1),
-                 "by_class": {str(k): int(v) for k, v in sc.jobs["workload_class"].value_counts().items()},
-                 "mean_duration_h_ref": float(sc.jobs["duration_h_ref"].mean()),
-                 "mean_flexibility": float(sc.jobs["flexibility"].mean())},
+        "jobs": {
+            "n": int(len(sc.jobs)),
+            "gpu_hours_home": round(demand_gpu_hours(sc.jobs, sc.table, on="home"), 1),
+            "by_class": {str(k): int(v) for k, v in sc.jobs["workload_class"].value_counts().items()},
+            "mean_duration_h_ref": float(sc.jobs["duration_h_ref"].mean()),
+            "mean_flexibility": float(sc.jobs["flexibility"].mean()),
+        },
         "policies": results,
         "optimum": opt,
         **({"optimum_error": opt_error} if opt_error else {}),
@@ -192,24 +236,38 @@ def over_seeds(reports: list[dict], partial: bool = False) -> list[dict]:
         seeds = sorted({int(r["config"]["seed"]) for r in reps})
         if not partial and (len(seeds) < 2 or len(seeds) != len(reps)):
             continue
-        runs = [{**r["policies"], **{k: m for k, m in (r.get("ablations") or {}).items() if k in REFERENCE_RUNS}}
-                for r in reps]
+        runs = [
+            {**r["policies"], **{k: m for k, m in (r.get("ablations") or {}).items() if k in REFERENCE_RUNS}}
+            for r in reps
+        ]
         names = list(dict.fromkeys(p for x in runs for p in x if partial or all(p in y for y in runs)))
         for name in names + (["optimum"] if all(r.get("optimum") for r in reps) else []):
-            pairs = [(r, r["optimum"] if name == "optimum" else x[name]) for r, x in zip(reps, runs)
-                     if name == "optimum" or name in x]
+            pairs = [
+                (r, r["optimum"] if name == "optimum" else x[name])
+                for r, x in zip(reps, runs)
+                if name == "optimum" or name in x
+            ]
             ran, ms = [r for r, _ in pairs], [m for _, m in pairs]
             share = [m.get("share_of_optimum_reduction_pct") for m in ms]
             dl = [m["deadline_satisfaction"] for m in ms]
             kg = [m["kgco2e"] for m in ms]
             ok = all(v is not None for v in share)
-            rows.append({"start": start, "load_target": load, "seeds": sorted(int(r["config"]["seed"]) for r in ran),
-                         "policy": name, "runs": len(ran),
-                         "share_mean_pct": float(np.mean(share)) if ok else None,
-                         "share_min_pct": float(np.min(share)) if ok else None,
-                         "share_max_pct": float(np.max(share)) if ok else None,
-                         "deadlines_mean": float(np.mean(dl)), "deadlines_min": float(np.min(dl)),
-                         "deadlines_max": float(np.max(dl)), "kgco2e_mean": float(np.mean(kg))})
+            rows.append(
+                {
+                    "start": start,
+                    "load_target": load,
+                    "seeds": sorted(int(r["config"]["seed"]) for r in ran),
+                    "policy": name,
+                    "runs": len(ran),
+                    "share_mean_pct": float(np.mean(share)) if ok else None,
+                    "share_min_pct": float(np.min(share)) if ok else None,
+                    "share_max_pct": float(np.max(share)) if ok else None,
+                    "deadlines_mean": float(np.mean(dl)),
+                    "deadlines_min": float(np.min(dl)),
+                    "deadlines_max": float(np.max(dl)),
+                    "kgco2e_mean": float(np.mean(kg)),
+                }
+            )
     return rows
 
 
@@ -238,19 +296,29 @@ def report_markdown(reports: list[dict]) -> str:
     lines += METHOD_NOTES.strip().splitlines() + [""]
     summary = over_seeds(reports)
     if summary:
-        lines += ["## Over trace seeds", "",
-                  "Each period and load on several trace seeds (the jobs, their arrival times and home clusters change "
-                  "with the seed, and so the fleet's size and nodes): mean and range over the seeds; single runs "
-                  "follow below.", "",
-                  "| period | load | seeds | policy | share of optimum: mean (min-max) | deadlines: mean (min) | "
-                  "kgCO2e mean |", "|---|---:|---|---|---:|---:|---:|"]
+        lines += [
+            "## Over trace seeds",
+            "",
+            "Each period and load on several trace seeds (the jobs, their arrival times and home clusters change "
+            "with the seed, and so the fleet's size and nodes): mean and range over the seeds; single runs "
+            "follow below.",
+            "",
+            "| period | load | seeds | policy | share of optimum: mean (min-max) | deadlines: mean (min) | "
+            "kgCO2e mean |",
+            "|---|---:|---|---|---:|---:|---:|",
+        ]
         for r in summary:
-            share = (f"{fmt(r['share_mean_pct'])} % ({fmt(r['share_min_pct'])}-{fmt(r['share_max_pct'])})"
-                     if r["share_mean_pct"] is not None else "n/a")
-            lines.append(f"| {r['start'][:10]} | {r['load_target']} | {', '.join(map(str, r['seeds']))} | "
-                         f"{_row_label(r['policy'])} | {share} | "
-                         f"{fmt(100 * r['deadlines_mean'])} % ({fmt(100 * r['deadlines_min'])} %) | "
-                         f"{fmt(r['kgco2e_mean'], 1)} |")
+            share = (
+                f"{fmt(r['share_mean_pct'])} % ({fmt(r['share_min_pct'])}-{fmt(r['share_max_pct'])})"
+                if r["share_mean_pct"] is not None
+                else "n/a"
+            )
+            lines.append(
+                f"| {r['start'][:10]} | {r['load_target']} | {', '.join(map(str, r['seeds']))} | "
+                f"{_row_label(r['policy'])} | {share} | "
+                f"{fmt(100 * r['deadlines_mean'])} % ({fmt(100 * r['deadlines_min'])} %) | "
+                f"{fmt(r['kgco2e_mean'], 1)} |"
+            )
         lines.append("")
     several = len({rep["config"]["seed"] for rep in reports}) > 1
     for rep in reports:
@@ -263,13 +331,17 @@ def report_markdown(reports: list[dict]) -> str:
             versions = ", ".join(fc.get("model_versions") or []) or "unversioned"
             used = f"forecast.forecasts {fc.get('model')} ({versions})"
         seed = f", trace seed {cfg['seed']}" if several else ""
-        lines.append(f"## {cfg['start'][:10]} + {cfg['days']} d, load target {cfg['load_target']}{seed} (placed load "
-                     f"under performance-first {fmt(base.get('placed_load'), 2)}, {rep['fleet']['total_gpus']} GPUs: "
-                     f"{per_region} per region), forecasts: {used} (naive fallback share of forecast cells "
-                     f"{fmt(fc.get('fallback_share_of_cells'), 2)})")
+        lines.append(
+            f"## {cfg['start'][:10]} + {cfg['days']} d, load target {cfg['load_target']}{seed} (placed load "
+            f"under performance-first {fmt(base.get('placed_load'), 2)}, {rep['fleet']['total_gpus']} GPUs: "
+            f"{per_region} per region), forecasts: {used} (naive fallback share of forecast cells "
+            f"{fmt(fc.get('fallback_share_of_cells'), 2)})"
+        )
         lines.append("")
-        lines.append("| policy | kgCO2e | red. vs perf-first | share of optimum | deadlines | mean delay h | "
-                     "unalloc. GPUs | energy kWh | renewable | util. |")
+        lines.append(
+            "| policy | kgCO2e | red. vs perf-first | share of optimum | deadlines | mean delay h | "
+            "unalloc. GPUs | energy kWh | renewable | util. |"
+        )
         lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         rows = [(p, rep["policies"][p]) for p in REPORT_POLICIES if p in rep["policies"]]
         if rep.get("optimum"):
@@ -280,55 +352,75 @@ def report_markdown(reports: list[dict]) -> str:
                 f"{fmt(m.get('share_of_optimum_reduction_pct'), 1)} % | "
                 f"{fmt(100 * m['deadline_satisfaction'], 1)} % | {fmt(m.get('mean_delay_h'), 2)} | "
                 f"{fmt(m.get('unallocated_gpus'), 1)} | {fmt(m['energy_kwh'], 0)} | "
-                f"{fmt(100 * m['renewable_share'], 1)} % | {fmt(100 * m.get('utilization', float('nan')), 1)} % |")
+                f"{fmt(100 * m['renewable_share'], 1)} % | {fmt(100 * m.get('utilization', float('nan')), 1)} % |"
+            )
         lines.append("")
         if rep.get("optimum_error"):
             lines += [f"No bound for this run, so no shares: {rep['optimum_error']}", ""]
         for name, m in (rep.get("ablations") or {}).items():
-            lines.insert(len(lines) - 1, f"| *{name}* | {fmt(m['kgco2e'], 1)} | "
-                         f"{fmt(m.get('reduction_vs_performance_first_pct'), 1)} % | "
-                         f"{fmt(m.get('share_of_optimum_reduction_pct'), 1)} % | "
-                         f"{fmt(100 * m['deadline_satisfaction'], 1)} % | {fmt(m.get('mean_delay_h'), 2)} | "
-                         f"{fmt(m.get('unallocated_gpus'), 1)} | {fmt(m['energy_kwh'], 0)} | "
-                         f"{fmt(100 * m['renewable_share'], 1)} % | "
-                         f"{fmt(100 * m.get('utilization', float('nan')), 1)} % |")
+            lines.insert(
+                len(lines) - 1,
+                f"| *{name}* | {fmt(m['kgco2e'], 1)} | "
+                f"{fmt(m.get('reduction_vs_performance_first_pct'), 1)} % | "
+                f"{fmt(m.get('share_of_optimum_reduction_pct'), 1)} % | "
+                f"{fmt(100 * m['deadline_satisfaction'], 1)} % | {fmt(m.get('mean_delay_h'), 2)} | "
+                f"{fmt(m.get('unallocated_gpus'), 1)} | {fmt(m['energy_kwh'], 0)} | "
+                f"{fmt(100 * m['renewable_share'], 1)} % | "
+                f"{fmt(100 * m.get('utilization', float('nan')), 1)} % |",
+            )
         others = {p: m for p, m in rep["policies"].items() if p not in OUR_POLICIES}
         for name in OUR_POLICIES:
             ours = rep["policies"].get(name)
             if ours is None:
                 continue
             carbon = [p for p, m in others.items() if m["kgco2e"] < ours["kgco2e"]]
-            dl = [f"{p} ({fmt(100 * m['deadline_satisfaction'], 1)} %)" for p, m in others.items()
-                  if m["deadline_satisfaction"] > ours["deadline_satisfaction"] + 1e-9]
-            lines.append(f"Where a baseline wins against {name}: "
-                         + (f"less carbon: {', '.join(carbon)}; " if carbon else "no baseline emits less carbon; ")
-                         + (f"more deadlines met: {', '.join(dl)}." if dl else "none meets more deadlines."))
+            dl = [
+                f"{p} ({fmt(100 * m['deadline_satisfaction'], 1)} %)"
+                for p, m in others.items()
+                if m["deadline_satisfaction"] > ours["deadline_satisfaction"] + 1e-9
+            ]
+            lines.append(
+                f"Where a baseline wins against {name}: "
+                + (f"less carbon: {', '.join(carbon)}; " if carbon else "no baseline emits less carbon; ")
+                + (f"more deadlines met: {', '.join(dl)}." if dl else "none meets more deadlines.")
+            )
             lines.append("")
         for name, by_shape in (rep.get("gap_by_job_shape") or {}).items():
-            lines.append(f"Where {name}'s carbon above the bound comes from, by job GPU shape (GPUs per job; "
-                         "\"if at bound\": the share of the optimum's reduction it would capture if that shape alone "
-                         "ran at the bound's carbon):")
+            lines.append(
+                f"Where {name}'s carbon above the bound comes from, by job GPU shape (GPUs per job; "
+                '"if at bound": the share of the optimum\'s reduction it would capture if that shape alone '
+                "ran at the bound's carbon):"
+            )
             lines.append("")
             lines.append("| GPUs | jobs | kgCO2e | bound kgCO2e | gap kg | share of gap | late | if at bound |")
             lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
             for shape, g in by_shape.items():
-                lines.append(f"| {shape} | {g['jobs']} | {fmt(g['kgco2e'], 1)} | {fmt(g['optimum_kgco2e'], 1)} | "
-                             f"{fmt(g['gap_kg'], 1)} | {fmt(g['gap_share_pct'], 1)} % | "
-                             f"{fmt(100 * g['late_share'], 1)} % | {fmt(g['share_if_at_optimum_pct'], 1)} % |")
+                lines.append(
+                    f"| {shape} | {g['jobs']} | {fmt(g['kgco2e'], 1)} | {fmt(g['optimum_kgco2e'], 1)} | "
+                    f"{fmt(g['gap_kg'], 1)} | {fmt(g['gap_share_pct'], 1)} % | "
+                    f"{fmt(100 * g['late_share'], 1)} % | {fmt(g['share_if_at_optimum_pct'], 1)} % |"
+                )
             lines.append("")
         lines += _by_cluster_table(rep)
     lines.append("## Fleet capacity per region")
     lines.append("")
     for rep in reports:
         cfg = rep["config"]
-        lines.append(f"- {cfg['start'][:10]}, load target {cfg['load_target']}"
-                     + (f", trace seed {cfg['seed']}" if several else "") + ": "
-                     + "; ".join(f"{c['region']} ({c['zone']}) {c['cluster']}: {c['nodes']} nodes, {c['gpus']} "
-                                 f"{c['gpu_model']} GPUs, PUE {c['pue']}" for c in rep["fleet"]["clusters"]))
+        lines.append(
+            f"- {cfg['start'][:10]}, load target {cfg['load_target']}"
+            + (f", trace seed {cfg['seed']}" if several else "")
+            + ": "
+            + "; ".join(
+                f"{c['region']} ({c['zone']}) {c['cluster']}: {c['nodes']} nodes, {c['gpus']} "
+                f"{c['gpu_model']} GPUs, PUE {c['pue']}"
+                for c in rep["fleet"]["clusters"]
+            )
+        )
         lines.append("")
     env = reports[0]["environment"]
-    lines.append(f"Environment: {env['cpu_count']} CPUs, Python {env['python']}, numpy {env['numpy']}, "
-                 f"scipy {env['scipy']}.")
+    lines.append(
+        f"Environment: {env['cpu_count']} CPUs, Python {env['python']}, numpy {env['numpy']}, scipy {env['scipy']}."
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -343,8 +435,11 @@ def _by_cluster_table(rep: dict) -> list[str]:
     """Per cluster (cleanest zone first): the bound's utilisation beside each of our policies', and where our
     policies' free GPUs were (whole devices, device fragments, standby nodes)."""
     opt = (rep.get("optimum") or {}).get("by_cluster")
-    ours = [(name, rep["policies"][name]["by_cluster"]) for name in OUR_POLICIES
-            if (rep["policies"].get(name) or {}).get("by_cluster")]
+    ours = [
+        (name, rep["policies"][name]["by_cluster"])
+        for name in OUR_POLICIES
+        if (rep["policies"].get(name) or {}).get("by_cluster")
+    ]
     if not ours:
         return []
     names = sorted(ours[0][1], key=lambda c: ours[0][1][c]["mean_intensity_g_per_kwh"])
@@ -353,16 +448,25 @@ def _by_cluster_table(rep: dict) -> list[str]:
     for name, _ in ours:
         head += f" {name} util. | free: whole / fragments / standby GPUs |"
         rule += "---:|---:|"
-    lines = ["Where the GPUs went, per cluster (means over the period; the bound's utilisation from its fractional "
-             "plan; \"fragments\": free shares of partly used devices, which only small jobs can use -- the bound "
-             "and the planner's LP count them as usable by any job):", "", head, rule]
+    lines = [
+        "Where the GPUs went, per cluster (means over the period; the bound's utilisation from its fractional "
+        'plan; "fragments": free shares of partly used devices, which only small jobs can use -- the bound '
+        "and the planner's LP count them as usable by any job):",
+        "",
+        head,
+        rule,
+    ]
     for c in names:
         row = ours[0][1][c]
-        line = (f"| {c} | {fmt(row['mean_intensity_g_per_kwh'], 0)} | {fmt(row['gpus'], 0)} | "
-                f"{fmt(100 * opt[c]['utilization'], 1) + ' %' if opt and c in opt else 'n/a'} |")
+        line = (
+            f"| {c} | {fmt(row['mean_intensity_g_per_kwh'], 0)} | {fmt(row['gpus'], 0)} | "
+            f"{fmt(100 * opt[c]['utilization'], 1) + ' %' if opt and c in opt else 'n/a'} |"
+        )
         for _, by in ours:
             m = by[c]
-            line += (f" {fmt(100 * m['utilization'], 1)} % | {fmt(m.get('idle_gpus'), 1)} / "
-                     f"{fmt(m.get('fragmented_gpus'), 1)} / {fmt(m.get('standby_idle_gpus'), 1)} |")
+            line += (
+                f" {fmt(100 * m['utilization'], 1)} % | {fmt(m.get('idle_gpus'), 1)} / "
+                f"{fmt(m.get('fragmented_gpus'), 1)} / {fmt(m.get('standby_idle_gpus'), 1)} |"
+            )
         lines.append(line)
     return lines + [""]

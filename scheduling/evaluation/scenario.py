@@ -6,6 +6,7 @@ With `load` set, the fleet is sized so that the jobs' GPU-hours are `load` of th
 (`demand_gpu_hours`, then `calibrate` rounds on performance-first's placed load), and the trace is drawn again on the
 sized fleet so that home clusters and deadlines refer to clusters that exist.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -75,12 +76,26 @@ def demand_gpu_hours(jobs: pd.DataFrame, table: JobTable, on: str = "fleet") -> 
     return float((share * d).sum())
 
 
-def build_scenario(start="2021-07-01", days: float = 14, n_jobs: int = 1000, regions=6, load: float | None = 0.5,
-                   seed: int = 0, forecasts: str = "auto", fleet_path=None, data_dir=None, pod_list: str = "default",
-                   max_duration_h: float = 48.0, grid_source: str = "auto", db_path=None,
-                   forecast_model: str | None = None, forecast_version: str | None = BACKTEST,
-                   tail_days: int = DEFAULT_TAIL_DAYS,
-                   packing: str = "fgd", calibrate: int = 0) -> Scenario:
+def build_scenario(
+    start="2021-07-01",
+    days: float = 14,
+    n_jobs: int = 1000,
+    regions=6,
+    load: float | None = 0.5,
+    seed: int = 0,
+    forecasts: str = "auto",
+    fleet_path=None,
+    data_dir=None,
+    pod_list: str = "default",
+    max_duration_h: float = 48.0,
+    grid_source: str = "auto",
+    db_path=None,
+    forecast_model: str | None = None,
+    forecast_version: str | None = BACKTEST,
+    tail_days: int = DEFAULT_TAIL_DAYS,
+    packing: str = "fgd",
+    calibrate: int = 0,
+) -> Scenario:
     """Fleet, job trace, grid actuals and the forecast provider for one evaluation.
 
     Fleet size: with `load` set, the clusters are re-sized (in proportion to their weights, whole nodes) so that
@@ -96,8 +111,17 @@ def build_scenario(start="2021-07-01", days: float = 14, n_jobs: int = 1000, reg
     hours = int(round(days * 24))
     fleet = load_fleet(fleet_path, regions=regions, data_dir=data_dir)
     speed = SpeedModel(data_dir)
-    jobs = generate_jobs(n_jobs, start, hours, fleet, seed=seed, data_dir=data_dir, pod_list=pod_list,
-                         max_duration_h=max_duration_h, speed_model=speed)
+    jobs = generate_jobs(
+        n_jobs,
+        start,
+        hours,
+        fleet,
+        seed=seed,
+        data_dir=data_dir,
+        pod_list=pod_list,
+        max_duration_h=max_duration_h,
+        speed_model=speed,
+    )
     power = load_power_table(fleet, data_dir=data_dir, db_path=db_path, as_of=start)
     table = JobTable(jobs, fleet, speed, power)
     if load is not None:
@@ -105,16 +129,34 @@ def build_scenario(start="2021-07-01", days: float = 14, n_jobs: int = 1000, reg
         fleet = fleet.scaled(need)
         # The same draws again on the re-sized fleet: home cluster, home run time and so the deadline must refer
         # to clusters that exist (and can host the job) in the fleet the jobs run on.
-        jobs = generate_jobs(n_jobs, start, hours, fleet, seed=seed, data_dir=data_dir, pod_list=pod_list,
-                             max_duration_h=max_duration_h, speed_model=speed)
+        jobs = generate_jobs(
+            n_jobs,
+            start,
+            hours,
+            fleet,
+            seed=seed,
+            data_dir=data_dir,
+            pod_list=pod_list,
+            max_duration_h=max_duration_h,
+            speed_model=speed,
+        )
         power = load_power_table(fleet, data_dir=data_dir, db_path=db_path, as_of=start)
         table = JobTable(jobs, fleet, speed, power)
     end = start + (hours + tail_days * 24 + 24 * 8) * HOUR
     grid = GridSeries.load(fleet.zones, start, end, source=grid_source, data_dir=data_dir, db_path=db_path)
     if grid.t0 > start - 24 * HOUR:
         raise ValueError(f"grid data starts {grid.t0}: the naive forecast at {start} needs the day before")
-    provider = make_forecasts(forecasts, grid, fleet.zones, start=start, end=end, db_path=db_path,
-                              data_dir=data_dir, model=forecast_model, version=forecast_version)
+    provider = make_forecasts(
+        forecasts,
+        grid,
+        fleet.zones,
+        start=start,
+        end=end,
+        db_path=db_path,
+        data_dir=data_dir,
+        model=forecast_model,
+        version=forecast_version,
+    )
     workload = default_workload(job_pods(jobs))
     calibration = []
     if load is not None:
@@ -126,29 +168,59 @@ def build_scenario(start="2021-07-01", days: float = 14, n_jobs: int = 1000, reg
             # period: the utilisation the fleet has if it keeps up. The allocation measured inside the period is
             # no target: it saturates below 1 (packing) when the fleet cannot keep up and the queue grows.
             placed = res.metrics["placed_load"]
-            calibration.append({"gpus": fleet.total_gpus, "placed_load": round(placed, 4),
-                                "utilization": round(res.metrics["utilization"], 4),
-                                "deadline_satisfaction": round(res.metrics["deadline_satisfaction"], 4)})
+            calibration.append(
+                {
+                    "gpus": fleet.total_gpus,
+                    "placed_load": round(placed, 4),
+                    "utilization": round(res.metrics["utilization"], 4),
+                    "deadline_satisfaction": round(res.metrics["deadline_satisfaction"], 4),
+                }
+            )
             if abs(placed - load) < 0.02 or placed <= 0:
                 break
             target_gpus = target_gpus * placed / load
             fleet = fleet.scaled(target_gpus)
-            jobs = generate_jobs(n_jobs, start, hours, fleet, seed=seed, data_dir=data_dir, pod_list=pod_list,
-                                 max_duration_h=max_duration_h, speed_model=speed)
+            jobs = generate_jobs(
+                n_jobs,
+                start,
+                hours,
+                fleet,
+                seed=seed,
+                data_dir=data_dir,
+                pod_list=pod_list,
+                max_duration_h=max_duration_h,
+                speed_model=speed,
+            )
             workload = default_workload(job_pods(jobs))
             table = JobTable(jobs, fleet, speed, power)
-    config = {"start": start.isoformat(), "days": days, "n_jobs": int(len(jobs)), "n_jobs_requested": n_jobs,
-              "regions": list(dict.fromkeys(fleet.cluster_regions)), "zones": fleet.zones, "load_target": load,
-              "seed": seed, "pod_list": pod_list, "max_duration_h": max_duration_h, "packing": packing,
-              "forecasts_requested": forecasts, "forecast_version_requested": forecast_version,
-              "grid_source": grid.source,
-              "fleet_file": fleet.source_path, "power_options": power.source, "speed_source": speed.source,
-              "jobs_dropped": int(jobs.attrs.get("dropped", 0)) + int(jobs.attrs.get("dropped_after_scaling", 0)),
-              "load_calibration": calibration, "load_definition": (
-                  "GPU-hours of the jobs as performance-first runs them / fleet GPU-hours of the period"
-                  if calibration else "GPU-hours on a GPU drawn in proportion to the clusters that can host each "
-                  "job / fleet GPU-hours of the period"),
-              "offered_load": round(demand_gpu_hours(jobs, table) / (fleet.total_gpus * hours), 4),
-              "demand_gpu_hours_fleet": round(demand_gpu_hours(jobs, table), 1),
-              "demand_gpu_hours_fastest": round(demand_gpu_hours(jobs, table, on="fastest"), 1)}
+    config = {
+        "start": start.isoformat(),
+        "days": days,
+        "n_jobs": int(len(jobs)),
+        "n_jobs_requested": n_jobs,
+        "regions": list(dict.fromkeys(fleet.cluster_regions)),
+        "zones": fleet.zones,
+        "load_target": load,
+        "seed": seed,
+        "pod_list": pod_list,
+        "max_duration_h": max_duration_h,
+        "packing": packing,
+        "forecasts_requested": forecasts,
+        "forecast_version_requested": forecast_version,
+        "grid_source": grid.source,
+        "fleet_file": fleet.source_path,
+        "power_options": power.source,
+        "speed_source": speed.source,
+        "jobs_dropped": int(jobs.attrs.get("dropped", 0)) + int(jobs.attrs.get("dropped_after_scaling", 0)),
+        "load_calibration": calibration,
+        "load_definition": (
+            "GPU-hours of the jobs as performance-first runs them / fleet GPU-hours of the period"
+            if calibration
+            else "GPU-hours on a GPU drawn in proportion to the clusters that can host each "
+            "job / fleet GPU-hours of the period"
+        ),
+        "offered_load": round(demand_gpu_hours(jobs, table) / (fleet.total_gpus * hours), 4),
+        "demand_gpu_hours_fleet": round(demand_gpu_hours(jobs, table), 1),
+        "demand_gpu_hours_fastest": round(demand_gpu_hours(jobs, table, on="fastest"), 1),
+    }
     return Scenario(start, hours, fleet, jobs, table, grid, provider, load, config, workload, tail_days * 24)

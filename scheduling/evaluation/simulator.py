@@ -15,6 +15,7 @@ utilisation, placed load, energy (kWh), renewable share of the energy used (sum 
 that hour / sum energy). `results.evaluate` adds the reduction against performance-first and the share of the
 optimum's reduction captured ((perf - policy) / (perf - optimum)).
 """
+
 from __future__ import annotations
 
 import time
@@ -61,8 +62,14 @@ def _window_sums(values: np.ndarray, t0: int, start_h: np.ndarray, dur: np.ndarr
     return S[b, col] - S[a, col] + frac * values[b, col]
 
 
-def execute(sc: Scenario, start_h: np.ndarray, k: np.ndarray, c: np.ndarray, work: np.ndarray | None = None,
-            preempted: list | None = None) -> dict[str, np.ndarray]:
+def execute(
+    sc: Scenario,
+    start_h: np.ndarray,
+    k: np.ndarray,
+    c: np.ndarray,
+    work: np.ndarray | None = None,
+    preempted: list | None = None,
+) -> dict[str, np.ndarray]:
     """Actual carbon, energy and renewable energy of jobs started at absolute hours `start_h` on clusters `c`
     with power option `k` (arrays over all jobs; -1 = never started) and run to the end of `work` (share of the
     job's work left at that start, default 1), plus the runs that ended in a preemption (`preempted`: [(job, start
@@ -97,16 +104,28 @@ def execute(sc: Scenario, start_h: np.ndarray, k: np.ndarray, c: np.ndarray, wor
     w_re = _window_sums(ren, t0, ss, dur, cc)
     ci_move = 0.5 * (ci[ss - t0, prev] + ci[ss - t0, cc])
     re_move = 0.5 * (ren[ss - t0, prev] + ren[ss - t0, cc])
-    for key, vals in (("kg", (kw * w_ci + tk * ci_move) / 1000.0), ("kwh", kw * dur + tk),
-                      ("renew_kwh", kw * w_re + tk * re_move), ("dur_h", dur)):
+    for key, vals in (
+        ("kg", (kw * w_ci + tk * ci_move) / 1000.0),
+        ("kwh", kw * dur + tk),
+        ("renew_kwh", kw * w_re + tk * re_move),
+        ("dur_h", dur),
+    ):
         out[key] = np.bincount(job, weights=vals, minlength=n)
     return out
 
 
-def simulate(sc: Scenario, policy: str | PlacementPolicy = "priority", *, seed: int = 0,
-             weights: PriorityWeights | None = None, progress=None, explain: bool = False,
-             forecasts: ForecastProvider | None = None, postpone_margin_h: float = 1.0,
-             reserve_nodes: bool = False) -> SimResult:
+def simulate(
+    sc: Scenario,
+    policy: str | PlacementPolicy = "priority",
+    *,
+    seed: int = 0,
+    weights: PriorityWeights | None = None,
+    progress=None,
+    explain: bool = False,
+    forecasts: ForecastProvider | None = None,
+    postpone_margin_h: float = 1.0,
+    reserve_nodes: bool = False,
+) -> SimResult:
     """Replay the scenario's trace with one online policy (a registered name or a policy object; see the module
     docstring). `forecasts`: plan from these instead of the scenario's. `postpone_margin_h`: a job may be postponed
     only to a start that leaves this many hours before its latest timely start. `reserve_nodes`: the planner's
@@ -120,9 +139,18 @@ def simulate(sc: Scenario, policy: str | PlacementPolicy = "priority", *, seed: 
     label = policy.name if isinstance(policy, PlacementPolicy) else policy
     if not isinstance(policy, PlacementPolicy):
         policy = make_policy(policy, seed=seed, weights=weights)
-    hp = HourlyPlanner(sc.fleet, table=tbl, policy=policy,
-                       forecasts=forecasts or sc.forecasts, workload=sc.workload, explain=explain, tentative=False,
-                       seed=seed, postpone_margin_h=postpone_margin_h, reserve_nodes=reserve_nodes)
+    hp = HourlyPlanner(
+        sc.fleet,
+        table=tbl,
+        policy=policy,
+        forecasts=forecasts or sc.forecasts,
+        workload=sc.workload,
+        explain=explain,
+        tentative=False,
+        seed=seed,
+        postpone_margin_h=postpone_margin_h,
+        reserve_nodes=reserve_nodes,
+    )
     C = len(sc.fleet)
     alloc = np.zeros((sc.hours, C), dtype=np.int64)
     free_parts = np.zeros((sc.hours, C, 3), dtype=np.int64)
@@ -154,14 +182,23 @@ def simulate(sc: Scenario, policy: str | PlacementPolicy = "priority", *, seed: 
     end_h = np.where(hp.started, hp.start_h + last_run, np.nan)
     first_h = np.where(hp.started, hp.first_start_h, 0)
     met = hp.started & (end_h <= tbl.deadline_h + 1e-6)
-    records = pd.DataFrame({
-        "job_id": jobs["job_id"], "started": hp.started,
-        "start_time": pd.to_datetime(first_h * 3_600_000_000_000, utc=True),
-        "cluster": np.where(hp.c >= 0, np.array(sc.fleet.names, dtype=object)[np.maximum(hp.c, 0)], None),
-        "power_option": hp.k, "delay_h": np.where(hp.started, first_h - submit_h, np.nan),
-        "duration_h": ex["dur_h"], "kgco2e": ex["kg"], "energy_kwh": ex["kwh"], "renewable_kwh": ex["renew_kwh"],
-        "met_deadline": met, "node": hp.node, "preemptions": hp.preemptions,
-    })
+    records = pd.DataFrame(
+        {
+            "job_id": jobs["job_id"],
+            "started": hp.started,
+            "start_time": pd.to_datetime(first_h * 3_600_000_000_000, utc=True),
+            "cluster": np.where(hp.c >= 0, np.array(sc.fleet.names, dtype=object)[np.maximum(hp.c, 0)], None),
+            "power_option": hp.k,
+            "delay_h": np.where(hp.started, first_h - submit_h, np.nan),
+            "duration_h": ex["dur_h"],
+            "kgco2e": ex["kg"],
+            "energy_kwh": ex["kwh"],
+            "renewable_kwh": ex["renew_kwh"],
+            "met_deadline": met,
+            "node": hp.node,
+            "preemptions": hp.preemptions,
+        }
+    )
     cap = sc.fleet.capacity_milli
     metrics = {
         "kgco2e": float(ex["kg"].sum()),
@@ -172,8 +209,7 @@ def simulate(sc: Scenario, policy: str | PlacementPolicy = "priority", *, seed: 
         "unallocated_gpus": float(((cap[None, :] - alloc).sum(axis=1) / 1000.0).mean()),
         "utilization": float(alloc.sum() / (cap.sum() * sc.hours)),
         # GPU-hours as this policy ran the jobs (slow GPUs, power caps included) / fleet GPU-hours of the period
-        "placed_load": float((tbl.gpu_total / 1000.0 * ex["dur_h"]).sum() / max(cap.sum() / 1000.0 * sc.hours,
-                                                                                 1e-12)),
+        "placed_load": float((tbl.gpu_total / 1000.0 * ex["dur_h"]).sum() / max(cap.sum() / 1000.0 * sc.hours, 1e-12)),
         "jobs_started": int(hp.started.sum()),
         "jobs_late": int((hp.started & ~met).sum()),
         "jobs_never_started": int((~hp.started).sum()),
@@ -187,9 +223,13 @@ def simulate(sc: Scenario, policy: str | PlacementPolicy = "priority", *, seed: 
         "plan_latency_ms_mean": float(1000 * np.mean(plan_s)) if plan_s else None,
         "plan_latency_ms_max": float(1000 * np.max(plan_s)) if plan_s else None,
         "runtime_s": round(time.perf_counter() - t_run, 2),
-        "by_region_kgco2e": {r: float(v) for r, v in pd.Series(ex["kg"]).groupby(
-            np.where(hp.c >= 0, np.array(sc.fleet.cluster_regions, dtype=object)[np.maximum(hp.c, 0)], "none")
-        ).sum().items()},
+        "by_region_kgco2e": {
+            r: float(v)
+            for r, v in pd.Series(ex["kg"])
+            .groupby(np.where(hp.c >= 0, np.array(sc.fleet.cluster_regions, dtype=object)[np.maximum(hp.c, 0)], "none"))
+            .sum()
+            .items()
+        },
         "by_cluster": by_cluster(sc, alloc, free_parts),
     }
     return SimResult(label, records, metrics, alloc)
@@ -203,11 +243,14 @@ def by_cluster(sc: Scenario, alloc: np.ndarray, free_parts: np.ndarray | None = 
     cap = sc.fleet.capacity_milli.astype(float)
     t0, ci = sc.actual("ci")
     a = abs_hours(sc.start) - t0
-    mean_ci = ci[a: a + sc.hours].mean(axis=0)
+    mean_ci = ci[a : a + sc.hours].mean(axis=0)
     out = {}
     for c, name in enumerate(sc.fleet.names):
-        row = {"mean_intensity_g_per_kwh": float(mean_ci[c]), "gpus": float(cap[c] / 1000.0),
-               "utilization": float(alloc[:, c].mean() / max(cap[c], 1.0))}
+        row = {
+            "mean_intensity_g_per_kwh": float(mean_ci[c]),
+            "gpus": float(cap[c] / 1000.0),
+            "utilization": float(alloc[:, c].mean() / max(cap[c], 1.0)),
+        }
         if free_parts is not None:
             for i, key in enumerate(("idle_gpus", "fragmented_gpus", "standby_idle_gpus")):
                 row[key] = float(free_parts[:, c, i].mean() / 1000.0)

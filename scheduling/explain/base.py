@@ -5,6 +5,7 @@ The record is the planner's explanation record (docs/data-contracts.md, "Plannin
 (top five: region, start_time, kgco2e), `counterfactuals` {run_now_kgco2e, greedy_carbon_kgco2e, optimum_kgco2e},
 `binding_constraints`, `forecast_version`, `power` {limit_w, saving_kgco2e}. Missing keys are written as "n/a".
 """
+
 from __future__ import annotations
 
 from typing import Protocol

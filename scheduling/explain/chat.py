@@ -7,6 +7,7 @@ through the Connection API -- or by the environment variables `EXPLAINER_LLM_BAS
 template text on any error (no configuration, network error, HTTP error, malformed answer, empty text). The key
 is never logged.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,7 +35,9 @@ class ChatConfig:
     timeout_s: float = 20.0
 
     def __repr__(self) -> str:  # never show the key
-        return f"ChatConfig(base_url={self.base_url!r}, model={self.model!r}, api_key={'***' if self.api_key else None})"
+        return (
+            f"ChatConfig(base_url={self.base_url!r}, model={self.model!r}, api_key={'***' if self.api_key else None})"
+        )
 
 
 def _from_conn_json(raw: str) -> dict | None:
@@ -82,8 +85,11 @@ def load_chat_config(conn_id: str = CONN_ID) -> ChatConfig | None:
         except Exception:  # noqa: BLE001 - no such connection
             conn = None
     if conn is None and os.environ.get("EXPLAINER_LLM_BASE_URL"):
-        conn = {"host": os.environ["EXPLAINER_LLM_BASE_URL"], "password": os.environ.get("EXPLAINER_LLM_API_KEY"),
-                "extra": {"model": os.environ.get("EXPLAINER_LLM_MODEL")}}
+        conn = {
+            "host": os.environ["EXPLAINER_LLM_BASE_URL"],
+            "password": os.environ.get("EXPLAINER_LLM_API_KEY"),
+            "extra": {"model": os.environ.get("EXPLAINER_LLM_MODEL")},
+        }
     if not conn or not conn.get("host"):
         return None
     base = str(conn["host"]).rstrip("/")
@@ -137,15 +143,22 @@ class ChatExplainer:
             "temperature": 0,
             "messages": [
                 {"role": "system", "content": SYSTEM_PROMPT},
-                {"role": "user", "content": "Decision record (JSON):\n" + canonical_json(record)
-                 + "\n\nA factual summary:\n" + template + "\n\nExplain this decision."},
+                {
+                    "role": "user",
+                    "content": "Decision record (JSON):\n"
+                    + canonical_json(record)
+                    + "\n\nA factual summary:\n"
+                    + template
+                    + "\n\nExplain this decision.",
+                },
             ],
         }
         host = urlsplit(cfg.base_url).hostname or ""
         # A local endpoint is never reached through an environment proxy.
         proxies = {"http": None, "https": None} if host in ("127.0.0.1", "localhost", "::1") else None
-        resp = requests.post(f"{cfg.base_url}/v1/chat/completions", json=body, headers=headers,
-                             timeout=cfg.timeout_s, proxies=proxies)
+        resp = requests.post(
+            f"{cfg.base_url}/v1/chat/completions", json=body, headers=headers, timeout=cfg.timeout_s, proxies=proxies
+        )
         resp.raise_for_status()
         data = resp.json()
         content = data["choices"][0]["message"]["content"]

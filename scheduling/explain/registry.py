@@ -1,4 +1,5 @@
 """The explainer registry: `make_explainer(name)`; the default comes from $PLAN_EXPLAINER, else `template`."""
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,6 @@
 """`template`: the deterministic explainer (no I/O): the decision, its carbon against the alternatives and the
 counterfactuals, the binding constraints and the power limit, in fixed sentences."""
+
 from __future__ import annotations
 
 import math
@@ -81,8 +82,12 @@ class TemplateExplainer:
             lines.append(
                 f"Chosen: start {_time(chosen.get('start_time'))} in {_place(chosen)}, "
                 f"expected {_kg(chosen.get('kgco2e'))}"
-                + (" -- on a standby node kept for whole-node jobs: due now, no other node free"
-                   if chosen.get("standby_node") else "") + "."
+                + (
+                    " -- on a standby node kept for whole-node jobs: due now, no other node free"
+                    if chosen.get("standby_node")
+                    else ""
+                )
+                + "."
             )
         else:
             lines.append("Chosen: not placed in this plan.")
@@ -96,10 +101,15 @@ class TemplateExplainer:
         cf = r.get("counterfactuals") or {}
         ck = chosen.get("kgco2e")
         lines.append(
-            "Counterfactuals: run now " + _kg(cf.get("run_now_kgco2e")) + _delta(cf.get("run_now_kgco2e"), ck)
-            + "; greedy carbon " + _kg(cf.get("greedy_carbon_kgco2e")) + _delta(cf.get("greedy_carbon_kgco2e"), ck)
-            + "; optimum " + (_kg(cf.get("optimum_kgco2e")) if cf.get("optimum_kgco2e") is not None
-                              else "not computed") + "."
+            "Counterfactuals: run now "
+            + _kg(cf.get("run_now_kgco2e"))
+            + _delta(cf.get("run_now_kgco2e"), ck)
+            + "; greedy carbon "
+            + _kg(cf.get("greedy_carbon_kgco2e"))
+            + _delta(cf.get("greedy_carbon_kgco2e"), ck)
+            + "; optimum "
+            + (_kg(cf.get("optimum_kgco2e")) if cf.get("optimum_kgco2e") is not None else "not computed")
+            + "."
         )
         binding = r.get("binding_constraints") or []
         if isinstance(binding, str):

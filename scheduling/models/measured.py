@@ -16,6 +16,7 @@ marts.gpu_throughput, one row per (measurement_set, gpu_type, consolidated, job,
   Infeasible rows (Gavel's [0, 0]: OOM or never profiled, which includes every pair with a multi-GPU job) are
   kept with feasible = FALSE and steps_per_s = normalized_throughput = 0.
 """
+
 from __future__ import annotations
 
 import json
@@ -119,8 +120,16 @@ def _gavel_csv_rows(gavel: Path, prefix: str, measurement_set: str) -> list[pd.D
     pairs = _read_csv(
         gavel / f"gavel_{prefix}_colocated_pairs.csv",
         [
-            "gpu_type", "consolidated", "job_a", "scale_factor_a", "job_b", "scale_factor_b",
-            "steps_per_sec_a_colocated", "steps_per_sec_a_isolated", "norm_throughput_a", "feasible",
+            "gpu_type",
+            "consolidated",
+            "job_a",
+            "scale_factor_a",
+            "job_b",
+            "scale_factor_b",
+            "steps_per_sec_a_colocated",
+            "steps_per_sec_a_isolated",
+            "norm_throughput_a",
+            "feasible",
         ],
     )
     iso_rows = pd.DataFrame(
@@ -174,24 +183,51 @@ def _oracle_rows(path: Path) -> pd.DataFrame:
                 raise PerfDataError(f"{path}: {gpu_type}/{job_type}: no isolated ('null') entry")
             family, batch = parse_job_type(job_type)
             iso = float(cells["null"])
-            base = dict(measurement_set="oracle", gpu_type=gpu_type.lower(), consolidated=True, job_type=job_type,
-                        model_family=family, batch_size=batch, scale_factor=1, isolated_steps_per_s=iso)
-            rows.append(dict(base, partner_job_type=None, partner_scale_factor=pd.NA, steps_per_s=iso,
-                             normalized_throughput=1.0 if iso > 0 else 0.0, feasible=iso > 0))
+            base = dict(
+                measurement_set="oracle",
+                gpu_type=gpu_type.lower(),
+                consolidated=True,
+                job_type=job_type,
+                model_family=family,
+                batch_size=batch,
+                scale_factor=1,
+                isolated_steps_per_s=iso,
+            )
+            rows.append(
+                dict(
+                    base,
+                    partner_job_type=None,
+                    partner_scale_factor=pd.NA,
+                    steps_per_s=iso,
+                    normalized_throughput=1.0 if iso > 0 else 0.0,
+                    feasible=iso > 0,
+                )
+            )
             for partner, value in cells.items():
                 if partner == "null":
                     continue
                 if not (isinstance(value, list) and len(value) == 2):
-                    raise PerfDataError(f"{path}: {gpu_type}/{job_type}/{partner}: expected [this, other], got {value!r}")
+                    raise PerfDataError(
+                        f"{path}: {gpu_type}/{job_type}/{partner}: expected [this, other], got {value!r}"
+                    )
                 mine = float(value[0])
                 feasible = mine > 0 and iso > 0
-                rows.append(dict(base, partner_job_type=partner, partner_scale_factor=1,
-                                 steps_per_s=mine if feasible else 0.0,
-                                 normalized_throughput=mine / iso if feasible else 0.0, feasible=feasible))
+                rows.append(
+                    dict(
+                        base,
+                        partner_job_type=partner,
+                        partner_scale_factor=1,
+                        steps_per_s=mine if feasible else 0.0,
+                        normalized_throughput=mine / iso if feasible else 0.0,
+                        feasible=feasible,
+                    )
+                )
     return pd.DataFrame(rows)
 
 
-def throughput_from_files(data_dir: Path | str | None = None, measurement_sets=("simulation", "physical", "oracle")) -> pd.DataFrame:
+def throughput_from_files(
+    data_dir: Path | str | None = None, measurement_sets=("simulation", "physical", "oracle")
+) -> pd.DataFrame:
     """marts.gpu_throughput built from DATA_DIR/interference/gavel (sim + physical CSVs, oracle JSON)."""
     gavel = Path(data_dir or configured_data_dir()) / GAVEL_DIR
     parts: list[pd.DataFrame] = []
@@ -232,13 +268,23 @@ def _is_missing(exc: Exception) -> bool:
 
 # --- energy ----------------------------------------------------------------------------------------------------
 
+
 def energy_profiles_from_files(data_dir: Path | str | None = None) -> pd.DataFrame:
     """marts.gpu_energy_profiles built from DATA_DIR/energy/zeus/zeus_power_limit_sweep.csv."""
     path = Path(data_dir or configured_data_dir()) / ZEUS_SWEEP
     sweep = _read_csv(
         path,
-        ["gpu_type", "dataset", "network", "batch_size", "optimizer", "power_limit_w", "time_per_epoch_s",
-         "avg_power_w", "energy_per_epoch_j"],
+        [
+            "gpu_type",
+            "dataset",
+            "network",
+            "batch_size",
+            "optimizer",
+            "power_limit_w",
+            "time_per_epoch_s",
+            "avg_power_w",
+            "energy_per_epoch_j",
+        ],
     )
     bad = sweep[(sweep["time_per_epoch_s"] <= 0) | (sweep["avg_power_w"] <= 0) | (sweep["power_limit_w"] <= 0)]
     if len(bad):
@@ -261,8 +307,12 @@ def derive_energy_columns(sweep: pd.DataFrame) -> pd.DataFrame:
         columns={"power_limit_w": "energy_optimal_limit_w"}
     )
     frame = frame.merge(best, on=key, how="left")
-    at_max = frame[frame["power_limit_w"] == frame["max_power_limit_w"]][key + ["time_per_epoch_s", "energy_per_epoch_j"]]
-    at_opt = frame[frame["power_limit_w"] == frame["energy_optimal_limit_w"]][key + ["time_per_epoch_s", "energy_per_epoch_j"]]
+    at_max = frame[frame["power_limit_w"] == frame["max_power_limit_w"]][
+        key + ["time_per_epoch_s", "energy_per_epoch_j"]
+    ]
+    at_opt = frame[frame["power_limit_w"] == frame["energy_optimal_limit_w"]][
+        key + ["time_per_epoch_s", "energy_per_epoch_j"]
+    ]
     ref = at_max.merge(at_opt, on=key, suffixes=("_max", "_opt"))
     ref["slowdown_at_optimal"] = ref["time_per_epoch_s_opt"] / ref["time_per_epoch_s_max"] - 1.0
     ref["energy_saving_at_optimal"] = 1.0 - ref["energy_per_epoch_j_opt"] / ref["energy_per_epoch_j_max"]

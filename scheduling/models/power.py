@@ -28,6 +28,7 @@ raw.gpu_telemetry-shaped frames (power vs clock, and time vs clock where a work-
 The carbon-optimal setting of a job is chosen in `scheduling.planning.power_choice`; the model's evaluation is
 `scheduling.evaluation.power_eval`.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,6 +50,7 @@ def energy_profiles(db_path=None, data_dir=None) -> pd.DataFrame:
 
 
 # --- interpolation over batch sizes ----------------------------------------------------------------------------
+
 
 def _extrap(x0: float, xs: np.ndarray, ys: np.ndarray, flat_ends: bool = False) -> float:
     order = np.argsort(xs)
@@ -91,7 +93,7 @@ def _three_term_level(batch_size: float, bs: np.ndarray, level: np.ndarray) -> f
     for lo in (j - 2, j - 1):
         if lo < 0 or lo + 3 > n:
             continue
-        coef = _three_term_fit(bs[lo:lo + 3], y[lo:lo + 3])
+        coef = _three_term_fit(bs[lo : lo + 3], y[lo : lo + 3])
         value = float(coef @ np.array([1.0 / batch_size, 1.0, batch_size]))
         if value > 0:
             logs.append(math.log(value))
@@ -126,14 +128,17 @@ def interpolate_batch_size(sweep: pd.DataFrame, batch_size: float) -> pd.DataFra
             lvl = _three_term_level(float(batch_size), bs, level.to_numpy())
         else:
             lvl = _extrap(x0, np.log2(bs), level.to_numpy())
-        values = [lvl + _extrap(x0, np.log2(bs), shape[pl].to_numpy(), flat_ends=True)
-                  if pl in shape.columns else np.nan for pl in limits]
+        values = [
+            lvl + _extrap(x0, np.log2(bs), shape[pl].to_numpy(), flat_ends=True) if pl in shape.columns else np.nan
+            for pl in limits
+        ]
         out[column] = np.exp(values)
     out["time_per_epoch_s"] = out.energy_per_epoch_j / out.avg_power_w
     return out[["power_limit_w", "time_per_epoch_s", "avg_power_w", "energy_per_epoch_j"]]
 
 
 # --- the model -------------------------------------------------------------------------------------------------
+
 
 def _workload_name(workload: str | None) -> str | None:
     return None if workload is None else str(workload).strip().lower()
@@ -169,8 +174,9 @@ class PowerModel:
         frame = frame.copy()
         frame["frac"] = frame.power_limit_w / frame.max_power_limit_w
         at_max = frame[frame.power_limit_w == frame.max_power_limit_w].set_index(key).time_per_epoch_s
-        frame["time_ratio"] = frame.time_per_epoch_s.to_numpy() / at_max.reindex(
-            pd.MultiIndex.from_frame(frame[key])).to_numpy()
+        frame["time_ratio"] = (
+            frame.time_per_epoch_s.to_numpy() / at_max.reindex(pd.MultiIndex.from_frame(frame[key])).to_numpy()
+        )
         frame["power_frac"] = frame.avg_power_w / frame.max_power_limit_w
         return frame
 
@@ -185,8 +191,12 @@ class PowerModel:
                 g = g.sort_values("frac")
                 t.append(np.interp(grid, g.frac.to_numpy(), g.time_ratio.to_numpy()))
                 p.append(np.interp(grid, g.frac.to_numpy(), g.power_frac.to_numpy()))
-            return {"frac": grid.tolist(), "time_ratio": np.median(t, axis=0).tolist(),
-                    "power_frac": np.median(p, axis=0).tolist(), "min_frac": float(part.frac.min())}
+            return {
+                "frac": grid.tolist(),
+                "time_ratio": np.median(t, axis=0).tolist(),
+                "power_frac": np.median(p, axis=0).tolist(),
+                "min_frac": float(part.frac.min()),
+            }
 
         for gpu, part in rel.groupby("gpu_type"):
             curves[gpu] = curve_of(part)
@@ -200,11 +210,14 @@ class PowerModel:
         return curves
 
     def workloads(self, gpu_type: str | None = None) -> list[str]:
-        frame = self.profiles if gpu_type is None else self.profiles[self.profiles.gpu_type == map_gpu_type(gpu_type).curve]
+        frame = (
+            self.profiles if gpu_type is None else self.profiles[self.profiles.gpu_type == map_gpu_type(gpu_type).curve]
+        )
         return sorted(frame.workload.unique())
 
-    def curve(self, gpu_type: str, workload: str, batch_size: float | None = None,
-              optimizer: str | None = None) -> pd.DataFrame:
+    def curve(
+        self, gpu_type: str, workload: str, batch_size: float | None = None, optimizer: str | None = None
+    ) -> pd.DataFrame:
         """Per-epoch time/power/energy per limit of a profiled workload on a profiled (or mapped) GPU type.
         A batch size without a measurement is interpolated (see module docstring); None = the workload's median
         batch size. Raises KeyError when the workload was never profiled on that curve's GPU type."""
@@ -222,8 +235,9 @@ class PowerModel:
         if batch_size is None:
             batch_size = float(sizes[len(sizes) // 2])
         if float(batch_size) in set(sizes.astype(float)):
-            out = part[part.batch_size == batch_size][["power_limit_w", "time_per_epoch_s", "avg_power_w",
-                                                         "energy_per_epoch_j"]].sort_values("power_limit_w")
+            out = part[part.batch_size == batch_size][
+                ["power_limit_w", "time_per_epoch_s", "avg_power_w", "energy_per_epoch_j"]
+            ].sort_values("power_limit_w")
             out = out.reset_index(drop=True)
             out["source"] = "measured"
         else:
@@ -245,8 +259,9 @@ class PowerModel:
         out["source"] = out["source"] + f"|mapped:{source}"
         return out
 
-    def default_options(self, gpu_type: str, work_units: float, time_per_unit_at_max_s: float,
-                        power_at_max_w: float | None = None) -> pd.DataFrame:
+    def default_options(
+        self, gpu_type: str, work_units: float, time_per_unit_at_max_s: float, power_at_max_w: float | None = None
+    ) -> pd.DataFrame:
         """Options from the GPU type's default (median) relative curve for a workload never profiled."""
         spec = map_gpu_type(gpu_type)
         curve = self.default_curves.get(spec.curve, self.default_curves[DEFAULT_CURVE])
@@ -259,13 +274,26 @@ class PowerModel:
         if power_at_max_w is not None:  # the job's own power at full limit: scale, never above the limit
             power = np.minimum(power * power_at_max_w / (power_frac[-1] * spec.max_limit_w), frac * spec.max_limit_w)
         duration = work_units * time_per_unit_at_max_s * time_ratio
-        return pd.DataFrame({"power_limit_w": np.round(frac * spec.max_limit_w, 1), "duration_s": duration,
-                             "energy_j": duration * power, "avg_power_w": power})
+        return pd.DataFrame(
+            {
+                "power_limit_w": np.round(frac * spec.max_limit_w, 1),
+                "duration_s": duration,
+                "energy_j": duration * power,
+                "avg_power_w": power,
+            }
+        )
 
-    def options(self, gpu_type: str, workload: str | None = None, work_units: float = 1.0,
-                batch_size: float | None = None, optimizer: str | None = None,
-                time_per_unit_at_max_s: float | None = None, power_at_max_w: float | None = None,
-                index: str = "power_limit_w") -> pd.DataFrame:
+    def options(
+        self,
+        gpu_type: str,
+        workload: str | None = None,
+        work_units: float = 1.0,
+        batch_size: float | None = None,
+        optimizer: str | None = None,
+        time_per_unit_at_max_s: float | None = None,
+        power_at_max_w: float | None = None,
+        index: str = "power_limit_w",
+    ) -> pd.DataFrame:
         """Every supported setting of a job: DataFrame(<index>, duration_s, energy_j, avg_power_w), one row per
         setting, ascending. `work_units` are epochs of a profiled workload, or units of `time_per_unit_at_max_s`
         (duration of one unit at the maximum limit) otherwise. If `time_per_unit_at_max_s` is given for a profiled
@@ -276,31 +304,41 @@ class PowerModel:
                 raise ValueError("no clock model: fit one with fit_clock_model(telemetry) and attach_clock_model()")
             if time_per_unit_at_max_s is None:
                 raise ValueError("the clock-indexed options need time_per_unit_at_max_s")
-            return self.clock_model.options(gpu_type, work_units, time_per_unit_at_max_s,
-                                            workload=workload)
+            return self.clock_model.options(gpu_type, work_units, time_per_unit_at_max_s, workload=workload)
         if index != "power_limit_w":
             raise ValueError(f"unknown index {index!r} (power_limit_w or sm_clock_mhz)")
         known = workload is not None and _workload_name(workload) in self.workloads(gpu_type)
         if not known:
             if time_per_unit_at_max_s is None:
-                raise ValueError(f"workload {workload!r} is not profiled for {gpu_type!r}: pass time_per_unit_at_max_s "
-                                 "(duration of one work unit at the maximum limit) to use the default curve")
+                raise ValueError(
+                    f"workload {workload!r} is not profiled for {gpu_type!r}: pass time_per_unit_at_max_s "
+                    "(duration of one work unit at the maximum limit) to use the default curve"
+                )
             return self.default_options(gpu_type, work_units, time_per_unit_at_max_s, power_at_max_w)
         curve = self.curve(gpu_type, workload, batch_size, optimizer)
         time = curve.time_per_epoch_s.to_numpy()
         if time_per_unit_at_max_s is not None:
             time = time / time[-1] * time_per_unit_at_max_s
         duration = work_units * time
-        return pd.DataFrame({"power_limit_w": curve.power_limit_w.to_numpy(dtype=float), "duration_s": duration,
-                             "energy_j": duration * curve.avg_power_w.to_numpy(), "avg_power_w": curve.avg_power_w.to_numpy()})
+        return pd.DataFrame(
+            {
+                "power_limit_w": curve.power_limit_w.to_numpy(dtype=float),
+                "duration_s": duration,
+                "energy_j": duration * curve.avg_power_w.to_numpy(),
+                "avg_power_w": curve.avg_power_w.to_numpy(),
+            }
+        )
 
     def attach_clock_model(self, clock_model: ClockModel) -> PowerModel:
         self.clock_model = clock_model
         return self
 
     def to_dict(self) -> dict:
-        return {"default_curves": self.default_curves, "gpu_map": gpu_map_table().to_dict(orient="records"),
-                "clock_model": None if self.clock_model is None else self.clock_model.to_dict()}
+        return {
+            "default_curves": self.default_curves,
+            "gpu_map": gpu_map_table().to_dict(orient="records"),
+            "clock_model": None if self.clock_model is None else self.clock_model.to_dict(),
+        }
 
     def save(self, directory) -> Path:
         directory = Path(directory)
@@ -324,6 +362,7 @@ class PowerModel:
 
 
 # --- clock-indexed variant from telemetry ------------------------------------------------------------------------
+
 
 @dataclass
 class ClockCurve:
@@ -360,21 +399,29 @@ class ClockModel:
             return candidates[0]
         raise KeyError(f"no clock curve for {gpu_type!r}")
 
-    def options(self, gpu_type: str, work_units: float, time_per_unit_at_max_s: float,
-                workload: str | None = None) -> pd.DataFrame:
+    def options(
+        self, gpu_type: str, work_units: float, time_per_unit_at_max_s: float, workload: str | None = None
+    ) -> pd.DataFrame:
         curve = self.curve_for(gpu_type, workload)
         clocks = np.asarray(curve.clocks_mhz, dtype=float)
         duration = work_units * time_per_unit_at_max_s * curve.time_ratio(clocks)
         power = curve.power(clocks)
-        return pd.DataFrame({"sm_clock_mhz": clocks, "duration_s": duration, "energy_j": duration * power,
-                             "avg_power_w": power})
+        return pd.DataFrame(
+            {"sm_clock_mhz": clocks, "duration_s": duration, "energy_j": duration * power, "avg_power_w": power}
+        )
 
     def to_dict(self) -> dict:
         return {f"{g}|{w or '*'}": c.__dict__ for (g, w), c in self.curves.items()}
 
 
-def fit_clock_model(telemetry: pd.DataFrame, throughput_column: str | None = None, workload_column: str | None = None,
-                    min_util_pct: float = 50.0, clock_step_mhz: float = 15.0, min_levels: int = 3) -> ClockModel:
+def fit_clock_model(
+    telemetry: pd.DataFrame,
+    throughput_column: str | None = None,
+    workload_column: str | None = None,
+    min_util_pct: float = 50.0,
+    clock_step_mhz: float = 15.0,
+    min_levels: int = 3,
+) -> ClockModel:
     """Fit power(clock) and time(clock) per GPU model (and workload, if `workload_column`) from telemetry.
 
     telemetry: raw.gpu_telemetry-shaped rows (gpu_model, power_w, sm_clock_mhz, gpu_util_pct, ...). Only busy
@@ -404,7 +451,7 @@ def fit_clock_model(telemetry: pd.DataFrame, throughput_column: str | None = Non
         x = f / f_max
         best = None
         for gamma in np.linspace(1.0, 3.5, 26):  # least squares in (p_static, p_dyn) for each gamma
-            a = np.c_[np.ones_like(x), x ** gamma]
+            a = np.c_[np.ones_like(x), x**gamma]
             coef, *_ = np.linalg.lstsq(a, levels.power.to_numpy(), rcond=None)
             err = float(np.sum((a @ coef - levels.power.to_numpy()) ** 2))
             if coef[1] > 0 and (best is None or err < best[0]):
@@ -421,8 +468,15 @@ def fit_clock_model(telemetry: pd.DataFrame, throughput_column: str | None = Non
         else:
             alpha, source = DEFAULT_ALPHA, "default (no work-rate column)"
         curves[(key[0], key[1] if len(key) > 1 else None)] = ClockCurve(
-            f_max_mhz=f_max, clocks_mhz=sorted(f.tolist()), p_static_w=float(coef[0]), p_dyn_w=float(coef[1]),
-            gamma=float(gamma), alpha=alpha, alpha_source=source, n_samples=int(levels.n.sum()))
+            f_max_mhz=f_max,
+            clocks_mhz=sorted(f.tolist()),
+            p_static_w=float(coef[0]),
+            p_dyn_w=float(coef[1]),
+            gamma=float(gamma),
+            alpha=alpha,
+            alpha_source=source,
+            n_samples=int(levels.n.sum()),
+        )
     if not curves:
         raise ValueError(f"no GPU model has {min_levels}+ clock levels with busy samples")
     return ClockModel(curves)

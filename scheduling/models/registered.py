@@ -8,6 +8,7 @@
 Registry rows: model_name "gpu-predictor" target "steps_per_s"; model_name "gpu-power" target
 "energy_per_epoch_j". trained_at = `as_of` (the data cut-off; default: now, UTC).
 """
+
 from __future__ import annotations
 
 import pandas as pd
@@ -54,8 +55,11 @@ def resolve_registered(name: str, as_of=None, db_path=None) -> tuple[object | No
             continue
         info.update(version=record.version, trained_at=record.trained_at.isoformat(), source="registry")
         return model, info
-    info["reason"] = ("no good version registered" if not records else
-                      "no good version with a loadable artifact trained at or before " + str(cutoff))
+    info["reason"] = (
+        "no good version registered"
+        if not records
+        else "no good version with a loadable artifact trained at or before " + str(cutoff)
+    )
     return None, info
 
 

@@ -25,6 +25,7 @@ through `warehouse.db.writer` in ONE transaction that first deletes the plan_id'
 again leaves the warehouse identical; a failure or kill before COMMIT leaves the previous rows untouched.
 Nothing written depends on the wall clock.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -61,7 +62,14 @@ ASSIGNMENT_COLUMNS: dict[str, str] = {
     "priority": "DOUBLE",
 }
 PLAN_COLUMNS = (
-    "plan_id", "plan_time", "policy", "created_from", "forecast_version", "n_jobs", "n_assigned", "expected_kgco2e",
+    "plan_id",
+    "plan_time",
+    "policy",
+    "created_from",
+    "forecast_version",
+    "n_jobs",
+    "n_assigned",
+    "expected_kgco2e",
     "schedule_dir",
 )
 DDL = f"""
@@ -110,6 +118,7 @@ def plan_id_for(policy: str, plan_time, dry_run: bool = False) -> str:
 
 # ------------------------------------------------------------------------------------------------ the Plan object
 
+
 @dataclass
 class StoredPlan:
     """Stand-in with the contract's fields, used when `scheduling.domain.plan.Plan` cannot be built."""
@@ -147,7 +156,9 @@ def plan_fields(plan: Any) -> dict:
             unplaced["reason"] = None
         unplaced = unplaced[["job_id", "reason"]].copy()
         unplaced["job_id"] = unplaced["job_id"].astype(str)
-        unplaced["reason"] = unplaced["reason"].map(lambda r: None if r is None or (isinstance(r, float) and math.isnan(r)) else str(r))
+        unplaced["reason"] = unplaced["reason"].map(
+            lambda r: None if r is None or (isinstance(r, float) and math.isnan(r)) else str(r)
+        )
         unplaced = unplaced.sort_values("job_id", kind="mergesort").reset_index(drop=True)
     explanations = [to_jsonable(dict(e)) for e in (getattr(plan, "explanations", None) or [])]
     explanations.sort(key=lambda e: str(e.get("job_id")))
@@ -210,6 +221,7 @@ def summary_of(fields: dict) -> dict:
 
 # ------------------------------------------------------------------------------------------------ writing
 
+
 def _fault_noop(stage: str) -> None:
     return None
 
@@ -251,17 +263,21 @@ def write_plan(
         columns=["plan_id", "job_id", "record", "text"],
     )
     summary = summary_of(fields)
-    plans_row = pd.DataFrame([{
-        "plan_id": plan_id,
-        "plan_time": fields["plan_time"],
-        "policy": fields["policy"],
-        "created_from": created_from,
-        "forecast_version": fields["forecast_version"],
-        "n_jobs": summary["n_jobs"],
-        "n_assigned": summary["n_assigned"],
-        "expected_kgco2e": summary["expected_kgco2e"],
-        "schedule_dir": None if schedule_dir is None else str(schedule_dir),
-    }])
+    plans_row = pd.DataFrame(
+        [
+            {
+                "plan_id": plan_id,
+                "plan_time": fields["plan_time"],
+                "policy": fields["policy"],
+                "created_from": created_from,
+                "forecast_version": fields["forecast_version"],
+                "n_jobs": summary["n_jobs"],
+                "n_assigned": summary["n_assigned"],
+                "expected_kgco2e": summary["expected_kgco2e"],
+                "schedule_dir": None if schedule_dir is None else str(schedule_dir),
+            }
+        ]
+    )
     plans_row["plan_time"] = pd.to_datetime(plans_row["plan_time"], utc=True).dt.as_unit("us")
     assignments = fields["assignments"].copy()
     assignments.insert(0, "plan_id", plan_id)
@@ -272,8 +288,11 @@ def write_plan(
         con.execute(DDL)
         con.execute("BEGIN TRANSACTION")
         try:
-            tables = ["plan.explanations"] if explanations_only else [
-                "plan.plans", "plan.assignments", "plan.explanations", "plan.unplaced"]
+            tables = (
+                ["plan.explanations"]
+                if explanations_only
+                else ["plan.plans", "plan.assignments", "plan.explanations", "plan.unplaced"]
+            )
             for table in tables:
                 con.execute(f"DELETE FROM {table} WHERE plan_id = ?", [plan_id])
             _fault("deleted")
@@ -286,8 +305,10 @@ def write_plan(
                 _insert(con, "plan.unplaced", unplaced)
             if len(explanations):
                 con.register("_expl", explanations)
-                con.execute("INSERT INTO plan.explanations SELECT plan_id, job_id, record::JSON, text FROM _expl "
-                            "ORDER BY job_id")
+                con.execute(
+                    "INSERT INTO plan.explanations SELECT plan_id, job_id, record::JSON, text FROM _expl "
+                    "ORDER BY job_id"
+                )
                 con.unregister("_expl")
             _fault("explanations")
             _fault("before_commit")
@@ -305,8 +326,9 @@ def _insert(con, table: str, frame: pd.DataFrame) -> None:
         frame = frame.copy()
         for col in frame.columns:
             if frame[col].dtype == object and col not in ("job_id", "cluster", "region", "node", "gpu_devices"):
-                frame[col] = frame[col].map(lambda v: None if v is None or (isinstance(v, float) and math.isnan(v))
-                                            else str(v))
+                frame[col] = frame[col].map(
+                    lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+                )
     con.register("_rows", frame)
     try:
         con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _rows")
@@ -337,9 +359,13 @@ def _widen(con, table: str, frame: pd.DataFrame) -> None:
     if not len(frame):
         return
     schema, name = table.split(".")
-    existing = {r[0] for r in con.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_schema = ? AND table_name = ?",
-        [schema, name]).fetchall()}
+    existing = {
+        r[0]
+        for r in con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = ? AND table_name = ?",
+            [schema, name],
+        ).fetchall()
+    }
     for col in frame.columns:
         if col not in existing:
             con.execute(f'ALTER TABLE {table} ADD COLUMN "{col}" {_sql_type(frame[col])}')
@@ -360,6 +386,7 @@ def delete_plan(plan_id: str, db_path=None) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ reading
+
 
 def _has_plans(con) -> bool:
     return table_exists(con, "plan.plans")
@@ -404,12 +431,15 @@ def read_plan(plan_id: str, db_path=None, with_meta: bool = False):
         if meta.empty:
             raise KeyError(f"no plan {plan_id!r} in plan.plans")
         assignments = con.execute(
-            "SELECT * EXCLUDE (plan_id) FROM plan.assignments WHERE plan_id = ? ORDER BY job_id", [plan_id]).df()
+            "SELECT * EXCLUDE (plan_id) FROM plan.assignments WHERE plan_id = ? ORDER BY job_id", [plan_id]
+        ).df()
         expl = con.execute(
             "SELECT job_id, record::VARCHAR AS record, text FROM plan.explanations WHERE plan_id = ? ORDER BY job_id",
-            [plan_id]).df()
+            [plan_id],
+        ).df()
         unplaced = con.execute(
-            "SELECT job_id, reason FROM plan.unplaced WHERE plan_id = ? ORDER BY job_id", [plan_id]).df()
+            "SELECT job_id, reason FROM plan.unplaced WHERE plan_id = ? ORDER BY job_id", [plan_id]
+        ).df()
     row = meta.iloc[0].to_dict()
     for col in ("start_time", "end_time"):
         assignments[col] = pd.to_datetime(assignments[col], utc=True)
@@ -436,7 +466,8 @@ def read_explanations(plan_id: str, db_path=None) -> pd.DataFrame:
             return pd.DataFrame(columns=["job_id", "record", "text"])
         return con.execute(
             "SELECT job_id, record::VARCHAR AS record, text FROM plan.explanations WHERE plan_id = ? ORDER BY job_id",
-            [plan_id]).df()
+            [plan_id],
+        ).df()
 
 
 def table_digest(db_path=None, plan_ids: Iterable[str] | None = None) -> dict[str, str]:

@@ -43,6 +43,7 @@ the previous or the new complete directory at ``<root>/<name>``: leftovers are c
 back if the final name is missing) by `recover`, which every write runs first under the root's lock file.
 Output is byte-identical for the same plan: sorted keys, no wall-clock timestamps.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -83,6 +84,7 @@ INDEX = "index.json"
 
 
 # ------------------------------------------------------------------------------------------------ names
+
 
 def schedule_dirname(plan_time) -> str:
     """The plan time as a directory name: 2021-07-15T12-00Z (seconds added only when not zero)."""
@@ -144,13 +146,14 @@ def node_hostname(node: str | None, cluster: str | None) -> str | None:
         return None
     text = str(node)
     if cluster and text.startswith(f"{cluster}/"):
-        text = text[len(cluster) + 1:]
+        text = text[len(cluster) + 1 :]
     text = text.replace("#", "-c")
     text = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-._")
     return text[:63] or None
 
 
 # ------------------------------------------------------------------------------------------------ rendering
+
 
 def _value(row: dict, key: str) -> Any:
     v = row.get(key)
@@ -260,17 +263,21 @@ def k8s_manifest(row: dict, meta: dict, record: dict | None = None) -> dict:
     spec: dict[str, Any] = {
         "schedulingGates": [{"name": GATE_NAME}],
         "restartPolicy": "OnFailure",
-        "initContainers": [{
-            "name": "wait-for-start",
-            "image": WAIT_IMAGE,
-            "command": ["sh", "-c", f'while [ "$(date -u +%s)" -lt {start_epoch} ]; do sleep 30; done'],
-        }],
-        "containers": [{
-            "name": "main",
-            "image": str(_value(row, "image") or DEFAULT_IMAGE),
-            "env": env,
-            "resources": {"requests": requests, "limits": limits},
-        }],
+        "initContainers": [
+            {
+                "name": "wait-for-start",
+                "image": WAIT_IMAGE,
+                "command": ["sh", "-c", f'while [ "$(date -u +%s)" -lt {start_epoch} ]; do sleep 30; done'],
+            }
+        ],
+        "containers": [
+            {
+                "name": "main",
+                "image": str(_value(row, "image") or DEFAULT_IMAGE),
+                "env": env,
+                "resources": {"requests": requests, "limits": limits},
+            }
+        ],
     }
     host = node_hostname(_value(row, "node"), cluster)
     if host:
@@ -325,8 +332,10 @@ def slurm_header(row: dict, meta: dict, record: dict | None = None) -> str:
     power = _value(row, "power_limit_w")
     deadline = _deadline(row, record)
     cluster = _value(row, "cluster")
-    comment = (f"plan={meta['plan_id']} job={job_id} region={_value(row, 'region')} cluster={cluster} "
-               f"kgco2e={_fmt(_value(row, 'expected_kgco2e'), 6)}")
+    comment = (
+        f"plan={meta['plan_id']} job={job_id} region={_value(row, 'region')} cluster={cluster} "
+        f"kgco2e={_fmt(_value(row, 'expected_kgco2e'), 6)}"
+    )
     lines = [
         "#!/bin/bash",
         f"# Carbon-aware plan {meta['plan_id']} (forecast {meta.get('forecast_version')}); job {job_id}.",
@@ -360,8 +369,10 @@ def slurm_header(row: dict, meta: dict, record: dict | None = None) -> str:
     ]
     if power is not None:
         lines.append(f"export GPU_POWER_LIMIT_W={_fmt(power, 0)}")
-        lines.append("# The prolog applies the limit (needs root): nvidia-smi -i \"$CUDA_VISIBLE_DEVICES\" -pl "
-                     "\"$GPU_POWER_LIMIT_W\"")
+        lines.append(
+            '# The prolog applies the limit (needs root): nvidia-smi -i "$CUDA_VISIBLE_DEVICES" -pl '
+            '"$GPU_POWER_LIMIT_W"'
+        )
     if devices:
         lines.append(f"export PLANNED_GPU_DEVICES={','.join(str(d) for d in devices)}")
     lines.append('srun "${JOB_COMMAND:?set JOB_COMMAND to the job command}"')
@@ -385,8 +396,10 @@ def render(plan: Any, plan_id: str | None = None) -> dict[str, bytes]:
         for c in clusters
     ]
     plan_doc["unplaced"] = _assignment_records(fields["unplaced"])
-    plan_doc["start_gate"] = {"kubernetes": f"schedulingGates[{GATE_NAME}] + init container wait-for-start",
-                              "slurm": "--begin"}
+    plan_doc["start_gate"] = {
+        "kubernetes": f"schedulingGates[{GATE_NAME}] + init container wait-for-start",
+        "slurm": "--begin",
+    }
     files["plan.json"] = (canonical_json(plan_doc, indent=2) + "\n").encode()
     for cluster in clusters:
         part = a[a["cluster"] == cluster].sort_values(["start_time", "job_id"], kind="mergesort")
@@ -399,7 +412,8 @@ def render(plan: Any, plan_id: str | None = None) -> dict[str, bytes]:
             record = records.get(str(row["job_id"]))
             manifest = k8s_manifest(row, meta, record)
             files[f"k8s/{stem}/{job}.yaml"] = yaml.safe_dump(
-                manifest, sort_keys=True, default_flow_style=False, allow_unicode=True, width=1000).encode()
+                manifest, sort_keys=True, default_flow_style=False, allow_unicode=True, width=1000
+            ).encode()
             files[f"slurm/{stem}/{job}.sbatch"] = slurm_header(row, meta, record).encode()
     if len(a) and a["cluster"].isna().any():
         raise ValueError("assignments: every assignment needs a cluster")
@@ -415,6 +429,7 @@ def index_document(files: dict[str, bytes], meta: dict) -> bytes:
 
 
 # ------------------------------------------------------------------------------------------------ atomic writing
+
 
 @dataclass
 class ScheduleResult:
@@ -492,7 +507,7 @@ def recover(root: str | Path) -> list[str]:
         return actions
     for entry in sorted(root.iterdir()):
         if entry.name.startswith(".old-") and entry.is_dir():
-            final = root / entry.name[len(".old-"):]
+            final = root / entry.name[len(".old-") :]
             if not final.exists():
                 os.rename(entry, final)
                 actions.append(f"restored {final.name}")
@@ -589,5 +604,8 @@ def verify_schedule_dir(path: str | Path) -> dict:
 def tree_digest(path: str | Path) -> dict[str, str]:
     """sha256 of every file under `path` (relative path -> hex)."""
     path = Path(path)
-    return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(path.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(path.rglob("*"))
+        if p.is_file()
+    }

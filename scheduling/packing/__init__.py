@@ -20,6 +20,7 @@ Policies follow the Kubernetes scheduler framework (filter, score, choose, selec
 each under ``policies/``, resolved by name in ``registry.py``. They keep per-cluster caches keyed on
 ``cluster.version``, valid across allocate/release on the same Cluster; not thread-safe (one policy per thread).
 """
+
 from scheduling.packing.base import PackingPolicy, best_fit_gpus
 from scheduling.packing.cluster import Binding, Cluster, Placement
 from scheduling.packing.frag import FragTables, frag_tables, node_frag_batch, node_frag_memo, node_frag_scalar
@@ -29,8 +30,30 @@ from scheduling.packing.registry import DISPLAY_NAMES, POLICIES, POLICY_NAMES, U
 from scheduling.packing.workload import TargetWorkload
 
 __all__ = [
-    "Binding", "Cluster", "Placement", "FragTables", "frag_tables", "node_frag_batch", "node_frag_memo",
-    "node_frag_scalar", "MILLI", "Pod", "normalize_gpu_spec", "pods_from_frame", "PackingPolicy", "best_fit_gpus",
-    "FGD", "BestFit", "DotProd", "GpuClustering", "GpuPacking", "RandomFit", "DISPLAY_NAMES", "POLICIES",
-    "POLICY_NAMES", "UnknownNameError", "make_policy", "TargetWorkload",
+    "Binding",
+    "Cluster",
+    "Placement",
+    "FragTables",
+    "frag_tables",
+    "node_frag_batch",
+    "node_frag_memo",
+    "node_frag_scalar",
+    "MILLI",
+    "Pod",
+    "normalize_gpu_spec",
+    "pods_from_frame",
+    "PackingPolicy",
+    "best_fit_gpus",
+    "FGD",
+    "BestFit",
+    "DotProd",
+    "GpuClustering",
+    "GpuPacking",
+    "RandomFit",
+    "DISPLAY_NAMES",
+    "POLICIES",
+    "POLICY_NAMES",
+    "UnknownNameError",
+    "make_policy",
+    "TargetWorkload",
 ]

@@ -6,6 +6,7 @@ simulator). One policy per module under ``scheduling/packing/policies/``; names 
 "Best fit" device selection, shared by the baselines: a shared pod takes the device with the least free share that
 fits (lowest index on ties); whole-GPU pods take the first fully-free devices by index.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod

@@ -4,6 +4,7 @@ State lives in numpy arrays (one row per node) so that policies can filter and s
 change to a node bumps ``version[node]``; policies and the fragmentation cache compare versions to know which
 nodes to recompute.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -46,8 +47,9 @@ class Cluster:
     devices; GpuClustering's affinity tags).
     """
 
-    def __init__(self, names, cpu_milli, memory_mib, gpu_count, gpu_model, tiebreak_rank=None,
-                 max_pods=DEFAULT_MAX_PODS):
+    def __init__(
+        self, names, cpu_milli, memory_mib, gpu_count, gpu_model, tiebreak_rank=None, max_pods=DEFAULT_MAX_PODS
+    ):
         self.names = [str(n) for n in names]
         n = len(self.names)
         if len(set(self.names)) != n:
@@ -55,10 +57,11 @@ class Cluster:
         self.cpu_capacity = np.asarray(cpu_milli, dtype=np.int64).copy()
         self.mem_capacity = np.asarray(memory_mib, dtype=np.int64).copy()
         self.gpu_count = np.asarray(gpu_count, dtype=np.int64).copy()
-        models = ["" if (m is None or (isinstance(m, float) and m != m) or not self.gpu_count[i]) else str(m)
-                  for i, m in enumerate(gpu_model)]
-        for arr, what in ((self.cpu_capacity, "cpu_milli"), (self.mem_capacity, "memory_mib"),
-                          (self.gpu_count, "gpu")):
+        models = [
+            "" if (m is None or (isinstance(m, float) and m != m) or not self.gpu_count[i]) else str(m)
+            for i, m in enumerate(gpu_model)
+        ]
+        for arr, what in ((self.cpu_capacity, "cpu_milli"), (self.mem_capacity, "memory_mib"), (self.gpu_count, "gpu")):
             if arr.shape != (n,):
                 raise ValueError(f"{what}: expected {n} values, got shape {arr.shape}")
             bad = np.flatnonzero(arr < 0)
@@ -107,20 +110,37 @@ class Cluster:
         elif isinstance(tiebreak_rank, dict):
             tiebreak_rank = [tiebreak_rank[n] for n in names]
         models = [None if (isinstance(m, float) and m != m) else m for m in nodes["model"].tolist()]
-        return cls(names, nodes["cpu_milli"].to_numpy(), nodes["memory_mib"].to_numpy(), nodes["gpu"].to_numpy(),
-                   models, tiebreak_rank=tiebreak_rank, max_pods=max_pods)
+        return cls(
+            names,
+            nodes["cpu_milli"].to_numpy(),
+            nodes["memory_mib"].to_numpy(),
+            nodes["gpu"].to_numpy(),
+            models,
+            tiebreak_rank=tiebreak_rank,
+            max_pods=max_pods,
+        )
 
     def copy(self) -> Cluster:
         """An independent copy (same nodes, pods and tie-break order); policies' caches start afresh for it."""
         new = object.__new__(Cluster)
         new.__dict__.update(self.__dict__)
-        for name in ("gpu_free", "gpu_free_max", "gpu_full", "cpu_free", "mem_free", "pod_count", "version",
-                     "tag_count"):
+        for name in (
+            "gpu_free",
+            "gpu_free_max",
+            "gpu_full",
+            "cpu_free",
+            "mem_free",
+            "pod_count",
+            "version",
+            "tag_count",
+        ):
             setattr(new, name, getattr(self, name).copy())
         new.bindings = dict(self.bindings)
         # the fragmentation caches carry over (copied): a what-if copy does not recompute every node
-        new._frag_cache = {key: (wl, tables, values.copy(), seen.copy())
-                           for key, (wl, tables, values, seen) in self._frag_cache.items()}
+        new._frag_cache = {
+            key: (wl, tables, values.copy(), seen.copy())
+            for key, (wl, tables, values, seen) in self._frag_cache.items()
+        }
         return new
 
     # ----------------------------------------------------------------- queries
@@ -172,8 +192,11 @@ class Cluster:
 
     def can_host(self, pod: Pod, node: int, gpus: tuple[int, ...] | None = None) -> bool:
         """Whether ``pod`` fits on ``node`` (on the given devices, if any)."""
-        if not (self.cpu_free[node] >= pod.cpu_milli and self.mem_free[node] >= pod.memory_mib
-                and self.pod_count[node] < self.max_pods[node]):
+        if not (
+            self.cpu_free[node] >= pod.cpu_milli
+            and self.mem_free[node] >= pod.memory_mib
+            and self.pod_count[node] < self.max_pods[node]
+        ):
             return False
         if not pod.num_gpu:
             return not gpus
@@ -181,8 +204,11 @@ class Cluster:
             return False
         if gpus is None:
             return int((self.gpu_free[node] >= pod.gpu_milli).sum()) >= pod.num_gpu
-        return (len(gpus) == pod.num_gpu and len(set(gpus)) == len(gpus)
-                and all(0 <= g < self.gpu_count[node] and self.gpu_free[node, g] >= pod.gpu_milli for g in gpus))
+        return (
+            len(gpus) == pod.num_gpu
+            and len(set(gpus)) == len(gpus)
+            and all(0 <= g < self.gpu_count[node] and self.gpu_free[node, g] >= pod.gpu_milli for g in gpus)
+        )
 
     # ----------------------------------------------------------------- changes
     def allocate(self, pod: Pod, placement: Placement | int, gpus: tuple[int, ...] | None = None) -> Binding:
@@ -255,5 +281,7 @@ class Cluster:
         return float(self.node_fragmentation(workload).sum())
 
     def __repr__(self) -> str:
-        return (f"Cluster({self.n_nodes} nodes, {self.total_gpus} GPUs, {len(self.bindings)} pods, "
-                f"{self.gpu_milli_allocated}/{self.gpu_milli_capacity} GPU-milli allocated)")
+        return (
+            f"Cluster({self.n_nodes} nodes, {self.total_gpus} GPUs, {len(self.bindings)} pods, "
+            f"{self.gpu_milli_allocated}/{self.gpu_milli_capacity} GPU-milli allocated)"
+        )

@@ -14,6 +14,7 @@ each typical pod m (CPU ``cpu_m``, per-GPU ``g_m``, count ``k_m``, weight ``p_m`
 reference: ``p_m * frag_m`` into per-class buckets in typical-pod order, then the buckets summed in the order
 Q1, Q2, Q4, XL, XR, NA (starting from 0.0). All functions here are vectorized over a batch of node states.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -23,8 +24,7 @@ import numpy as np
 from scheduling.packing.workload import TargetWorkload
 
 Q1, Q2, Q3, Q4, XL, XR, NA = range(7)
-CLASS_NAMES = ("q1_lack_both", "q2_lack_gpu", "q3_satisfied", "q4_lack_cpu", "xl_satisfied", "xr_lack_cpu",
-               "no_access")
+CLASS_NAMES = ("q1_lack_both", "q2_lack_gpu", "q3_satisfied", "q4_lack_cpu", "xl_satisfied", "xr_lack_cpu", "no_access")
 
 
 class FragTables:
@@ -32,8 +32,20 @@ class FragTables:
     pods only ever book into Q1/Q2/Q4/NA and CPU-only ones into XL/XR, so the two groups are summed apart,
     each in typical-pod order."""
 
-    __slots__ = ("access", "typed", "g_values", "g_index", "cpu_g", "k_g", "p_g", "access_g",
-                 "cpu_c", "p_c", "memo", "memo_limit")
+    __slots__ = (
+        "access",
+        "typed",
+        "g_values",
+        "g_index",
+        "cpu_g",
+        "k_g",
+        "p_g",
+        "access_g",
+        "cpu_c",
+        "p_c",
+        "memo",
+        "memo_limit",
+    )
 
     def __init__(self, workload: TargetWorkload, model_names: tuple[str, ...]):
         # no reference back to the workload: frag_tables() caches these in a WeakKeyDictionary keyed on it
@@ -79,8 +91,7 @@ def _bucket_sums(v: np.ndarray, bucket: np.ndarray, buckets: np.ndarray) -> np.n
     return np.cumsum(spread, axis=0)[-1]
 
 
-def node_frag_batch(cpu_left: np.ndarray, gpu_free: np.ndarray, model_id: np.ndarray, tables: FragTables
-                    ) -> np.ndarray:
+def node_frag_batch(cpu_left: np.ndarray, gpu_free: np.ndarray, model_id: np.ndarray, tables: FragTables) -> np.ndarray:
     """F_n(M) for a batch of node states: ``cpu_left`` (B,), ``gpu_free`` (B, G) milli-GPU per device (absent
     devices as 0), ``model_id`` (B,) index into the model list ``tables`` was built for. Returns float64 (B,)."""
     cpu_left = np.asarray(cpu_left, dtype=np.int64)
@@ -129,8 +140,7 @@ def state_keys(cpu_left: np.ndarray, gpu_free: np.ndarray, model_id: np.ndarray)
     return rows.view(f"S{rows.shape[1] * 4}").ravel().tolist()
 
 
-def node_frag_memo(cpu_left: np.ndarray, gpu_free: np.ndarray, model_id: np.ndarray, tables: FragTables
-                   ) -> np.ndarray:
+def node_frag_memo(cpu_left: np.ndarray, gpu_free: np.ndarray, model_id: np.ndarray, tables: FragTables) -> np.ndarray:
     """:func:`node_frag_batch` through the tables' memo: states seen before are looked up, the others (each
     distinct one once) computed and remembered."""
     cpu_left = np.asarray(cpu_left)

@@ -4,6 +4,7 @@ Units follow the openb trace and the reference simulator: CPU in milli-cores, me
 (1000 = one whole device). A pod asks for ``num_gpu`` devices with ``gpu_milli`` free on each: a *shared* pod
 has ``num_gpu == 1`` and ``gpu_milli < 1000``; whole-GPU pods have ``gpu_milli == 1000``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

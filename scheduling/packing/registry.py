@@ -4,6 +4,7 @@ Names are matched case-insensitively, ignoring ``-`` and ``_`` (``"Best-Fit"`` i
 in the order of the FGD paper's figures, the baselines first and FGD last; ``POLICY_NAMES`` keeps that order and
 ``DISPLAY_NAMES`` gives each policy's label in tables and plots.
 """
+
 from __future__ import annotations
 
 from common.registry import Registry, UnknownNameError

@@ -6,6 +6,7 @@ at a time until their cumulative count reaches the popularity threshold (95 %); 
 renormalized, in float64 exactly as the reference does (``p = (count/total) / (cum/total)``) so that FGD's
 integer scores are bit-exact. CPU-only pods are included.
 """
+
 from __future__ import annotations
 
 from collections import Counter

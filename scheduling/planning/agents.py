@@ -11,6 +11,7 @@ rolled forward hour by hour (jobs whose end hour has passed are released, the te
 hour are packed in the coordinator's order); tentative nodes are advisory, since every hourly plan is made
 again from the state of that hour.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,8 +36,9 @@ class ClusterAgent:
     """One cluster's agent. `end_hour[job_id]` is the absolute hour (int, hours since the epoch) at which a
     bound job frees its resources."""
 
-    def __init__(self, name: str, cluster: Cluster, workload: TargetWorkload | None = None,
-                 policy: str = "fgd", seed: int = 0):
+    def __init__(
+        self, name: str, cluster: Cluster, workload: TargetWorkload | None = None, policy: str = "fgd", seed: int = 0
+    ):
         self.name = name
         self.cluster = cluster
         self.policy_name = policy
@@ -273,7 +275,9 @@ def make_agents(fleet, workload: TargetWorkload | None, policy: str = "fgd", see
     """One agent per fleet cluster with fresh (empty) node state."""
     if workload is None and policy == "fgd":
         workload = TargetWorkload.from_specs([(8000, 1000, 1), (4000, 500, 1)], [0.5, 0.5])
-    return [ClusterAgent(c.name, fleet.packing_cluster(i), workload, policy, seed) for i, c in enumerate(fleet.clusters)]
+    return [
+        ClusterAgent(c.name, fleet.packing_cluster(i), workload, policy, seed) for i, c in enumerate(fleet.clusters)
+    ]
 
 
 def job_pods(jobs) -> list[Pod]:

@@ -13,6 +13,7 @@ For job j with run time d[k, c] hours (fractional), occupied hours occ = ceil(d)
 * deadline       s <= floor(deadline - d[k, c]), release <= s, s + occ <= H; the cluster must host the job
   (GPU model, node shape).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,8 +29,23 @@ class CandidateView:
     """The (K, H, C) candidate tensor of one job: `cost` (kg, forecast), `end` (hours from now), masks
     `base_ok` (horizon, release, cluster hosts the job, option exists), `cap_ok`, `timely`, and `feasible`."""
 
-    __slots__ = ("j", "cost", "carbon", "_end", "_run", "base_ok", "cap_ok", "timely", "feasible", "occ", "dur",
-                 "trans", "s", "n", "price")
+    __slots__ = (
+        "j",
+        "cost",
+        "carbon",
+        "_end",
+        "_run",
+        "base_ok",
+        "cap_ok",
+        "timely",
+        "feasible",
+        "occ",
+        "dur",
+        "trans",
+        "s",
+        "n",
+        "price",
+    )
 
     @property
     def end(self) -> np.ndarray:
@@ -132,7 +148,7 @@ class Evaluator:
             self._now = (cost[:, :, 0, :], (timely & base_ok)[:, :, 0, :])
         cost, ok = self._now
         bad = np.zeros(self.H + 2, dtype=np.int64)  # hours short of room in [0, occ), as view's cap_ok
-        np.cumsum(free[:, c] < self.p.gpu_total[j], out=bad[1: self.H + 1])
+        np.cumsum(free[:, c] < self.p.gpu_total[j], out=bad[1 : self.H + 1])
         bad[self.H + 1] = bad[self.H]
         return cost[j, :, c], ok[j, :, c] & (bad[self.occ_all[j, :, c]] == 0)
 
@@ -183,8 +199,9 @@ class Evaluator:
         end = s + self._dur[J][:, :, cs][:, :, None, :] if with_end else None
         return occ, carbon, cost, timely, base_ok, end
 
-    def view(self, j: int, free: np.ndarray | None, n_starts: int | None = None,
-             free_other: np.ndarray | None = None) -> CandidateView:
+    def view(
+        self, j: int, free: np.ndarray | None, n_starts: int | None = None, free_other: np.ndarray | None = None
+    ) -> CandidateView:
         """The candidate tensor of job j over start hours [0, n_starts) (default: the whole horizon); `free`
         None: capacity is not checked (every window has room)."""
         # a slice, not [j]: the batch arrays are then views of the per-plan arrays, not copies
@@ -203,8 +220,9 @@ class Evaluator:
             yield self.batch(J[i:e], free, n_starts[i:e], free_other)
             i = e
 
-    def views(self, J: np.ndarray, free: np.ndarray | None, n_starts, free_other: np.ndarray | None = None
-              ) -> list[CandidateView]:
+    def views(
+        self, J: np.ndarray, free: np.ndarray | None, n_starts, free_other: np.ndarray | None = None
+    ) -> list[CandidateView]:
         """`view` of each job of J (its own start hours [0, n_starts[i])) on the same capacity `free`."""
         return self.views_of(self.batch(J, free, n_starts, free_other))
 
@@ -223,8 +241,9 @@ class Evaluator:
             out.append(v)
         return out
 
-    def batch(self, J: np.ndarray, free: np.ndarray | None, n_starts, free_other: np.ndarray | None = None
-              ) -> CandidateBatch:
+    def batch(
+        self, J: np.ndarray, free: np.ndarray | None, n_starts, free_other: np.ndarray | None = None
+    ) -> CandidateBatch:
         """The candidate tensors of jobs J on the same capacity `free`, computed together over the batch's longest
         start-hour range (every array is elementwise in the start hour, so each job's view is a slice of it). For
         the explanations of a whole plan: one batch instead of a view per job."""
@@ -248,14 +267,14 @@ class Evaluator:
                             bad[i] |= free_other[r] < req[r]
             rows = 2 * H + 3
             if B == 1:  # (the coordinator's view per job: the plan's buffer)
-                np.cumsum(bad[0], axis=0, out=self.B[1: H + 1])
-                self.B[H + 1:] = self.B[H]
+                np.cumsum(bad[0], axis=0, out=self.B[1 : H + 1])
+                self.B[H + 1 :] = self.B[H]
                 Bf = self.B.ravel()
                 cap_ok = Bf[end_idx] == Bf[base]
             else:
                 Bc = np.zeros((B, rows, C), dtype=np.int32)
-                np.cumsum(bad, axis=1, out=Bc[:, 1: H + 1])
-                Bc[:, H + 1:] = Bc[:, H: H + 1]
+                np.cumsum(bad, axis=1, out=Bc[:, 1 : H + 1])
+                Bc[:, H + 1 :] = Bc[:, H : H + 1]
                 Bf = Bc.ravel()
                 off = (np.arange(B) * rows * C)[:, None, None, None]
                 cap_ok = Bf[end_idx + off] == Bf[base + off]

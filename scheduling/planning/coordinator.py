@@ -6,6 +6,7 @@ rejection masks that (now, cluster) candidate and sends the job to its next-best
 meeting its deadline takes the earliest-finishing feasible one (late; binding constraint "deadline"); one without
 any feasible candidate in the horizon is unplaced.
 """
+
 from __future__ import annotations
 
 import time
@@ -23,8 +24,15 @@ class Coordinator:
     """Runs a sequential policy (see `policies.SequentialPolicy`) over a problem, with optional cluster agents
     (list aligned with the problem's clusters) for the jobs that start now."""
 
-    def __init__(self, problem: PlanningProblem, policy, agents=None, pods=None, now_hour: int | None = None,
-                 tentative_hours: int = 24):
+    def __init__(
+        self,
+        problem: PlanningProblem,
+        policy,
+        agents=None,
+        pods=None,
+        now_hour: int | None = None,
+        tentative_hours: int = 24,
+    ):
         self.p = problem
         self.tentative_hours = tentative_hours
         self.policy = policy
@@ -89,13 +97,18 @@ class Coordinator:
                 break
             if status[j] is None:
                 any_host = p.allowed[j].any()
-                reason[j] = ("no_hostable_cluster" if not any_host else
-                             "rejected_by_agents" if rejections[j] else "no_capacity_in_horizon")
+                reason[j] = (
+                    "no_hostable_cluster"
+                    if not any_host
+                    else "rejected_by_agents"
+                    if rejections[j]
+                    else "no_capacity_in_horizon"
+                )
                 continue
             k[j], s[j], c[j], cost[j], late[j], placed[j] = kk, ss, cc, v.cost[kk, ss, cc], is_late, True
-            free[ss: ss + int(v.occ[kk, cc]), cc] -= p.gpu_total[j]
+            free[ss : ss + int(v.occ[kk, cc]), cc] -= p.gpu_total[j]
             if free_other is not None:
-                free_other[:, ss: ss + int(v.occ[kk, cc]), cc] -= p.req_other[j][:, None]
+                free_other[:, ss : ss + int(v.occ[kk, cc]), cc] -= p.req_other[j][:, None]
             policy.assigned(j, cc)
             if explain:
                 pending.append((v, score, kk, ss, cc, is_late, rejected))
@@ -106,13 +119,36 @@ class Coordinator:
         if pending:
             explanations += self._explain(pending, prio, ev)
         t1 = time.perf_counter()
-        out = PlanOutcome(p, policy.name, order, k, s, c, cost, late, placed, reason, node, gpus, status, rejections,
-                          prio, explanations)
+        out = PlanOutcome(
+            p,
+            policy.name,
+            order,
+            k,
+            s,
+            c,
+            cost,
+            late,
+            placed,
+            reason,
+            node,
+            gpus,
+            status,
+            rejections,
+            prio,
+            explanations,
+        )
         if tentative and self.agents is not None:
             self._tentative(out)
-        out.stats = {"coordinator_s": round(t1 - t0, 4), "tentative_s": round(time.perf_counter() - t1, 4),
-                     "agent_rejections": int(n_rej), "n_jobs": int(N), "n_placed": int(placed.sum()),
-                     "n_late": int(late.sum()), "horizon_h": int(p.hours), "n_options": int(p.n_options)}
+        out.stats = {
+            "coordinator_s": round(t1 - t0, 4),
+            "tentative_s": round(time.perf_counter() - t1, 4),
+            "agent_rejections": int(n_rej),
+            "n_jobs": int(N),
+            "n_placed": int(placed.sum()),
+            "n_late": int(late.sum()),
+            "horizon_h": int(p.hours),
+            "n_options": int(p.n_options),
+        }
         return out
 
     def _tentative(self, out: PlanOutcome) -> None:
@@ -121,13 +157,18 @@ class Coordinator:
         p = self.p
         pos = {int(j): r for r, j in enumerate(out.order)}
         for cc, agent in enumerate(self.agents):
-            js = [j for j in np.flatnonzero(out.placed & (out.c == cc) & (out.s > 0)
-                                            & (out.s <= self.tentative_hours))]
+            js = [j for j in np.flatnonzero(out.placed & (out.c == cc) & (out.s > 0) & (out.s <= self.tentative_hours))]
             if not js:
                 continue
             js.sort(key=lambda j: (out.s[j], pos[int(j)]))
-            reqs = [(self.pods[j], self.now_hour + int(out.s[j]),
-                     self.now_hour + int(out.s[j]) + int(np.ceil(p.dur[j, out.k[j], cc] - 1e-9))) for j in js]
+            reqs = [
+                (
+                    self.pods[j],
+                    self.now_hour + int(out.s[j]),
+                    self.now_hour + int(out.s[j]) + int(np.ceil(p.dur[j, out.k[j], cc] - 1e-9)),
+                )
+                for j in js
+            ]
             res = agent.tentative(reqs)
             for j in js:
                 pl = res.get(self.pods[j].pod_id)
@@ -147,8 +188,9 @@ class Coordinator:
             group = [items[i] for i in by_n[lo:hi]]
             b, score = CandidateBatch.stack([it[0] for it in group], [it[1] for it in group])
             kk, ss, cc, late = (np.array([it[i] for it in group]) for i in (2, 3, 4, 5))
-            records = explain_batch(self.p, self.policy.name, b, score, kk, ss, cc, late,
-                                    np.array([it[6] for it in group]), prio, ev)
+            records = explain_batch(
+                self.p, self.policy.name, b, score, kk, ss, cc, late, np.array([it[6] for it in group]), prio, ev
+            )
             for i, record in zip(by_n[lo:hi], records):
                 out[i] = record
             lo = hi

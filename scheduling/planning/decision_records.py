@@ -1,5 +1,6 @@
 """The explanation record of each decision (docs/data-contracts.md, "Planning"): priority and its parts, the top
 five alternatives with their carbon, the counterfactuals, the binding constraints, the forecast and power limit."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -9,18 +10,53 @@ from scheduling.planning.job_priority import PriorityParts
 from scheduling.planning.problem import PlanningProblem
 
 
-def explain_choice(p: PlanningProblem, policy_name: str, j: int, v: CandidateView, score: np.ndarray, kk: int,
-                   ss: int, cc: int, is_late: bool, rejected: np.ndarray, prio: PriorityParts, ev: Evaluator,
-                   optimum_kg: float | None = None) -> dict:
+def explain_choice(
+    p: PlanningProblem,
+    policy_name: str,
+    j: int,
+    v: CandidateView,
+    score: np.ndarray,
+    kk: int,
+    ss: int,
+    cc: int,
+    is_late: bool,
+    rejected: np.ndarray,
+    prio: PriorityParts,
+    ev: Evaluator,
+    optimum_kg: float | None = None,
+) -> dict:
     """The explanation of one decision: `explain_batch` of a batch of one."""
     b, sc = CandidateBatch.stack([v], [score])
-    return explain_batch(p, policy_name, b, sc, np.array([kk]), np.array([ss]), np.array([cc]), np.array([is_late]),
-                         np.asarray(rejected)[None], prio, ev, None if optimum_kg is None else np.array([optimum_kg]))[0]
+    return explain_batch(
+        p,
+        policy_name,
+        b,
+        sc,
+        np.array([kk]),
+        np.array([ss]),
+        np.array([cc]),
+        np.array([is_late]),
+        np.asarray(rejected)[None],
+        prio,
+        ev,
+        None if optimum_kg is None else np.array([optimum_kg]),
+    )[0]
 
 
-def explain_batch(p: PlanningProblem, policy_name: str, b: CandidateBatch, score: np.ndarray, kk: np.ndarray,
-                  ss: np.ndarray, cc: np.ndarray, is_late: np.ndarray, rejected: np.ndarray, prio: PriorityParts,
-                  ev: Evaluator, optimum_kg: np.ndarray | None = None) -> list[dict]:
+def explain_batch(
+    p: PlanningProblem,
+    policy_name: str,
+    b: CandidateBatch,
+    score: np.ndarray,
+    kk: np.ndarray,
+    ss: np.ndarray,
+    cc: np.ndarray,
+    is_late: np.ndarray,
+    rejected: np.ndarray,
+    prio: PriorityParts,
+    ev: Evaluator,
+    optimum_kg: np.ndarray | None = None,
+) -> list[dict]:
     """The explanations (EXPLANATION_KEYS) of the decisions on the jobs of batch `b` (job i at option kk[i], start
     ss[i], cluster cc[i]; `score` (B, K, n, C) the policy's own score, `rejected` (B, C) the clusters whose agent
     refused it): priority and its parts, the top five alternatives by forecast carbon (ties by start hour, then
@@ -72,8 +108,13 @@ def explain_batch(p: PlanningProblem, policy_name: str, b: CandidateBatch, score
     gpu_model = np.zeros(B, dtype=bool)
     if host_no.any():
         fin = np.isfinite(p.dur[J]) & host_no[:, None, :]  # (B, K, C)
-        m = ((b.s <= (H - b.occ)[:, :, None, :]) & (b.s >= p.release[J][:, None, None, None])
-             & fin[:, :, None, :] & b.cap_ok & b.timely)
+        m = (
+            (b.s <= (H - b.occ)[:, :, None, :])
+            & (b.s >= p.release[J][:, None, None, None])
+            & fin[:, :, None, :]
+            & b.cap_ok
+            & b.timely
+        )
         gpu_model = host_no.any(axis=1) & cheaper(m)
     weights = prio.weights.as_dict()
     out = []
@@ -82,30 +123,50 @@ def explain_batch(p: PlanningProblem, policy_name: str, b: CandidateBatch, score
         alts = []
         for t in range(first[i], last[i]):
             hs, hc = divmod(int(c_idx[t]), C)
-            alts.append({"region": p.regions[hc], "cluster": p.clusters[hc],
-                         "start_time": ev.iso(hs), "kgco2e": round(float(vals[t]), 6)})
-        binding = [name for name, on in (("capacity", capacity[i]), ("deadline", deadline[i]),
-                                         ("gpu_model", gpu_model[i])) if on] or ["none"]
+            alts.append(
+                {
+                    "region": p.regions[hc],
+                    "cluster": p.clusters[hc],
+                    "start_time": ev.iso(hs),
+                    "kgco2e": round(float(vals[t]), 6),
+                }
+            )
+        binding = [
+            name
+            for name, on in (("capacity", capacity[i]), ("deadline", deadline[i]), ("gpu_model", gpu_model[i]))
+            if on
+        ] or ["none"]
         saving = best_default[i] - chosen_cost[i] if np.isfinite(best_default[i]) else None
-        out.append({
-            "job_id": ev.job_ids[j],
-            "priority": float(prio.priority[j]),
-            "urgency": float(prio.urgency[j]),
-            "flexibility": float(prio.flexibility[j]),
-            "opportunity": float(prio.opportunity[j]),
-            "weights": dict(weights),
-            "chosen": {"region": p.regions[c_i], "cluster": p.clusters[c_i], "zone": p.zones[c_i],
-                       "start_time": ev.iso(s_i), "kgco2e": round(float(chosen_cost[i]), 6),
-                       "late": bool(is_late[i])},
-            "alternatives": alts,
-            "counterfactuals": {"run_now_kgco2e": round(float(run_now[i]), 6) if home[i] >= 0 else None,
-                                "greedy_carbon_kgco2e": round(float(greedy_c[i]), 6) if has_ok[i] else None,
-                                "optimum_kgco2e": None if optimum_kg is None else round(float(optimum_kg[i]), 6)},
-            "binding_constraints": binding,
-            "forecast_version": p.forecast_version,
-            "power": {"limit_w": float(p.limit_w[k_i, c_i]),
-                      "saving_kgco2e": None if saving is None else round(max(float(saving), 0.0), 6)},
-            "policy": policy_name,
-            "agent_rejections": [p.clusters[x] for x in np.flatnonzero(rejected[i])],
-        })
+        out.append(
+            {
+                "job_id": ev.job_ids[j],
+                "priority": float(prio.priority[j]),
+                "urgency": float(prio.urgency[j]),
+                "flexibility": float(prio.flexibility[j]),
+                "opportunity": float(prio.opportunity[j]),
+                "weights": dict(weights),
+                "chosen": {
+                    "region": p.regions[c_i],
+                    "cluster": p.clusters[c_i],
+                    "zone": p.zones[c_i],
+                    "start_time": ev.iso(s_i),
+                    "kgco2e": round(float(chosen_cost[i]), 6),
+                    "late": bool(is_late[i]),
+                },
+                "alternatives": alts,
+                "counterfactuals": {
+                    "run_now_kgco2e": round(float(run_now[i]), 6) if home[i] >= 0 else None,
+                    "greedy_carbon_kgco2e": round(float(greedy_c[i]), 6) if has_ok[i] else None,
+                    "optimum_kgco2e": None if optimum_kg is None else round(float(optimum_kg[i]), 6),
+                },
+                "binding_constraints": binding,
+                "forecast_version": p.forecast_version,
+                "power": {
+                    "limit_w": float(p.limit_w[k_i, c_i]),
+                    "saving_kgco2e": None if saving is None else round(max(float(saving), 0.0), 6),
+                },
+                "policy": policy_name,
+                "agent_rejections": [p.clusters[x] for x in np.flatnonzero(rejected[i])],
+            }
+        )
     return out

@@ -19,6 +19,7 @@ now, now+1h, ... known at `now` (planning never reads the wall clock: `now` is a
 
 `meta["fallback_share"]` is the share of forecast cells that came from the naive fallback.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -101,8 +102,9 @@ class GridSeries:
         return cls(utc(t0), zones, ci.to_numpy(float), ren.to_numpy(float), source, filled)
 
     @classmethod
-    def load(cls, zones, start, end, source: str = "auto", data_dir=None, db_path=None,
-             history_days: int = 8) -> GridSeries:
+    def load(
+        cls, zones, start, end, source: str = "auto", data_dir=None, db_path=None, history_days: int = 8
+    ) -> GridSeries:
         """Actuals for [start - history_days, end) from marts.grid_hourly (`source` warehouse|files|auto)."""
         lo = utc(start) - pd.Timedelta(days=history_days)
         frame = grid_hourly(list(zones), start=lo, end=utc(end), source=source, db_path=db_path, data_dir=data_dir)
@@ -197,8 +199,11 @@ class PublishedForecast(ForecastProvider):
         return out, f"dacf-published@{now.floor('D').isoformat()}+naive-24", {"fallback_share": float(1 - used.mean())}
 
     def describe(self):
-        return {"kind": self.name, "zones_with_published": self.covered,
-                "known_for": "the rest of the UTC day of the planning hour; later hours seasonal naive"}
+        return {
+            "kind": self.name,
+            "zones_with_published": self.covered,
+            "known_for": "the rest of the UTC day of the planning hour; later hours seasonal naive",
+        }
 
 
 class WarehouseForecast(ForecastProvider):
@@ -255,12 +260,20 @@ class WarehouseForecast(ForecastProvider):
         return out, version, {"fallback_share": float(1 - used.mean())}
 
     def describe(self):
-        return {"kind": self.name, "model": self.model, "model_versions": self.versions,
-                "rows": int(len(self.rows))}
+        return {"kind": self.name, "model": self.model, "model_versions": self.versions, "rows": int(len(self.rows))}
 
 
-def make_forecasts(kind: str, grid: GridSeries, zones, start=None, end=None, db_path=None, data_dir=None,
-                   model: str | None = None, version: str | None = None) -> ForecastProvider:
+def make_forecasts(
+    kind: str,
+    grid: GridSeries,
+    zones,
+    start=None,
+    end=None,
+    db_path=None,
+    data_dir=None,
+    model: str | None = None,
+    version: str | None = None,
+) -> ForecastProvider:
     """A provider by kind (naive | oracle | dacf | warehouse | auto); see the module docstring.
 
     `version` (warehouse rows): None takes every model_version of the model, the latest issue winning (the hourly
@@ -281,8 +294,14 @@ def make_forecasts(kind: str, grid: GridSeries, zones, start=None, end=None, db_
         if kind == "warehouse":
             raise ValueError("forecast.forecasts holds no carbon_intensity rows for these zones and period")
     if kind in ("dacf", "auto"):
-        pub = load_published_forecasts(zones, start=utc(start) - pd.Timedelta(days=1) if start is not None else None,
-                                       end=end, source="auto", db_path=db_path, data_dir=data_dir)
+        pub = load_published_forecasts(
+            zones,
+            start=utc(start) - pd.Timedelta(days=1) if start is not None else None,
+            end=end,
+            source="auto",
+            db_path=db_path,
+            data_dir=data_dir,
+        )
         pub = pub[pub["target"] == "carbon_intensity_direct"] if len(pub) else pub
         if len(pub):
             covered = pub.groupby("region")["hour_utc"].agg(["min", "max"])
@@ -303,8 +322,9 @@ BACKTEST = "backtest"
 def _warehouse_rows(zones, start, end, db_path, model, version=None):
     try:
         lo = utc(start) - pd.Timedelta(days=2) if start is not None else None
-        rows = read_forecasts(model=model, target="carbon_intensity", regions=zones, issued_before=end,
-                              target_from=lo, db_path=db_path)
+        rows = read_forecasts(
+            model=model, target="carbon_intensity", regions=zones, issued_before=end, target_from=lo, db_path=db_path
+        )
     except Exception:  # noqa: BLE001 - no warehouse / no table: fall through to other sources
         return None, None
     if rows is None or rows.empty:
@@ -330,6 +350,8 @@ def one_version(rows: pd.DataFrame, version: str | None, model: str | None = Non
         # Most issues; among equals the latest label, so the choice does not depend on row order.
         version = max(issues.index, key=lambda v: (issues[v], v))
     elif version not in set(versions):
-        raise ValueError(f"forecast.forecasts holds no carbon_intensity rows of model {model!r} version {version!r} "
-                         f"for these zones and period; versions present: {sorted(set(versions))}")
+        raise ValueError(
+            f"forecast.forecasts holds no carbon_intensity rows of model {model!r} version {version!r} "
+            f"for these zones and period; versions present: {sorted(set(versions))}"
+        )
     return rows[versions == version]

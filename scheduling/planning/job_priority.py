@@ -1,5 +1,6 @@
 """The priority of each job, P = w_U U + w_F F + w_O O: urgency U = (deadline - now) / duration, flexibility F,
 opportunity O = (C_max - C_min) / C_max of the forecast over the job's window. Low P = few good candidates."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -20,6 +20,7 @@ integrality, node packing (capacity is aggregated per cluster) and the capacity 
 is a lower bound for every schedule that runs no more jobs late than the LP does (`late_job_share`, 0 when all
 deadlines can be met) -- whatever the policy and whatever it knew.
 """
+
 from __future__ import annotations
 
 import time
@@ -65,8 +66,9 @@ class WarmStart:
         self.last: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self.solves = self.warm_solves = self.iterations = 0
 
-    def keys(self, problem: PlanningProblem, job, k, s, c, keep: np.ndarray, R: int, hourly_rows: int | None,
-             block_h: int) -> tuple[np.ndarray, np.ndarray] | None:
+    def keys(
+        self, problem: PlanningProblem, job, k, s, c, keep: np.ndarray, R: int, hourly_rows: int | None, block_h: int
+    ) -> tuple[np.ndarray, np.ndarray] | None:
         """(column keys, row keys) in `solve_lp`'s layout; None where the problem cannot be keyed (then cold)."""
         now = int(abs_hours(problem.now))
         if self.origin is None or now < self.last_now:  # a replay that goes back in time starts afresh
@@ -123,9 +125,17 @@ def _carry(new_keys: np.ndarray, old_keys: np.ndarray, old_status: np.ndarray, d
     return out
 
 
-def _solve_highs(obj: np.ndarray, A_ub, b_ub: np.ndarray, A_eq, b_eq: np.ndarray, time_limit_s: float,
-                 presolve: bool = True, basis: tuple[np.ndarray, np.ndarray] | None = None,
-                 want_basis: bool = False) -> HighsSolution:
+def _solve_highs(
+    obj: np.ndarray,
+    A_ub,
+    b_ub: np.ndarray,
+    A_eq,
+    b_eq: np.ndarray,
+    time_limit_s: float,
+    presolve: bool = True,
+    basis: tuple[np.ndarray, np.ndarray] | None = None,
+    want_basis: bool = False,
+) -> HighsSolution:
     """min obj @ x, A_ub x <= b_ub, A_eq x = b_eq, 0 <= x <= 1, by HiGHS through highspy: the model goes in as
     arrays (A_ub column-wise or row-wise as given, A_eq added row-wise). scipy's `linprog` runs the same HiGHS
     (pinned alike: identical solutions and duals) but converts the matrices first and loops over every column in
@@ -142,11 +152,26 @@ def _solve_highs(obj: np.ndarray, A_ub, b_ub: np.ndarray, A_eq, b_eq: np.ndarray
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", float(time_limit_s))
     h.setOptionValue("presolve", "on" if presolve else "off")
-    h.passModel(n, m, int(A_ub.nnz), int(fmt), int(highspy.ObjSense.kMinimize), 0.0, f64(obj), np.zeros(n),
-                np.ones(n), np.full(m, -highspy.kHighsInf), f64(b_ub), i32(A_ub.indptr), i32(A_ub.indices),
-                f64(A_ub.data), np.zeros(n, dtype=np.int32))
-    h.addRows(A_eq.shape[0], f64(b_eq), f64(b_eq), int(A_eq.nnz), i32(A_eq.indptr[:-1]), i32(A_eq.indices),
-              f64(A_eq.data))
+    h.passModel(
+        n,
+        m,
+        int(A_ub.nnz),
+        int(fmt),
+        int(highspy.ObjSense.kMinimize),
+        0.0,
+        f64(obj),
+        np.zeros(n),
+        np.ones(n),
+        np.full(m, -highspy.kHighsInf),
+        f64(b_ub),
+        i32(A_ub.indptr),
+        i32(A_ub.indices),
+        f64(A_ub.data),
+        np.zeros(n, dtype=np.int32),
+    )
+    h.addRows(
+        A_eq.shape[0], f64(b_eq), f64(b_eq), int(A_eq.nnz), i32(A_eq.indptr[:-1]), i32(A_eq.indices), f64(A_eq.data)
+    )
     if basis is not None:  # a start for the simplex (HiGHS then skips presolve); "alien": any count of basics
         lut = list(highspy.HighsBasisStatus.__members__.values())
         start = highspy.HighsBasis()
@@ -159,9 +184,14 @@ def _solve_highs(obj: np.ndarray, A_ub, b_ub: np.ndarray, A_eq, b_eq: np.ndarray
     M = highspy.HighsModelStatus
     if ms == M.kModelEmpty:  # no jobs: nothing to decide
         return HighsSolution("optimal", np.zeros(n), np.zeros(m))
-    status = {M.kOptimal: "optimal", M.kTimeLimit: "iteration_or_time_limit",
-              M.kIterationLimit: "iteration_or_time_limit", M.kInfeasible: "infeasible",
-              M.kUnbounded: "unbounded", M.kUnboundedOrInfeasible: "unbounded"}.get(ms, "numerical")
+    status = {
+        M.kOptimal: "optimal",
+        M.kTimeLimit: "iteration_or_time_limit",
+        M.kIterationLimit: "iteration_or_time_limit",
+        M.kInfeasible: "infeasible",
+        M.kUnbounded: "unbounded",
+        M.kUnboundedOrInfeasible: "unbounded",
+    }.get(ms, "numerical")
     if status != "optimal":
         return HighsSolution(status, None, None)
     sol = h.getSolution()
@@ -169,8 +199,9 @@ def _solve_highs(obj: np.ndarray, A_ub, b_ub: np.ndarray, A_eq, b_eq: np.ndarray
     if want_basis:
         b = h.getBasis()
         final = (np.fromiter(map(int, b.col_status), np.int8, n), np.fromiter(map(int, b.row_status), np.int8))
-    return HighsSolution(status, np.asarray(sol.col_value), np.asarray(sol.row_dual)[:m], final,
-                         int(h.getInfo().simplex_iteration_count))
+    return HighsSolution(
+        status, np.asarray(sol.col_value), np.asarray(sol.row_dual)[:m], final, int(h.getInfo().simplex_iteration_count)
+    )
 
 
 @dataclass
@@ -196,7 +227,9 @@ class LPResult:
     solve_s: float
     build_s: float
     iterations: int = 0  # HiGHS simplex iterations (0 for the MILP)
-    power_reduction: str = "none"  # how power options were reduced for size (`max_candidates`): none | default | cheapest
+    power_reduction: str = (
+        "none"  # how power options were reduced for size (`max_candidates`): none | default | cheapest
+    )
     duals: np.ndarray | None = None  # (R, H, C) capacity shadow prices, kgCO2e per unit-hour (GPU-milli, ...)
 
     @property
@@ -228,10 +261,18 @@ class LPResult:
         return weight, k, s, c
 
     def summary(self) -> dict:
-        return {"status": self.status, "objective_kgco2e": self.objective_kg, "n_vars": self.n_vars,
-                "n_rows": self.n_rows, "nnz": self.nnz, "build_s": round(self.build_s, 3),
-                "solve_s": round(self.solve_s, 3), "late_job_share": self.late_job_share,
-                "default_power_only": self.default_power_only, "power_reduction": self.power_reduction}
+        return {
+            "status": self.status,
+            "objective_kgco2e": self.objective_kg,
+            "n_vars": self.n_vars,
+            "n_rows": self.n_rows,
+            "nnz": self.nnz,
+            "build_s": round(self.build_s, 3),
+            "solve_s": round(self.solve_s, 3),
+            "late_job_share": self.late_job_share,
+            "default_power_only": self.default_power_only,
+            "power_reduction": self.power_reduction,
+        }
 
 
 def _candidates(problem: PlanningProblem):
@@ -255,7 +296,7 @@ def _candidates(problem: PlanningProblem):
             continue
         step = max(1, BATCH_CELLS // (K * H * len(cs)))
         for lo in range(0, len(members), step):
-            jb = members[lo: lo + step]
+            jb = members[lo : lo + step]
             _, _, cb, timely, ok, _ = ev.windows(jb, H, cs, with_end=False)  # on cs every job fits
             b, kk, ss, cc = np.nonzero(ok & timely)  # C order: job by job, then (k, s, c) as the LP lays them out
             J.append(jb[b]), K_.append(kk), S.append(ss), C_.append(cs[cc])
@@ -300,8 +341,7 @@ def _energy(problem: PlanningProblem, job, k, s, c):
     return energy, kw * wr + tk * 0.5 * (rh + R[s, c])
 
 
-def _capacity_rows(problem: PlanningProblem, job, k, s, c, resources: str, hourly_rows: int | None,
-                   block_h: int):
+def _capacity_rows(problem: PlanningProblem, job, k, s, c, resources: str, hourly_rows: int | None, block_h: int):
     """The capacity rows of `solve_lp` as a sparse matrix over [candidates, late variables], their bounds, the mask
     of the (resource, hour, cluster) rows kept (those some candidate touches) and the number of resources. A function
     of its own so that its index temporaries (several arrays of the matrix's size) are freed before the solver
@@ -333,8 +373,9 @@ def _capacity_rows(problem: PlanningProblem, job, k, s, c, resources: str, hourl
             # the hours of overlap / block length -- computed per candidate, without expanding its hours.
             hr, bh = int(hourly_rows), int(block_h)
             n_blocks = hr + -(-(H - hr) // bh)
-            length = np.where(np.arange(n_blocks) < hr, 1,
-                              np.minimum(bh, H - hr - (np.arange(n_blocks) - hr) * bh)).astype(float)
+            length = np.where(
+                np.arange(n_blocks) < hr, 1, np.minimum(bh, H - hr - (np.arange(n_blocks) - hr) * bh)
+            ).astype(float)
             e = s + occ
             n_hourly = np.clip(np.minimum(e, hr) - s, 0, None)
             b_lo = (np.maximum(s, hr) - hr) // bh
@@ -368,18 +409,30 @@ def _capacity_rows(problem: PlanningProblem, job, k, s, c, resources: str, hourl
         b_ub = b_ub[keep]
     else:
         A_ub = sparse.csr_matrix(
-            (np.concatenate([np.repeat(co[job], occ) for co in coefs]),
-             (np.concatenate([rows + r * H * C for r in range(R)]), np.tile(var, R))),
-            shape=(R * H * C, n + N))
+            (
+                np.concatenate([np.repeat(co[job], occ) for co in coefs]),
+                (np.concatenate([rows + r * H * C for r in range(R)]), np.tile(var, R)),
+            ),
+            shape=(R * H * C, n + N),
+        )
         keep = np.asarray(A_ub.getnnz(axis=1) > 0)
         A_ub, b_ub = A_ub[keep], b_ub[keep]
     return A_ub, b_ub, keep, R
 
 
-def solve_lp(problem: PlanningProblem, late_penalty_kg: float = 1000.0, time_limit_s: float = 600.0,
-             resources: str = "gpu", integral: bool = False, hourly_rows: int | None = None,
-             block_h: int = 6, max_candidates: int | None = None, presolve: bool = True,
-             power_reduction: str = "cheapest", warm: WarmStart | None = None) -> LPResult:
+def solve_lp(
+    problem: PlanningProblem,
+    late_penalty_kg: float = 1000.0,
+    time_limit_s: float = 600.0,
+    resources: str = "gpu",
+    integral: bool = False,
+    hourly_rows: int | None = None,
+    block_h: int = 6,
+    max_candidates: int | None = None,
+    presolve: bool = True,
+    power_reduction: str = "cheapest",
+    warm: WarmStart | None = None,
+) -> LPResult:
     """Solve the relaxation on `problem` (its `forecast` is the intensity the bound assumes). `resources`:
     "gpu" (GPU-milli capacity rows) or "all" (also CPU and memory, where the problem tracks them).
     `integral=True` solves the same model with binary x and u (HiGHS branch and bound, time-limited; no duals):
@@ -414,23 +467,29 @@ def solve_lp(problem: PlanningProblem, late_penalty_kg: float = 1000.0, time_lim
     A_ub, b_ub, keep, R = _capacity_rows(problem, job, k, s, c, resources, hourly_rows, block_h)
     # assignment: sum_x + u = 1; u costs the job's cheapest late run in the horizon (0 when there is none: a run
     # after the horizon costs at least that, so the bound stays valid) plus the penalty
-    A_eq = sparse.csr_matrix((np.ones(n + N), (np.concatenate([job, np.arange(N)]), np.arange(n + N))),
-                             shape=(N, n + N))
+    A_eq = sparse.csr_matrix(
+        (np.ones(n + N), (np.concatenate([job, np.arange(N)]), np.arange(n + N))), shape=(N, n + N)
+    )
     lb_late = np.where(np.isfinite(late_cost), late_cost, 0.0)
     obj = np.concatenate([cost, lb_late + late_penalty_kg])
     build_s = time.perf_counter() - t0
     t1 = time.perf_counter()
     if integral:
-        res = milp(obj, integrality=np.ones(n + N), bounds=Bounds(0, 1),
-                   constraints=[LinearConstraint(A_ub, -np.inf, b_ub), LinearConstraint(A_eq, 1, 1)],
-                   options={"time_limit": time_limit_s, "presolve": presolve})
+        res = milp(
+            obj,
+            integrality=np.ones(n + N),
+            bounds=Bounds(0, 1),
+            constraints=[LinearConstraint(A_ub, -np.inf, b_ub), LinearConstraint(A_eq, 1, 1)],
+            options={"time_limit": time_limit_s, "presolve": presolve},
+        )
         # a time-limited branch and bound may still return its best integral solution
         res = HighsSolution(_MILP_STATUS.get(res.status, str(res.status)), res.x, None)
     else:
         keys = warm.keys(problem, job, k, s, c, keep, R, hourly_rows, block_h) if warm is not None else None
         start = warm.start(*keys) if keys is not None else None
-        res = _solve_highs(obj, A_ub, b_ub, A_eq, np.ones(N), time_limit_s, presolve, basis=start,
-                           want_basis=keys is not None)
+        res = _solve_highs(
+            obj, A_ub, b_ub, A_eq, np.ones(N), time_limit_s, presolve, basis=start, want_basis=keys is not None
+        )
         if keys is not None:
             warm.remember(*keys, res, start is not None)
     solve_s = time.perf_counter() - t1
@@ -447,17 +506,37 @@ def solve_lp(problem: PlanningProblem, late_penalty_kg: float = 1000.0, time_lim
     if has.any():
         e2, r2 = _energy(problem, np.flatnonzero(has), lk[has], ls[has], lc[has])
         le[has], lr[has] = e2, r2
-    return LPResult(status=res.status, objective_kg=float(x @ cost + u @ lb_late),
-                    x=x, job=job, k=k, s=s, c=c, cost=cost, energy_kwh=energy, renewable_kwh=ren, u=u,
-                    late_cost=lb_late, late_energy_kwh=le, late_renewable_kwh=lr, late_start=np.where(has, ls, -1),
-                    iterations=res.iterations, power_reduction=power_reduction if reduce else "none", n_vars=n + N,
-                    n_rows=int(A_ub.shape[0] + N), nnz=int(A_ub.nnz + A_eq.nnz), solve_s=solve_s, build_s=build_s,
-                    duals=duals.reshape(R, H, C))
+    return LPResult(
+        status=res.status,
+        objective_kg=float(x @ cost + u @ lb_late),
+        x=x,
+        job=job,
+        k=k,
+        s=s,
+        c=c,
+        cost=cost,
+        energy_kwh=energy,
+        renewable_kwh=ren,
+        u=u,
+        late_cost=lb_late,
+        late_energy_kwh=le,
+        late_renewable_kwh=lr,
+        late_start=np.where(has, ls, -1),
+        iterations=res.iterations,
+        power_reduction=power_reduction if reduce else "none",
+        n_vars=n + N,
+        n_rows=int(A_ub.shape[0] + N),
+        nnz=int(A_ub.nnz + A_eq.nnz),
+        solve_s=solve_s,
+        build_s=build_s,
+        duals=duals.reshape(R, H, C),
+    )
 
 
 @dataclass
 class PreemptiveBound:
     """`solve_preemptive_lp`'s result: the bound when the `preemptible` jobs may stop and resume (checkpoints)."""
+
     status: str
     objective_kg: float  # carbon only, as LPResult.objective_kg
     late_job_share: float
@@ -468,9 +547,16 @@ class PreemptiveBound:
     build_s: float
 
     def summary(self) -> dict:
-        return {"status": self.status, "objective_kgco2e": self.objective_kg, "late_job_share": self.late_job_share,
-                "n_preemptible": self.n_preemptible, "n_vars": self.n_vars, "n_rows": self.n_rows,
-                "build_s": round(self.build_s, 3), "solve_s": round(self.solve_s, 3)}
+        return {
+            "status": self.status,
+            "objective_kgco2e": self.objective_kg,
+            "late_job_share": self.late_job_share,
+            "n_preemptible": self.n_preemptible,
+            "n_vars": self.n_vars,
+            "n_rows": self.n_rows,
+            "build_s": round(self.build_s, 3),
+            "solve_s": round(self.solve_s, 3),
+        }
 
 
 def _hourly_work_candidates(problem: PlanningProblem, jobs: np.ndarray):
@@ -504,8 +590,9 @@ def _hourly_work_candidates(problem: PlanningProblem, jobs: np.ndarray):
     return tuple(np.concatenate(out[key]) for key in out)
 
 
-def solve_preemptive_lp(problem: PlanningProblem, preemptible: np.ndarray, late_penalty_kg: float = 1000.0,
-                        time_limit_s: float = 600.0) -> PreemptiveBound:
+def solve_preemptive_lp(
+    problem: PlanningProblem, preemptible: np.ndarray, late_penalty_kg: float = 1000.0, time_limit_s: float = 600.0
+) -> PreemptiveBound:
     """The relaxation of `solve_lp` (GPU rows, every hour) where the jobs flagged `preemptible` (checkpointing) may
     run in pieces: per such job, variables y[j, k, h, c] in [0, 1] (the share of hour h it runs on cluster c at
     option k), doing y / run time of its work; its work must sum to 1 (or the job runs late, as in `solve_lp`), and
@@ -533,18 +620,27 @@ def solve_preemptive_lp(problem: PlanningProblem, preemptible: np.ndarray, late_
     b_ub = np.concatenate([problem.free.astype(float).reshape(-1), np.ones(len(slot))])
     used = np.asarray(A_ub.getnnz(axis=1) > 0)
     A_ub, b_ub = A_ub[used], b_ub[used]
-    A_eq = sparse.csr_matrix((np.concatenate([np.ones(n1), ywork, np.ones(N)]),
-                              (np.concatenate([job, yj, np.arange(N)]), np.arange(n1 + n2 + N))),
-                             shape=(N, n1 + n2 + N))
+    A_eq = sparse.csr_matrix(
+        (
+            np.concatenate([np.ones(n1), ywork, np.ones(N)]),
+            (np.concatenate([job, yj, np.arange(N)]), np.arange(n1 + n2 + N)),
+        ),
+        shape=(N, n1 + n2 + N),
+    )
     lb_late = np.where(np.isfinite(late_cost), late_cost, 0.0)
     obj = np.concatenate([cost, ycost, lb_late + late_penalty_kg])
     build_s = time.perf_counter() - t0
     t1 = time.perf_counter()
     res = _solve_highs(obj, A_ub, b_ub, A_eq, np.ones(N), time_limit_s)
     sol = np.clip(res.x, 0.0, 1.0) if res.x is not None else np.zeros(n1 + n2 + N)
-    u = sol[n1 + n2:]
-    return PreemptiveBound(status=res.status,
-                           objective_kg=float(sol[:n1] @ cost + sol[n1:n1 + n2] @ ycost + u @ lb_late),
-                           late_job_share=float(u.mean()) if N else 0.0, n_preemptible=int(preemptible.sum()),
-                           n_vars=n1 + n2 + N, n_rows=int(A_ub.shape[0] + N), solve_s=time.perf_counter() - t1,
-                           build_s=build_s)
+    u = sol[n1 + n2 :]
+    return PreemptiveBound(
+        status=res.status,
+        objective_kg=float(sol[:n1] @ cost + sol[n1 : n1 + n2] @ ycost + u @ lb_late),
+        late_job_share=float(u.mean()) if N else 0.0,
+        n_preemptible=int(preemptible.sum()),
+        n_vars=n1 + n2 + N,
+        n_rows=int(A_ub.shape[0] + N),
+        solve_s=time.perf_counter() - t1,
+        build_s=build_s,
+    )

@@ -1,5 +1,6 @@
 """`PlanOutcome`: the per-job decisions of one plan (option, start, cluster, node, devices, status) and the
 `Plan` frame built from them."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -17,9 +18,19 @@ HOUR = pd.Timedelta(hours=1)
 def empty_decisions(n: int) -> tuple:
     """The per-job decision arrays a plan fills in: option k, start hour s, cluster c, cost, late, placed, reason,
     node, gpus, status, rejections (-1 / NaN / False / None: not decided yet)."""
-    return (np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64),
-            np.full(n, np.nan), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), [None] * n, [None] * n,
-            [None] * n, [None] * n, np.zeros(n, dtype=np.int64))
+    return (
+        np.full(n, -1, dtype=np.int64),
+        np.full(n, -1, dtype=np.int64),
+        np.full(n, -1, dtype=np.int64),
+        np.full(n, np.nan),
+        np.zeros(n, dtype=bool),
+        np.zeros(n, dtype=bool),
+        [None] * n,
+        [None] * n,
+        [None] * n,
+        [None] * n,
+        np.zeros(n, dtype=np.int64),
+    )
 
 
 @dataclass
@@ -62,37 +73,48 @@ class PlanOutcome:
             kk, ss, cc = self.k[sel], self.s[sel], self.c[sel]
             dur = p.dur[sel, kk, cc]
             start = p.now + pd.to_timedelta(ss, unit="h")
-            a = pd.DataFrame({
-                "job_id": jobs["job_id"].to_numpy()[sel],
-                "cluster": np.array(p.clusters, dtype=object)[cc],
-                "region": np.array(p.regions, dtype=object)[cc],
-                "node": [self.node[i] for i in sel],
-                "gpu_devices": [",".join(str(g) for g in self.gpus[i]) if self.gpus[i] is not None else None
-                                for i in sel],
-                "gpu_milli": jobs["gpu_milli"].to_numpy(np.int64)[sel],
-                "gpu_count": jobs["num_gpu"].to_numpy(np.int64)[sel],
-                "start_time": start,
-                "end_time": start + pd.to_timedelta(dur, unit="h"),
-                "power_limit_w": p.limit_w[kk, cc],
-                "expected_energy_kwh": p.kw[sel, kk, cc] * dur + p.transfer_kwh[sel, cc],
-                "expected_kgco2e": self.cost[sel],
-                "priority": self.priority.priority[sel],
-                "zone": np.array(p.zones, dtype=object)[cc],
-                "gpu_model": np.array(p.gpu_models, dtype=object)[cc],
-                "status": [self.status[i] for i in sel],
-                "submit_time": pd.to_datetime(jobs["submit_time"].to_numpy()[sel], utc=True),
-                "deadline": pd.to_datetime(jobs["deadline"].to_numpy()[sel], utc=True),
-                "cpu_milli": jobs["cpu_milli"].to_numpy(np.int64)[sel],
-                "memory_mib": jobs["memory_mib"].to_numpy(np.int64)[sel],
-                "workload_class": jobs["workload_class"].to_numpy()[sel],
-                "checkpointing": jobs["checkpointing"].to_numpy(bool)[sel],
-                "late": self.late[sel],
-            })
+            a = pd.DataFrame(
+                {
+                    "job_id": jobs["job_id"].to_numpy()[sel],
+                    "cluster": np.array(p.clusters, dtype=object)[cc],
+                    "region": np.array(p.regions, dtype=object)[cc],
+                    "node": [self.node[i] for i in sel],
+                    "gpu_devices": [
+                        ",".join(str(g) for g in self.gpus[i]) if self.gpus[i] is not None else None for i in sel
+                    ],
+                    "gpu_milli": jobs["gpu_milli"].to_numpy(np.int64)[sel],
+                    "gpu_count": jobs["num_gpu"].to_numpy(np.int64)[sel],
+                    "start_time": start,
+                    "end_time": start + pd.to_timedelta(dur, unit="h"),
+                    "power_limit_w": p.limit_w[kk, cc],
+                    "expected_energy_kwh": p.kw[sel, kk, cc] * dur + p.transfer_kwh[sel, cc],
+                    "expected_kgco2e": self.cost[sel],
+                    "priority": self.priority.priority[sel],
+                    "zone": np.array(p.zones, dtype=object)[cc],
+                    "gpu_model": np.array(p.gpu_models, dtype=object)[cc],
+                    "status": [self.status[i] for i in sel],
+                    "submit_time": pd.to_datetime(jobs["submit_time"].to_numpy()[sel], utc=True),
+                    "deadline": pd.to_datetime(jobs["deadline"].to_numpy()[sel], utc=True),
+                    "cpu_milli": jobs["cpu_milli"].to_numpy(np.int64)[sel],
+                    "memory_mib": jobs["memory_mib"].to_numpy(np.int64)[sel],
+                    "workload_class": jobs["workload_class"].to_numpy()[sel],
+                    "checkpointing": jobs["checkpointing"].to_numpy(bool)[sel],
+                    "late": self.late[sel],
+                }
+            )
             a = a[list(ASSIGNMENT_COLUMNS + EXTRA_ASSIGNMENT_COLUMNS)]
         else:
             a = empty_assignments()
         un = np.flatnonzero(~self.placed)
-        unplaced = pd.DataFrame({"job_id": jobs["job_id"].to_numpy()[un].astype(object),
-                                 "reason": [self.reason[i] for i in un]})
-        return Plan(plan_time=p.now, policy=self.policy, forecast_version=p.forecast_version, assignments=a,
-                    explanations=self.explanations, unplaced=unplaced, stats=dict(self.stats))
+        unplaced = pd.DataFrame(
+            {"job_id": jobs["job_id"].to_numpy()[un].astype(object), "reason": [self.reason[i] for i in un]}
+        )
+        return Plan(
+            plan_time=p.now,
+            policy=self.policy,
+            forecast_version=p.forecast_version,
+            assignments=a,
+            explanations=self.explanations,
+            unplaced=unplaced,
+            stats=dict(self.stats),
+        )

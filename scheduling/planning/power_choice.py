@@ -1,6 +1,7 @@
 """The carbon-optimal power setting of one job: among a job's settings (power limit or SM clock, each with its
 duration and energy), the one whose window emits least at the forecast intensity while meeting the deadline;
 and performance per carbon of a plan."""
+
 from __future__ import annotations
 
 import math
@@ -58,8 +59,13 @@ def setting_column(options: pd.DataFrame) -> str:
     raise ValueError("options need a power_limit_w or sm_clock_mhz column")
 
 
-def choose_power_setting(options: pd.DataFrame, intensity_by_hour, start_hour_offset: float = 0.0,
-                         deadline_s: float = math.inf, pue: float = 1.0) -> PowerChoice:
+def choose_power_setting(
+    options: pd.DataFrame,
+    intensity_by_hour,
+    start_hour_offset: float = 0.0,
+    deadline_s: float = math.inf,
+    pue: float = 1.0,
+) -> PowerChoice:
     """The setting with the least carbon among those finishing within `deadline_s` of the start. Ties go to the
     faster setting. If no setting meets the deadline, the fastest setting is returned (its duration_s > deadline_s
     tells the caller). Returns (setting, kgco2e, duration_s)."""
@@ -88,6 +94,9 @@ def plan_perf_per_carbon(plan: pd.DataFrame, work_column: str = "work_units", ca
     """Plan-level performance per carbon: total work / total gCO2e (and per-job values)."""
     total_work = float(plan[work_column].sum())
     total_g = float(plan[carbon_column].sum()) * 1000.0
-    return {"total_work_units": total_work, "total_gco2e": total_g,
-            "work_per_gco2e": total_work / total_g if total_g > 0 else None,
-            "per_job": perf_per_carbon(plan[work_column], plan[carbon_column]).tolist()}
+    return {
+        "total_work_units": total_work,
+        "total_gco2e": total_g,
+        "work_per_gco2e": total_work / total_g if total_g > 0 else None,
+        "per_job": perf_per_carbon(plan[work_column], plan[carbon_column]).tolist(),
+    }

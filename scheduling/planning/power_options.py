@@ -16,6 +16,7 @@ per job by the coordinator (the one whose window costs least carbon and still me
 at the maximum limit is `peak_w` x the sweep's median avg_power / max_limit; a model without a profile has only
 its default limit (average power = 0.7 x peak_w).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -44,8 +45,14 @@ class PowerOption:
 class PowerTable:
     """`options(model_name) -> list[PowerOption]` (first = default limit) for the fleet's GPU models."""
 
-    def __init__(self, fleet, profiles: pd.DataFrame | None = None, max_slowdown: float = 0.25,
-                 source: str = "zeus-sweep", model_info: dict | None = None):
+    def __init__(
+        self,
+        fleet,
+        profiles: pd.DataFrame | None = None,
+        max_slowdown: float = 0.25,
+        source: str = "zeus-sweep",
+        model_info: dict | None = None,
+    ):
         self.max_slowdown = max_slowdown
         self.source = source
         # which power-model version the options come from (registry) or that none did (fallback: true)
@@ -88,8 +95,13 @@ class PowerTable:
         return {
             "source": self.source,
             "model": self.model_info,
-            "models": {m: [{"limit_w": o.limit_w, "time_factor": round(o.time_factor, 4),
-                            "power_w": round(o.power_w, 1)} for o in opts] for m, opts in self._options.items()},
+            "models": {
+                m: [
+                    {"limit_w": o.limit_w, "time_factor": round(o.time_factor, 4), "power_w": round(o.power_w, 1)}
+                    for o in opts
+                ]
+                for m, opts in self._options.items()
+            },
         }
 
 
@@ -101,9 +113,16 @@ def _curves(profiles: pd.DataFrame) -> dict:
     keys = [c for c in ("workload", "dataset", "network", "batch_size", "optimizer") if c in profiles.columns]
     f = profiles[list(need) + keys].copy()
     f["_key"] = f[keys].astype(str).agg("|".join, axis=1) if keys else "all"
-    g = f.groupby(["gpu_type", "_key", "power_limit_w"], sort=False).agg(
-        t=("time_per_epoch_s", "mean"), e=("energy_per_epoch_j", "mean"), p=("avg_power_w", "mean"),
-        mx=("max_power_limit_w", "first")).reset_index()
+    g = (
+        f.groupby(["gpu_type", "_key", "power_limit_w"], sort=False)
+        .agg(
+            t=("time_per_epoch_s", "mean"),
+            e=("energy_per_epoch_j", "mean"),
+            p=("avg_power_w", "mean"),
+            mx=("max_power_limit_w", "first"),
+        )
+        .reset_index()
+    )
     ref = g[g["power_limit_w"] == g["mx"]][["gpu_type", "_key", "t", "e", "p", "mx"]]
     ref = ref.rename(columns={"t": "t0", "e": "e0", "p": "p0w"}).drop(columns="mx")
     g = g.merge(ref, on=["gpu_type", "_key"], how="inner")
@@ -117,10 +136,11 @@ def _curves(profiles: pd.DataFrame) -> dict:
         p0 = part.drop_duplicates("_key")["p0"].median()
         out[str(gpu).lower()] = {"p0": float(p0), "table": table}
     if out:  # GPU_MAP's "default" curve (undisclosed models): the median over the profiled types, per limit fraction
-
         tables = pd.concat([c["table"] for c in out.values()])
-        out[DEFAULT_CURVE] = {"p0": float(np.median([c["p0"] for c in out.values()])),
-                              "table": tables.groupby("frac")[["t", "e"]].median().reset_index()}
+        out[DEFAULT_CURVE] = {
+            "p0": float(np.median([c["p0"] for c in out.values()])),
+            "table": tables.groupby("frac")[["t", "e"]].median().reset_index(),
+        }
     return out
 
 
@@ -132,13 +152,23 @@ def load_power_table(fleet, data_dir=None, db_path=None, max_slowdown: float = 0
     None = the newest), else, flagged, from the Zeus profiles fitted on the fly (warehouse mart, files as
     fallback), else default limits only. Cached per process, GPU models and model version."""
     model, info = resolve_registered(POWER_NAME, as_of=as_of, db_path=db_path)
-    key = (tuple(sorted((m.name, m.peak_w, m.power_profile) for m in fleet.gpu_models.values())), str(data_dir),
-           str(db_path), max_slowdown, info.get("version"))
+    key = (
+        tuple(sorted((m.name, m.peak_w, m.power_profile) for m in fleet.gpu_models.values())),
+        str(data_dir),
+        str(db_path),
+        max_slowdown,
+        info.get("version"),
+    )
     if key in _TABLE_CACHE:
         return _TABLE_CACHE[key]
     if model is not None:
-        table = PowerTable(fleet, model.profiles, max_slowdown, source=f"registry:{POWER_NAME}@{info['version']}",
-                           model_info={**info, "fallback": False})
+        table = PowerTable(
+            fleet,
+            model.profiles,
+            max_slowdown,
+            source=f"registry:{POWER_NAME}@{info['version']}",
+            model_info={**info, "fallback": False},
+        )
     else:
         table = _fallback_power_table(fleet, data_dir, db_path, max_slowdown, info)
     _TABLE_CACHE[key] = table

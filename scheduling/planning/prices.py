@@ -13,6 +13,7 @@ of the hours before t are averaged per hour of day and cluster; until the next r
 carbon. A job then takes scarce clean capacity only where its saving beats what that capacity typically saves.
 Nothing after t is used: jobs are those already submitted, intensities after t are forecasts.
 """
+
 from __future__ import annotations
 
 import time
@@ -26,8 +27,15 @@ HOUR_NS = 3_600_000_000_000
 
 
 class PriceLearner:
-    def __init__(self, window_h: int = 72, refresh_h: int = 24, min_jobs: int = 20, time_limit_s: float = 60.0,
-                 scale: float = 1.0, capacity_factor: float = 1.0):
+    def __init__(
+        self,
+        window_h: int = 72,
+        refresh_h: int = 24,
+        min_jobs: int = 20,
+        time_limit_s: float = 60.0,
+        scale: float = 1.0,
+        capacity_factor: float = 1.0,
+    ):
         self.scale = scale
         self.capacity_factor = capacity_factor
         self.window_h = window_h
@@ -60,8 +68,15 @@ class PriceLearner:
         future = forecast_at(pd.Timestamp(now_h * HOUR_NS, tz="UTC"), H - self.window_h)
         ci = np.vstack([past, future])
         free = np.repeat((table.fleet.capacity_milli * self.capacity_factor).astype(np.int64)[None, :], H, axis=0)
-        prob = table.problem(pd.Timestamp(ts * HOUR_NS, tz="UTC"), idx, free, ci, power_aware=True,
-                             release=np.maximum(table.submit_h[idx] - ts, 0), forecast_version="price-learning")
+        prob = table.problem(
+            pd.Timestamp(ts * HOUR_NS, tz="UTC"),
+            idx,
+            free,
+            ci,
+            power_aware=True,
+            release=np.maximum(table.submit_h[idx] - ts, 0),
+            forecast_version="price-learning",
+        )
         lp = solve_lp(prob, time_limit_s=self.time_limit_s)
         if lp.duals is None or lp.status != "optimal":
             self.history.append({"hour": int(now_h), "status": lp.status, "jobs": int(len(idx))})
@@ -74,6 +89,12 @@ class PriceLearner:
             if sel.any():
                 prof[h] = du[sel].mean(axis=0)
         self.profile = np.maximum(prof, 0.0)
-        self.history.append({"hour": int(now_h), "status": lp.status, "jobs": int(len(idx)),
-                             "solve_s": round(time.perf_counter() - t0, 3),
-                             "mean_price_kg_per_gpu_h": (1000 * self.profile.mean(axis=0)).round(5).tolist()})
+        self.history.append(
+            {
+                "hour": int(now_h),
+                "status": lp.status,
+                "jobs": int(len(idx)),
+                "solve_s": round(time.perf_counter() - t0, 3),
+                "mean_price_kg_per_gpu_h": (1000 * self.profile.mean(axis=0)).round(5).tolist(),
+            }
+        )

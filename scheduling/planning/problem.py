@@ -6,6 +6,7 @@ x power-limit time factors), draw in kW incl. PUE, which clusters can host the j
 outside its home region. `JobTable.problem(now, idx, free, forecast, ...)` slices it for the jobs pending at one
 planning hour.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -60,8 +61,12 @@ class PriorityWeights:
             raise ValueError(f"order must be ascending or descending, not {self.order!r}")
 
     def as_dict(self) -> dict:
-        return {"urgency": self.urgency, "flexibility": self.flexibility, "opportunity": self.opportunity,
-                "order": self.order}
+        return {
+            "urgency": self.urgency,
+            "flexibility": self.flexibility,
+            "opportunity": self.opportunity,
+            "order": self.order,
+        }
 
 
 @dataclass
@@ -142,7 +147,6 @@ class PlanningProblem:
         return np.where(np.isfinite(home), home, fastest)
 
 
-
 def abs_hours(ts) -> np.ndarray | int:
     """Hours since the Unix epoch (int64) of UTC timestamps (scalar or array-like)."""
     if isinstance(ts, (pd.Series, pd.Index, np.ndarray, list)):
@@ -164,8 +168,14 @@ class JobTable:
     """Per-job static arrays over the fleet. Shapes: N jobs, K power options (1 when not power-aware),
     C clusters."""
 
-    def __init__(self, jobs: pd.DataFrame, fleet, speed_model: SpeedModel | None = None,
-                 power_table: PowerTable | None = None, data_dir=None):
+    def __init__(
+        self,
+        jobs: pd.DataFrame,
+        fleet,
+        speed_model: SpeedModel | None = None,
+        power_table: PowerTable | None = None,
+        data_dir=None,
+    ):
         self.jobs = jobs.reset_index(drop=True)
         self.fleet = fleet
         self.speed_model = speed_model or SpeedModel(data_dir)
@@ -180,9 +190,10 @@ class JobTable:
         self.kw = share[:, None, None] * pw[None, :, :] / 1000.0 * fleet.pue[None, None, :]
         self.limit_w = lw
         self.allowed = hostable(self.jobs, fleet)
-        self.gpu_total = (self.jobs["num_gpu"].to_numpy(np.int64) * self.jobs["gpu_milli"].to_numpy(np.int64))
-        self.req_other = np.stack([self.jobs["cpu_milli"].to_numpy(np.int64),
-                                   self.jobs["memory_mib"].to_numpy(np.int64)], axis=1)  # (N, 2)
+        self.gpu_total = self.jobs["num_gpu"].to_numpy(np.int64) * self.jobs["gpu_milli"].to_numpy(np.int64)
+        self.req_other = np.stack(
+            [self.jobs["cpu_milli"].to_numpy(np.int64), self.jobs["memory_mib"].to_numpy(np.int64)], axis=1
+        )  # (N, 2)
         self.requests = np.concatenate([self.gpu_total[:, None], self.req_other], axis=1)  # (N, 3)
         names = {nm: i for i, nm in enumerate(fleet.names)}
         regions = np.array(fleet.cluster_regions, dtype=object)
@@ -194,16 +205,27 @@ class JobTable:
                 home[i] = hits[0]
         self.home = home
         moves = regions[None, :] != home_region[:, None]
-        self.transfer_kwh = np.where(moves, self.jobs["data_gb"].to_numpy(float)[:, None]
-                                     * fleet.transfer_kwh_per_gb, 0.0)
+        self.transfer_kwh = np.where(
+            moves, self.jobs["data_gb"].to_numpy(float)[:, None] * fleet.transfer_kwh_per_gb, 0.0
+        )
         self.submit_h = abs_hours(self.jobs["submit_time"])
         self.deadline_h = abs_hours_float(self.jobs["deadline"])
         self.n = n
         self.C = C
 
-    def problem(self, now, idx, free: np.ndarray, forecast: np.ndarray, *, power_aware: bool = True,
-                forecast_version: str = "unknown", renewable: np.ndarray | None = None,
-                release: np.ndarray | None = None, work_left: np.ndarray | None = None) -> PlanningProblem:
+    def problem(
+        self,
+        now,
+        idx,
+        free: np.ndarray,
+        forecast: np.ndarray,
+        *,
+        power_aware: bool = True,
+        forecast_version: str = "unknown",
+        renewable: np.ndarray | None = None,
+        release: np.ndarray | None = None,
+        work_left: np.ndarray | None = None,
+    ) -> PlanningProblem:
         """The problem for jobs `idx` at hour `now`: `forecast` is (H, C) over the plan horizon; `free` is (H, C)
         free GPU-milli, or (3, H, C) free GPU-milli, CPU milli-cores and memory MiB. `work_left` (per job of
         `idx`, default 1): the share of each job's work still to do (a preempted job resumes from its checkpoint),
@@ -224,21 +246,35 @@ class JobTable:
         if free.ndim == 3:
             free, free_other = free[0], free[1:]
         return PlanningProblem(
-            now=now, hours=H, clusters=list(self.fleet.names), regions=list(self.fleet.cluster_regions),
+            now=now,
+            hours=H,
+            clusters=list(self.fleet.names),
+            regions=list(self.fleet.cluster_regions),
             zones=list(self.fleet.cluster_zones),
             gpu_models=[c.config.gpu_model for c in self.fleet.clusters],
-            capacity=self.fleet.capacity_milli, forecast=np.asarray(forecast, dtype=float),
-            free=np.asarray(free, dtype=np.int64), jobs=jobs, release=np.asarray(release, dtype=np.int64),
-            deadline_rel=self.deadline_h[idx] - now_h, gpu_total=self.gpu_total[idx],
-            dur=dur, kw=self.kw[idx, :K], limit_w=self.limit_w[:K], allowed=self.allowed[idx],
-            transfer_kwh=self.transfer_kwh[idx], home=self.home[idx], forecast_version=forecast_version,
-            renewable=renewable, free_other=free_other,
+            capacity=self.fleet.capacity_milli,
+            forecast=np.asarray(forecast, dtype=float),
+            free=np.asarray(free, dtype=np.int64),
+            jobs=jobs,
+            release=np.asarray(release, dtype=np.int64),
+            deadline_rel=self.deadline_h[idx] - now_h,
+            gpu_total=self.gpu_total[idx],
+            dur=dur,
+            kw=self.kw[idx, :K],
+            limit_w=self.limit_w[:K],
+            allowed=self.allowed[idx],
+            transfer_kwh=self.transfer_kwh[idx],
+            home=self.home[idx],
+            forecast_version=forecast_version,
+            renewable=renewable,
+            free_other=free_other,
             req_other=self.req_other[idx] if free_other is not None else None,
         )
 
 
-def horizon_for(table: JobTable, idx, now_h: int, min_hours: int = 24, max_hours: int = 336,
-                slack_hours: int = 24) -> int:
+def horizon_for(
+    table: JobTable, idx, now_h: int, min_hours: int = 24, max_hours: int = 336, slack_hours: int = 24
+) -> int:
     """Plan horizon: up to the latest deadline of the jobs (or the longest run time from now plus
     `slack_hours` for late jobs), within [min_hours, max_hours]."""
     idx = np.asarray(idx, dtype=np.int64)

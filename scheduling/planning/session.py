@@ -2,6 +2,7 @@
 
 The plan time is always an argument (the DAG's data interval end or `as_of`), never the wall clock.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,23 +26,38 @@ class HourlyPlanner:
     nodes (they start; their GPU-milli are committed until their end hour) and returns the `Plan` (future starts
     are tentative and planned again next hour). `release_finished(now)` is called by `plan()` first."""
 
-    def __init__(self, fleet, jobs: pd.DataFrame | None = None, policy: str | PlacementPolicy = "priority",
-                 forecasts: ForecastProvider | None = None, *, table: JobTable | None = None, workload=None,
-                 packing: str = "fgd", seed: int = 0, explain: bool = True, tentative: bool = True,
-                 max_horizon: int = 336, min_horizon: int = 24, postpone_margin_h: float = 1.0,
-                 weights: PriorityWeights | None = None, data_dir=None, reserve_nodes: bool = False):
+    def __init__(
+        self,
+        fleet,
+        jobs: pd.DataFrame | None = None,
+        policy: str | PlacementPolicy = "priority",
+        forecasts: ForecastProvider | None = None,
+        *,
+        table: JobTable | None = None,
+        workload=None,
+        packing: str = "fgd",
+        seed: int = 0,
+        explain: bool = True,
+        tentative: bool = True,
+        max_horizon: int = 336,
+        min_horizon: int = 24,
+        postpone_margin_h: float = 1.0,
+        weights: PriorityWeights | None = None,
+        data_dir=None,
+        reserve_nodes: bool = False,
+    ):
         if table is None:
             if jobs is None:
                 raise ValueError("jobs or table is required")
             table = JobTable(jobs, fleet, data_dir=data_dir)
         self.fleet = fleet
         self.table = table
-        self.policy = policy if isinstance(policy, PlacementPolicy) else make_policy(policy, seed=seed,
-                                                                                     weights=weights)
+        self.policy = policy if isinstance(policy, PlacementPolicy) else make_policy(policy, seed=seed, weights=weights)
         self.forecasts = forecasts
         self.pods = job_pods(table.jobs)
-        self.agents = make_agents(fleet, workload if workload is not None else default_workload(self.pods), packing,
-                                  seed)
+        self.agents = make_agents(
+            fleet, workload if workload is not None else default_workload(self.pods), packing, seed
+        )
         self.explain = explain
         self.tentative = tentative
         self.max_horizon = max_horizon
@@ -146,8 +162,15 @@ class HourlyPlanner:
         if not self.track_other:
             free = free[0]
         done = self.work_done[idx]
-        prob = self.table.problem(now, idx, free, F, power_aware=self.policy.power_aware, forecast_version=version,
-                                  work_left=1.0 - done if done.any() else None)
+        prob = self.table.problem(
+            now,
+            idx,
+            free,
+            F,
+            power_aware=self.policy.power_aware,
+            forecast_version=version,
+            work_left=1.0 - done if done.any() else None,
+        )
         prob.evictable = self.evictable(now_h)
         if prob.evictable and self.policy.preemption.for_carbon:
             self._running_problem(prob, now, now_h, free, F)
@@ -189,8 +212,13 @@ class HourlyPlanner:
             return None
         tbl = self.table
         ck = tbl.jobs["checkpointing"].to_numpy(bool)
-        run = np.flatnonzero(self.started & (self.start_h < now_h) & (self.end_occ_h > now_h + 1)
-                             & (ck | pre.restart_others) & (self.preemptions < pre.max_per_job))
+        run = np.flatnonzero(
+            self.started
+            & (self.start_h < now_h)
+            & (self.end_occ_h > now_h + 1)
+            & (ck | pre.restart_others)
+            & (self.preemptions < pre.max_per_job)
+        )
         full = tbl.dur[run, self.k[run], self.c[run]]
         done = self._done_if_stopped(run, now_h)
         left_h = full * (1.0 - done)
@@ -213,11 +241,18 @@ class HourlyPlanner:
         """`prob.running` / `prob.runs_on` for the evictable jobs (see PlanningProblem)."""
         ridx = np.array([self.index[i] for i in prob.evictable], dtype=np.int64)
         left_h = self.table.dur[ridx, self.k[ridx], self.c[ridx]] * (1.0 - self.work_done[ridx]) - (
-            now_h - self.start_h[ridx])
-        prob.running = self.table.problem(now, ridx, free, F, power_aware=self.policy.power_aware,
-                                          forecast_version=prob.forecast_version,
-                                          work_left=1.0 - self._done_if_stopped(ridx, now_h),
-                                          release=np.ones(len(ridx), dtype=np.int64))
+            now_h - self.start_h[ridx]
+        )
+        prob.running = self.table.problem(
+            now,
+            ridx,
+            free,
+            F,
+            power_aware=self.policy.power_aware,
+            forecast_version=prob.forecast_version,
+            work_left=1.0 - self._done_if_stopped(ridx, now_h),
+            release=np.ones(len(ridx), dtype=np.int64),
+        )
         prob.runs_on = np.stack([self.k[ridx], self.c[ridx], left_h], axis=1)
 
     def preempt(self, j: int, now_h: int) -> None:
@@ -280,8 +315,9 @@ class HourlyPlanner:
             for node, (_, drained_h) in agent.reserved.items():
                 span = int(np.clip(drained_h - now_h, 0, hours))
                 if span:
-                    held[:, :span, c] += np.array([cl.gpu_free[node].sum(), cl.cpu_free[node], cl.mem_free[node]],
-                                                  dtype=np.int64)[:, None]
+                    held[:, :span, c] += np.array(
+                        [cl.gpu_free[node].sum(), cl.cpu_free[node], cl.mem_free[node]], dtype=np.int64
+                    )[:, None]
         return held
 
     def plan(self, now, idx=None) -> Plan:
@@ -291,10 +327,22 @@ class HourlyPlanner:
         return out.to_plan()
 
 
-def plan_hour(plan_time, jobs: pd.DataFrame, *, fleet=None, policy: str | PlacementPolicy = "priority",
-              forecasts: str | ForecastProvider = "auto", running: pd.DataFrame | None = None,
-              weights: PriorityWeights | None = None, grid: GridSeries | None = None, grid_source: str = "auto",
-              explain: bool = True, data_dir=None, db_path=None, seed: int = 0) -> Plan:
+def plan_hour(
+    plan_time,
+    jobs: pd.DataFrame,
+    *,
+    fleet=None,
+    policy: str | PlacementPolicy = "priority",
+    forecasts: str | ForecastProvider = "auto",
+    running: pd.DataFrame | None = None,
+    weights: PriorityWeights | None = None,
+    grid: GridSeries | None = None,
+    grid_source: str = "auto",
+    explain: bool = True,
+    data_dir=None,
+    db_path=None,
+    seed: int = 0,
+) -> Plan:
     """One plan at `plan_time` for the pending `jobs` (scheduling.domain.jobs.JOB_COLUMNS).
 
     `running` (optional): jobs already running, columns job_id, cluster, gpu_milli (per device), num_gpu,
@@ -303,15 +351,27 @@ def plan_hour(plan_time, jobs: pd.DataFrame, *, fleet=None, policy: str | Placem
     plan_time = utc(plan_time).floor("h")
     if fleet is None:
         fleet = load_fleet()
-        fleet = fleet.select([r for r, z in zip(fleet.cluster_regions, fleet.cluster_zones)
-                              if z != "GB"] or None)
+        fleet = fleet.select([r for r, z in zip(fleet.cluster_regions, fleet.cluster_zones) if z != "GB"] or None)
     zones = fleet.zones
     if isinstance(forecasts, str):
         if grid is None:
-            grid = GridSeries.load(zones, plan_time, plan_time + pd.Timedelta(days=15), source=grid_source,
-                                   data_dir=data_dir, db_path=db_path)
-        forecasts = make_forecasts(forecasts, grid, zones, start=plan_time, end=plan_time + pd.Timedelta(days=15),
-                                   db_path=db_path, data_dir=data_dir)
+            grid = GridSeries.load(
+                zones,
+                plan_time,
+                plan_time + pd.Timedelta(days=15),
+                source=grid_source,
+                data_dir=data_dir,
+                db_path=db_path,
+            )
+        forecasts = make_forecasts(
+            forecasts,
+            grid,
+            zones,
+            start=plan_time,
+            end=plan_time + pd.Timedelta(days=15),
+            db_path=db_path,
+            data_dir=data_dir,
+        )
     jobs = jobs.reset_index(drop=True)
     hp = HourlyPlanner(fleet, jobs, policy, forecasts, explain=explain, weights=weights, data_dir=data_dir, seed=seed)
     if running is not None and len(running):

@@ -4,6 +4,7 @@ Nothing in the HTTP client is mocked: the connectors talk to this server over a 
 credentials the way the services do (auth-token header, basic auth + bearer token, api_key parameter), record
 every request, and can be replaced per test (500 forever, 429 then 200, slow responses, ...).
 """
+
 from __future__ import annotations
 
 import base64

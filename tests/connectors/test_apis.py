@@ -1,4 +1,5 @@
 """Parsing and unit conversion of each API, against the recorded payloads served over HTTP."""
+
 from __future__ import annotations
 
 import base64
@@ -38,7 +39,18 @@ def test_electricitymaps_carbon_intensity_and_breakdown(api, feeds, mode):
     assert str(ci["hour_utc"].dtype) == "datetime64[us, UTC]"
 
     gen = data.frames[GENERATION]
-    assert set(gen["fuel"]) == {"nuclear", "geothermal", "biomass", "coal", "wind", "solar", "hydro", "nat_gas", "oil", "unknown"}
+    assert set(gen["fuel"]) == {
+        "nuclear",
+        "geothermal",
+        "biomass",
+        "coal",
+        "wind",
+        "solar",
+        "hydro",
+        "nat_gas",
+        "oil",
+        "unknown",
+    }
     first = gen[gen["hour_utc"] == _hour(0)].set_index("fuel")["generation_mw"]
     assert first["nat_gas"] == 5230.0 and first["coal"] == 14930.0  # gas -> nat_gas, MW as given
     assert "hydro discharge" not in set(gen["fuel"])  # storage is not generation
@@ -93,7 +105,9 @@ def test_watttime_login_then_bearer_and_lbs_to_grams(api, feeds):
     data = feeds.connector("watttime").fetch("CISO", "CAISO_NORTH", S, E)
     login = api.calls("/login")
     assert len(login) == 1
-    assert login[0].headers["Authorization"] == "Basic " + base64.b64encode(f"{WT_USER}:{WT_PASSWORD}".encode()).decode()
+    assert (
+        login[0].headers["Authorization"] == "Basic " + base64.b64encode(f"{WT_USER}:{WT_PASSWORD}".encode()).decode()
+    )
     hist = api.calls("/v3/historical")[0]
     assert hist.headers["Authorization"] == f"Bearer {WT_TOKEN}"
     assert (hist.param("region"), hist.param("signal_type")) == ("CAISO_NORTH", "co2_moer")
@@ -113,7 +127,10 @@ def test_watttime_login_then_bearer_and_lbs_to_grams(api, feeds):
 def test_watttime_token_is_renewed_once_on_401(api, feeds):
     from tests.connectors.conftest import sequence
 
-    api.route("/v3/historical", sequence((401, {"error": "token expired"}), (200, payload("watttime_historical_CAISO_NORTH.json"))))
+    api.route(
+        "/v3/historical",
+        sequence((401, {"error": "token expired"}), (200, payload("watttime_historical_CAISO_NORTH.json"))),
+    )
     data = feeds.connector("watttime").fetch("CISO", "CAISO_NORTH", S, E)
     assert len(data.frames[CARBON_INTENSITY]) == 6
     assert api.count("/login") == 2 and api.count("/v3/historical") == 2
@@ -181,7 +198,11 @@ def test_eia930_pages_and_derives_intensity(api, feeds):
     assert [c.param("offset") for c in calls] == ["0", "30"]  # two pages, then total reached
     first = calls[0]
     assert first.param("api_key") == EIA_KEY and first.param("length") == "30"
-    assert (first.param("frequency"), first.param("data[0]"), first.param("facets[respondent][]")) == ("hourly", "value", "CISO")
+    assert (first.param("frequency"), first.param("data[0]"), first.param("facets[respondent][]")) == (
+        "hourly",
+        "value",
+        "CISO",
+    )
     assert (first.param("start"), first.param("end")) == ("2021-07-01T01", "2021-07-01T06")  # hour-ending periods
 
     gen = data.frames[GENERATION]
@@ -192,10 +213,17 @@ def test_eia930_pages_and_derives_intensity(api, feeds):
     h0 = gen[gen["hour_utc"] == _hour(0)].set_index("fuel")["generation_mw"]
     assert h0["solar"] == 9480 and h0["nat_gas"] == 7120 and h0["nuclear"] == 2253
     [rejected] = data.rejections[GENERATION]
-    assert rejected.field == "value" and rejected.record["fueltype"] == "OIL" and rejected.record["period"] == "2021-07-01T03"
+    assert (
+        rejected.field == "value"
+        and rejected.record["fueltype"] == "OIL"
+        and rejected.record["period"] == "2021-07-01T03"
+    )
 
     ci = data.frames[CARBON_INTENSITY]
-    assert set(zip(ci["scope"], ci["basis"], ci["signal_type"])) == {("direct", "production", "average"), ("lifecycle", "production", "average")}
+    assert set(zip(ci["scope"], ci["basis"], ci["signal_type"])) == {
+        ("direct", "production", "average"),
+        ("lifecycle", "production", "average"),
+    }
     assert set(ci["quality_flag"]) == {"recomputed_from_mix"}
     for scope, factors in (("direct", DIRECT_FACTORS), ("lifecycle", LIFECYCLE_FACTORS)):
         expected = sum(h0[f] * factors[f] for f in h0.index) / h0.sum()

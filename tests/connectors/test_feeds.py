@@ -1,4 +1,5 @@
 """Feed configuration, primary/fallback, batches and idempotent loading into a tmp warehouse."""
+
 from __future__ import annotations
 
 import json
@@ -46,8 +47,10 @@ def test_base_url_from_environment(monkeypatch):
         ({"feeds": {"ukci": {"base_url": "x"}}, "regions": {"GB": {"fallback": "ukci"}}}, "no primary"),
         ({"http": {"retries": 3}}, "unknown http settings"),
         (
-            {"feeds": {"ukci": {"base_url": "x"}, "electricitymaps": {"base_url": "y"}},
-             "regions": {"GB": {"primary": "ukci", "fallback": "electricitymaps", "extras": ["ukci"]}}},
+            {
+                "feeds": {"ukci": {"base_url": "x"}, "electricitymaps": {"base_url": "y"}},
+                "regions": {"GB": {"primary": "ukci", "fallback": "electricitymaps", "extras": ["ukci"]}},
+            },
             "already its primary",
         ),
     ],
@@ -164,7 +167,11 @@ def test_idempotent_reload_into_a_tmp_warehouse(api, config, client, keys, tmp_w
             """SELECT count(*) FROM (SELECT region, hour_utc, signal_type, basis, scope, data_source, count(*) n
                FROM raw.grid_carbon_intensity GROUP BY ALL HAVING n > 1)"""
         ).fetchone()[0]
-        types = dict(con.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'grid_carbon_intensity'").fetchall())
+        types = dict(
+            con.execute(
+                "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'grid_carbon_intensity'"
+            ).fetchall()
+        )
         sources = dict(con.execute("SELECT data_source, count(*) FROM raw.grid_carbon_intensity GROUP BY 1").fetchall())
     assert dupes == 0
     assert types["hour_utc"] == "TIMESTAMP WITH TIME ZONE" and types["carbon_intensity_gco2_per_kwh"] == "DOUBLE"
@@ -177,7 +184,9 @@ def test_primary_recovering_replaces_the_fallback_rows(api, config, client, keys
     _ukci_down(api)
     ingest_live(["GB"], START, END, config=config, client=client)
     with reader(tmp_warehouse) as con:
-        before = con.execute("SELECT data_source, quality_flag, count(*) FROM raw.grid_carbon_intensity GROUP BY ALL").fetchall()
+        before = con.execute(
+            "SELECT data_source, quality_flag, count(*) FROM raw.grid_carbon_intensity GROUP BY ALL"
+        ).fetchall()
     assert before == [("electricitymaps", "fallback_from=ukci", 6)]
     install_services(api)  # ukci is back
     ingest_live(["GB"], START, END, config=config, client=client)

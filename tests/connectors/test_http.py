@@ -1,4 +1,5 @@
 """The shared client over a real socket: retries, 429, timeouts, cache, credentials and redaction."""
+
 from __future__ import annotations
 
 import email.utils
@@ -122,7 +123,9 @@ def test_cache_is_shared_by_connectors_and_keyed_without_secrets(api, feeds):
     connector.fetch("CISO", "CISO", to_utc(START), to_utc(END))
     connector.fetch("CISO", "CISO", to_utc(START), to_utc(END))
     assert api.count(EIA_PATH) == 2  # two pages, once
-    assert cache_key("GET", "http://h/p", {"api_key": "a", "x": 1}) == cache_key("GET", "http://h/p", [("x", "1"), ("api_key", "b")])
+    assert cache_key("GET", "http://h/p", {"api_key": "a", "x": 1}) == cache_key(
+        "GET", "http://h/p", [("x", "1"), ("api_key", "b")]
+    )
 
 
 def test_secret_never_in_logs_errors_or_cache(api, feeds, caplog, tmp_path):

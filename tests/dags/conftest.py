@@ -1,4 +1,5 @@
 """An isolated, migrated Airflow home for DAG tests (SQLite), with the `warehouse` pool."""
+
 from __future__ import annotations
 
 import os
@@ -38,6 +39,9 @@ def airflow_home(tmp_path_factory) -> dict[str, str]:
     subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
     subprocess.run(
         [airflow, "pools", "set", "warehouse", "1", "DuckDB single writer"],
-        env=env, check=True, capture_output=True, timeout=120,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
     )
     return env

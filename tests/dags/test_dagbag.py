@@ -1,4 +1,5 @@
 """Every DAG file imports without errors, quickly, and the DAGs are wired as documented."""
+
 from __future__ import annotations
 
 import json
@@ -8,8 +9,17 @@ from pathlib import Path
 
 from tests.dags.conftest import DAGS, REPO_ROOT, airflow_env
 
-EXPECTED = {"ingest_cluster", "ingest_energy", "ingest_grid", "transform", "forecast_train", "forecast_predict",
-            "predictor", "plan_hourly", "evaluate"}
+EXPECTED = {
+    "ingest_cluster",
+    "ingest_energy",
+    "ingest_grid",
+    "transform",
+    "forecast_train",
+    "forecast_predict",
+    "predictor",
+    "plan_hourly",
+    "evaluate",
+}
 
 _PROBE = r"""
 import json, sys, time

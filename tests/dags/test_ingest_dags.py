@@ -1,4 +1,5 @@
 """`airflow dags test` runs each ingest DAG for real against the shared data into a temporary warehouse."""
+
 from __future__ import annotations
 
 import json
@@ -43,13 +44,21 @@ def _last_run(env: dict, dag_id: str) -> tuple[dict, list[tuple[str, str]]]:
     """Task states and Asset events (uri, emitting task) of the DAG's last run in the test's metadata DB."""
     db = sqlite3.connect(Path(env["AIRFLOW_HOME"]) / "airflow.db")
     try:
-        run_id = db.execute("SELECT run_id FROM dag_run WHERE dag_id = ? ORDER BY id DESC LIMIT 1",
-                            [dag_id]).fetchone()[0]
-        states = dict(db.execute("SELECT task_id, state FROM task_instance WHERE dag_id = ? AND run_id = ?",
-                                 [dag_id, run_id]).fetchall())
-        events = sorted(db.execute(
-            "SELECT a.uri, e.source_task_id FROM asset_event e JOIN asset a ON a.id = e.asset_id "
-            "WHERE e.source_dag_id = ? AND e.source_run_id = ?", [dag_id, run_id]).fetchall())
+        run_id = db.execute(
+            "SELECT run_id FROM dag_run WHERE dag_id = ? ORDER BY id DESC LIMIT 1", [dag_id]
+        ).fetchone()[0]
+        states = dict(
+            db.execute(
+                "SELECT task_id, state FROM task_instance WHERE dag_id = ? AND run_id = ?", [dag_id, run_id]
+            ).fetchall()
+        )
+        events = sorted(
+            db.execute(
+                "SELECT a.uri, e.source_task_id FROM asset_event e JOIN asset a ON a.id = e.asset_id "
+                "WHERE e.source_dag_id = ? AND e.source_run_id = ?",
+                [dag_id, run_id],
+            ).fetchall()
+        )
     finally:
         db.close()
     return states, events
@@ -61,8 +70,12 @@ def test_a_group_with_nothing_to_load_skips_and_emits_no_asset_event(airflow_hom
     out = _dags_test(airflow_home, "ingest_energy", {"sources": ["zeus_power_sweep"]})
     assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
     states, events = _last_run(airflow_home, "ingest_energy")
-    assert states == {"validate_params": "success", "load_energy": "success", "load_interference": "skipped",
-                      "publish_assets": "success"}
+    assert states == {
+        "validate_params": "success",
+        "load_energy": "success",
+        "load_interference": "skipped",
+        "publish_assets": "success",
+    }
     assert events == [("warehouse://raw/energy", "publish_assets")]
 
 

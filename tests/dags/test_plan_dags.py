@@ -1,5 +1,6 @@
 """plan_hourly and evaluate: they parse, are wired as documented (pool, Assets, Params), their policy lists match
 the planner's, and `airflow dags test` fails fast on a bad policy or planning time, naming the value."""
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,9 @@ print(json.dumps(out))
 def bag(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("plan_dagbag")
     env = airflow_env(tmp / "home", tmp / "wh.duckdb")
-    out = subprocess.run([sys.executable, "-c", _PROBE, str(DAGS)], env=env, capture_output=True, text=True,
-                         timeout=300, cwd=REPO_ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(DAGS)], env=env, capture_output=True, text=True, timeout=300, cwd=REPO_ROOT
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -92,12 +94,18 @@ def _dags_test(env: dict, dag_id: str, conf: dict | None = None, date: str = "20
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("conf, needle", [
-    ({"policy": "fastest-please"}, "fastest-please"),       # Airflow's Param check (enum), before any task
-    ({"as_of": "half past noon"}, "half past noon"),        # Airflow's Param check (pattern), before any task
-    pytest.param({"as_of": "2021-13-45T00:00Z"}, "2021-13-45T00:00Z",  # the validate_params task (slower)
-                 marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    "conf, needle",
+    [
+        ({"policy": "fastest-please"}, "fastest-please"),  # Airflow's Param check (enum), before any task
+        ({"as_of": "half past noon"}, "half past noon"),  # Airflow's Param check (pattern), before any task
+        pytest.param(
+            {"as_of": "2021-13-45T00:00Z"},
+            "2021-13-45T00:00Z",  # the validate_params task (slower)
+            marks=pytest.mark.slow,
+        ),
+    ],
+)
 def test_bad_params_fail_fast_naming_the_value(airflow_home, conf, needle):
     out = _dags_test(airflow_home, "plan_hourly", conf)
     log = out.stdout + out.stderr
@@ -125,8 +133,19 @@ def test_plan_hourly_dags_test_writes_plan_and_schedule(airflow_home, data_dir, 
 @pytest.mark.slow
 def test_evaluate_dags_test_writes_the_report(airflow_home, data_dir, tmp_path):
     env = {**airflow_home, "VAR_DIR": str(tmp_path / "var")}
-    out = _dags_test(env, "evaluate", {"policies": ["priority", "performance-first"], "period_start": "2021-07-01",
-                                       "days": 1, "jobs": 12, "regions": 2, "load": 0.5, "max_cards": 2})
+    out = _dags_test(
+        env,
+        "evaluate",
+        {
+            "policies": ["priority", "performance-first"],
+            "period_start": "2021-07-01",
+            "days": 1,
+            "jobs": 12,
+            "regions": 2,
+            "load": 0.5,
+            "max_cards": 2,
+        },
+    )
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-4000:]
     assert "evaluation report: " in log

@@ -1,5 +1,6 @@
 """The transform DAG runs every dbt node and every data/unit test of the project, each test after all of its
 parents are built, reading the selection of each of its dbt tasks the way dbt does (from the manifest)."""
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,14 @@ def manifest() -> dict:
 
 def _tasks(tmp_path) -> list[dict]:
     env = airflow_env(tmp_path / "home", tmp_path / "wh.duckdb")
-    proc = subprocess.run([sys.executable, "-c", _PROBE, str(DAGS / "transform.py")], env=env, cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(DAGS / "transform.py")],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -79,9 +86,11 @@ def test_every_node_and_test_runs_after_its_parents(tmp_path, manifest):
         if "Build" in t["kind"]:
             builds_of[t["task"]] = chosen
         reach = chosen | set().union(*(ancestors(n) for n in chosen))
-        rule = {"eager": lambda x: bool(parents[x] & chosen),
-                "buildable": lambda x: bool(parents[x] & chosen) and parents[x] <= reach,
-                "cautious": lambda x: bool(parents[x] & chosen) and parents[x] <= chosen}[t["mode"]]
+        rule = {
+            "eager": lambda x: bool(parents[x] & chosen),
+            "buildable": lambda x: bool(parents[x] & chosen) and parents[x] <= reach,
+            "cautious": lambda x: bool(parents[x] & chosen) and parents[x] <= chosen,
+        }[t["mode"]]
         tests_of[t["task"]] = {x for x in tests if rule(x)}
 
     built_by = {}
@@ -94,6 +103,10 @@ def test_every_node_and_test_runs_after_its_parents(tmp_path, manifest):
     assert sorted(tests - ran) == [], "tests no task runs"
     # Every test runs only in a task downstream of (or building) all of its parents.
     upstream = {t["task"]: set(t["upstream"]) | {t["task"]} for t in tasks}
-    early = [(x, task) for task, xs in tests_of.items() for x in xs
-             if any(p in built and not set(built_by[p]) & upstream[task] for p in parents[x])]
+    early = [
+        (x, task)
+        for task, xs in tests_of.items()
+        for x in xs
+        if any(p in built and not set(built_by[p]) & upstream[task] for p in parents[x])
+    ]
     assert early == [], "tests that run before one of their parents is built"

@@ -16,6 +16,7 @@ What runs depends on what is installed; every skip says why:
   `dbt debug` with deploy/scale-out/profiles.yml (marked slow).
 Nothing here needs the network.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -45,8 +46,15 @@ BIN = Path(sys.executable).parent
 AIRFLOW = str(BIN / "airflow")
 ENV_FILES = ("airflow.env", "airflow-kubernetes.env", "warehouse.env", "warehouse-motherduck.env")
 SECRET_NAMES = {
-    "PGPASSWORD", "AIRFLOW__CORE__FERNET_KEY", "AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY",
-    "DUCKLAKE_CATALOG_PASSWORD", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "MOTHERDUCK_TOKEN",
+    "PGPASSWORD",
+    "AIRFLOW__CORE__FERNET_KEY",
+    "AIRFLOW__API_AUTH__JWT_SECRET",
+    "AIRFLOW__API__SECRET_KEY",
+    "DUCKLAKE_CATALOG_PASSWORD",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "MOTHERDUCK_TOKEN",
 }
 # Values of the image layout (/opt/..., /mnt/...) that the tests point at this checkout / a temporary folder instead.
 SHARED_DIRS = ("DATA_DIR", "MODELS_DIR", "SCHEDULES_DIR", "VAR_DIR")
@@ -93,8 +101,7 @@ def scale_out_env(tmp_path: Path, files: tuple[str, ...], **overrides: str) -> d
     """The process environment of an Airflow component in scale-out mode: this machine's environment without any
     Airflow/warehouse settings of its own, the env files in order, the image-layout paths pointed at this checkout."""
     drop = set(catalog.ENV_VARS) | {"PGPASSWORD"}
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AIRFLOW", "DBT_", "_AIRFLOW")) and k not in drop}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "DBT_", "_AIRFLOW")) and k not in drop}
     for name in files:
         env.update(read_env_file(DEPLOY / name))
     home = tmp_path / "airflow_home"
@@ -130,7 +137,9 @@ def with_host(url: str, host_port: str) -> str:
 def run(args: list[str], env: dict[str, str], timeout: float = 180, check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
     if check:
-        assert proc.returncode == 0, f"{' '.join(args[:4])} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+        assert proc.returncode == 0, (
+            f"{' '.join(args[:4])} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+        )
     return proc
 
 
@@ -210,8 +219,14 @@ def test_requirements_are_pinned_and_new():
     lines = [line.split("#")[0].strip() for line in (DEPLOY / "requirements-scale-out.txt").read_text().splitlines()]
     pins = dict(line.split("==", 1) for line in lines if line)
     assert all(re.fullmatch(r"[0-9][0-9A-Za-z.]*", v) for v in pins.values()), pins
-    for needed in ("apache-airflow-providers-celery", "apache-airflow-providers-cncf-kubernetes", "psycopg2-binary",
-                   "asyncpg", "duckdb-extension-ducklake", "duckdb-extension-postgres-scanner"):
+    for needed in (
+        "apache-airflow-providers-celery",
+        "apache-airflow-providers-cncf-kubernetes",
+        "psycopg2-binary",
+        "asyncpg",
+        "duckdb-extension-ducklake",
+        "duckdb-extension-postgres-scanner",
+    ):
         assert needed in pins
     locked = {}
     for line in (REPO_ROOT / "requirements.txt").read_text().splitlines():
@@ -307,11 +322,13 @@ def test_dags_parse_in_scale_out_mode(tmp_path):
     closed = f"127.0.0.1:{free_port()}"
     files = read_env_file(DEPLOY / "airflow.env")
     env = scale_out_env(
-        tmp_path, ("airflow.env", "warehouse.env"),
+        tmp_path,
+        ("airflow.env", "warehouse.env"),
         AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=with_host(files["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"], closed),
         AIRFLOW__CELERY__RESULT_BACKEND=with_host(files["AIRFLOW__CELERY__RESULT_BACKEND"], closed),
         AIRFLOW__CELERY__BROKER_URL=f"redis://{closed}/0",
-        AWS_ACCESS_KEY_ID="AKIATESTTESTTEST", AWS_SECRET_ACCESS_KEY="not-a-real-secret",
+        AWS_ACCESS_KEY_ID="AKIATESTTESTTEST",
+        AWS_SECRET_ACCESS_KEY="not-a-real-secret",
         DUCKLAKE_CATALOG_PASSWORD="not-a-real-password",
     )
     if not HAVE_PG_DRIVERS:
@@ -357,7 +374,10 @@ def test_ducklake_statements_on_a_shared_path():
     target = catalog.from_env(lake_env())
     assert not target.is_local and target.database == ":memory:" and target.s3 is None
     assert catalog.connect_statements(target) == [
-        "INSTALL ducklake", "LOAD ducklake", "INSTALL postgres", "LOAD postgres",
+        "INSTALL ducklake",
+        "LOAD ducklake",
+        "INSTALL postgres",
+        "LOAD postgres",
         f"ATTACH 'ducklake:postgres:{DSN}' AS warehouse (DATA_PATH '/srv/lake/')",
         "USE warehouse",
     ]
@@ -367,14 +387,27 @@ def test_ducklake_statements_on_a_shared_path():
 
 
 def test_ducklake_statements_with_password_and_s3_keys():
-    target = catalog.from_env(lake_env(
-        DUCKLAKE_DATA_PATH="s3://planner-warehouse/lake/", DUCKLAKE_CATALOG_PASSWORD="pa'ss",
-        AWS_ACCESS_KEY_ID="AKIAEXAMPLE12345", AWS_SECRET_ACCESS_KEY="s3cr3t/key", AWS_SESSION_TOKEN="tok3n",
-        AWS_REGION="eu-west-1", S3_ENDPOINT="minio.storage:9000", S3_URL_STYLE="path", S3_USE_SSL="false",
-    ))
+    target = catalog.from_env(
+        lake_env(
+            DUCKLAKE_DATA_PATH="s3://planner-warehouse/lake/",
+            DUCKLAKE_CATALOG_PASSWORD="pa'ss",
+            AWS_ACCESS_KEY_ID="AKIAEXAMPLE12345",
+            AWS_SECRET_ACCESS_KEY="s3cr3t/key",
+            AWS_SESSION_TOKEN="tok3n",
+            AWS_REGION="eu-west-1",
+            S3_ENDPOINT="minio.storage:9000",
+            S3_URL_STYLE="path",
+            S3_USE_SSL="false",
+        )
+    )
     assert target.extensions == ["ducklake", "postgres", "httpfs"]
     assert catalog.connect_statements(target) == [
-        "INSTALL ducklake", "LOAD ducklake", "INSTALL postgres", "LOAD postgres", "INSTALL httpfs", "LOAD httpfs",
+        "INSTALL ducklake",
+        "LOAD ducklake",
+        "INSTALL postgres",
+        "LOAD postgres",
+        "INSTALL httpfs",
+        "LOAD httpfs",
         "CREATE OR REPLACE SECRET warehouse_s3 (TYPE s3, PROVIDER config, KEY_ID 'AKIAEXAMPLE12345', "
         "SECRET 's3cr3t/key', SESSION_TOKEN 'tok3n', REGION 'eu-west-1', ENDPOINT 'minio.storage:9000', "
         "URL_STYLE 'path', USE_SSL false, SCOPE 's3://planner-warehouse')",
@@ -386,50 +419,84 @@ def test_ducklake_statements_with_password_and_s3_keys():
 
 
 def test_ducklake_with_the_aws_credential_chain():
-    target = catalog.from_env(lake_env(DUCKLAKE_DATA_PATH="s3://b/lake/", DUCKLAKE_S3_PROVIDER="credential_chain",
-                                       AWS_REGION="us-east-2", AWS_ACCESS_KEY_ID="ignored-here"))
+    target = catalog.from_env(
+        lake_env(
+            DUCKLAKE_DATA_PATH="s3://b/lake/",
+            DUCKLAKE_S3_PROVIDER="credential_chain",
+            AWS_REGION="us-east-2",
+            AWS_ACCESS_KEY_ID="ignored-here",
+        )
+    )
     assert target.extensions == ["ducklake", "postgres", "httpfs", "aws"]
-    assert ("CREATE OR REPLACE SECRET warehouse_s3 (TYPE s3, PROVIDER credential_chain, REGION 'us-east-2', "
-            "SCOPE 's3://b')") in catalog.connect_statements(target)
+    assert (
+        "CREATE OR REPLACE SECRET warehouse_s3 (TYPE s3, PROVIDER credential_chain, REGION 'us-east-2', SCOPE 's3://b')"
+    ) in catalog.connect_statements(target)
     assert target.s3.key_id is None
 
 
 def test_motherduck_target():
-    target = catalog.from_env({"WAREHOUSE_CATALOG": "motherduck", "MOTHERDUCK_DATABASE": "md:planner",
-                               "MOTHERDUCK_TOKEN": "eyJmotherducktoken", "DUCKDB_EXTENSION_DIRECTORY": "/opt/ext"})
+    target = catalog.from_env(
+        {
+            "WAREHOUSE_CATALOG": "motherduck",
+            "MOTHERDUCK_DATABASE": "md:planner",
+            "MOTHERDUCK_TOKEN": "eyJmotherducktoken",
+            "DUCKDB_EXTENSION_DIRECTORY": "/opt/ext",
+        }
+    )
     assert target.database == "md:planner" and target.md_database == "planner"
     assert target.config == {"extension_directory": "/opt/ext", "motherduck_token": "eyJmotherducktoken"}
     assert catalog.connect_statements(target) == []
     assert target.extensions == ["motherduck"]
 
 
-@pytest.mark.parametrize("environ, missing", [
-    ({"WAREHOUSE_CATALOG": "ducklake", "DUCKLAKE_DATA_PATH": "/srv/lake/"}, "DUCKLAKE_CATALOG_DSN"),
-    ({"WAREHOUSE_CATALOG": "ducklake", "DUCKLAKE_CATALOG_DSN": DSN}, "DUCKLAKE_DATA_PATH"),
-    ({"WAREHOUSE_CATALOG": "ducklake", "DUCKLAKE_CATALOG_DSN": " ", "DUCKLAKE_DATA_PATH": "/l/"}, "DUCKLAKE_CATALOG_DSN"),
-    (lake_env(DUCKLAKE_DATA_PATH="s3://b/l/"), "AWS_ACCESS_KEY_ID"),
-    (lake_env(DUCKLAKE_DATA_PATH="s3://b/l/", AWS_ACCESS_KEY_ID="AKIA1234"), "AWS_SECRET_ACCESS_KEY"),
-    (lake_env(DUCKLAKE_DATA_PATH="s3://b/l/", AWS_SECRET_ACCESS_KEY="x"), "AWS_ACCESS_KEY_ID"),
-    ({"WAREHOUSE_CATALOG": "motherduck", "MOTHERDUCK_TOKEN": "t"}, "MOTHERDUCK_DATABASE"),
-    ({"WAREHOUSE_CATALOG": "motherduck", "MOTHERDUCK_DATABASE": "planner"}, "MOTHERDUCK_TOKEN"),
-])
+@pytest.mark.parametrize(
+    "environ, missing",
+    [
+        ({"WAREHOUSE_CATALOG": "ducklake", "DUCKLAKE_DATA_PATH": "/srv/lake/"}, "DUCKLAKE_CATALOG_DSN"),
+        ({"WAREHOUSE_CATALOG": "ducklake", "DUCKLAKE_CATALOG_DSN": DSN}, "DUCKLAKE_DATA_PATH"),
+        (
+            {"WAREHOUSE_CATALOG": "ducklake", "DUCKLAKE_CATALOG_DSN": " ", "DUCKLAKE_DATA_PATH": "/l/"},
+            "DUCKLAKE_CATALOG_DSN",
+        ),
+        (lake_env(DUCKLAKE_DATA_PATH="s3://b/l/"), "AWS_ACCESS_KEY_ID"),
+        (lake_env(DUCKLAKE_DATA_PATH="s3://b/l/", AWS_ACCESS_KEY_ID="AKIA1234"), "AWS_SECRET_ACCESS_KEY"),
+        (lake_env(DUCKLAKE_DATA_PATH="s3://b/l/", AWS_SECRET_ACCESS_KEY="x"), "AWS_ACCESS_KEY_ID"),
+        ({"WAREHOUSE_CATALOG": "motherduck", "MOTHERDUCK_TOKEN": "t"}, "MOTHERDUCK_DATABASE"),
+        ({"WAREHOUSE_CATALOG": "motherduck", "MOTHERDUCK_DATABASE": "planner"}, "MOTHERDUCK_TOKEN"),
+    ],
+)
 def test_missing_variables_are_named(environ, missing):
     with pytest.raises(catalog.CatalogConfigError, match=missing):
         catalog.from_env(environ)
 
 
-@pytest.mark.parametrize("extra, named", [
-    ({"WAREHOUSE_CATALOG": "iceberg"}, "WAREHOUSE_CATALOG"),
-    ({"DUCKLAKE_DATA_PATH": "lake/"}, "DUCKLAKE_DATA_PATH"),
-    ({"DUCKLAKE_DATA_PATH": "gs://bucket/lake/"}, "DUCKLAKE_DATA_PATH"),
-    ({"DUCKLAKE_DATA_PATH": "s3:///lake/"}, "DUCKLAKE_DATA_PATH"),
-    ({"DUCKLAKE_CATALOG_DSN": "postgres:dbname=x"}, "DUCKLAKE_CATALOG_DSN"),
-    ({"DUCKLAKE_DATA_PATH": "s3://b/", "DUCKLAKE_S3_PROVIDER": "sso"}, "DUCKLAKE_S3_PROVIDER"),
-    ({"DUCKLAKE_DATA_PATH": "s3://b/", "DUCKLAKE_S3_PROVIDER": "credential_chain", "S3_URL_STYLE": "x"}, "S3_URL_STYLE"),
-    ({"DUCKLAKE_DATA_PATH": "s3://b/", "DUCKLAKE_S3_PROVIDER": "credential_chain", "S3_USE_SSL": "maybe"}, "S3_USE_SSL"),
-    ({"DUCKLAKE_DATA_PATH": "s3://b/", "DUCKLAKE_S3_PROVIDER": "credential_chain", "S3_ENDPOINT": "http://m:9000"},
-     "S3_ENDPOINT"),
-])
+@pytest.mark.parametrize(
+    "extra, named",
+    [
+        ({"WAREHOUSE_CATALOG": "iceberg"}, "WAREHOUSE_CATALOG"),
+        ({"DUCKLAKE_DATA_PATH": "lake/"}, "DUCKLAKE_DATA_PATH"),
+        ({"DUCKLAKE_DATA_PATH": "gs://bucket/lake/"}, "DUCKLAKE_DATA_PATH"),
+        ({"DUCKLAKE_DATA_PATH": "s3:///lake/"}, "DUCKLAKE_DATA_PATH"),
+        ({"DUCKLAKE_CATALOG_DSN": "postgres:dbname=x"}, "DUCKLAKE_CATALOG_DSN"),
+        ({"DUCKLAKE_DATA_PATH": "s3://b/", "DUCKLAKE_S3_PROVIDER": "sso"}, "DUCKLAKE_S3_PROVIDER"),
+        (
+            {"DUCKLAKE_DATA_PATH": "s3://b/", "DUCKLAKE_S3_PROVIDER": "credential_chain", "S3_URL_STYLE": "x"},
+            "S3_URL_STYLE",
+        ),
+        (
+            {"DUCKLAKE_DATA_PATH": "s3://b/", "DUCKLAKE_S3_PROVIDER": "credential_chain", "S3_USE_SSL": "maybe"},
+            "S3_USE_SSL",
+        ),
+        (
+            {
+                "DUCKLAKE_DATA_PATH": "s3://b/",
+                "DUCKLAKE_S3_PROVIDER": "credential_chain",
+                "S3_ENDPOINT": "http://m:9000",
+            },
+            "S3_ENDPOINT",
+        ),
+    ],
+)
 def test_bad_values_are_named(extra, named):
     with pytest.raises(catalog.CatalogConfigError, match=named):
         catalog.from_env(lake_env(**extra))
@@ -439,10 +506,15 @@ SECRET_VALUES = ("pa'ss word", "AKIAEXAMPLE12345", "s3cr3t/key", "tok3n-value")
 
 
 def secret_target() -> catalog.WarehouseTarget:
-    return catalog.from_env(lake_env(
-        DUCKLAKE_DATA_PATH="s3://bucket/lake/", DUCKLAKE_CATALOG_PASSWORD=SECRET_VALUES[0],
-        AWS_ACCESS_KEY_ID=SECRET_VALUES[1], AWS_SECRET_ACCESS_KEY=SECRET_VALUES[2], AWS_SESSION_TOKEN=SECRET_VALUES[3],
-    ))
+    return catalog.from_env(
+        lake_env(
+            DUCKLAKE_DATA_PATH="s3://bucket/lake/",
+            DUCKLAKE_CATALOG_PASSWORD=SECRET_VALUES[0],
+            AWS_ACCESS_KEY_ID=SECRET_VALUES[1],
+            AWS_SECRET_ACCESS_KEY=SECRET_VALUES[2],
+            AWS_SESSION_TOKEN=SECRET_VALUES[3],
+        )
+    )
 
 
 def test_secrets_are_redacted_everywhere():
@@ -467,10 +539,13 @@ def test_passwords_inside_a_dsn_or_url_are_redacted():
 def test_connect_errors_carry_no_secrets(tmp_path):
     """A lake that cannot be attached (no extension installed in an empty extension directory and no network, or
     no server on the port): the error is CatalogConnectError, with DuckDB's message redacted."""
-    target = catalog.from_env(lake_env(
-        DUCKLAKE_CATALOG_DSN=f"host=127.0.0.1 port={free_port()} user=u password=dsnsecret1 dbname=d",
-        DUCKLAKE_CATALOG_PASSWORD="catalogsecret2", DUCKDB_EXTENSION_DIRECTORY=str(tmp_path / "ext"),
-    ))
+    target = catalog.from_env(
+        lake_env(
+            DUCKLAKE_CATALOG_DSN=f"host=127.0.0.1 port={free_port()} user=u password=dsnsecret1 dbname=d",
+            DUCKLAKE_CATALOG_PASSWORD="catalogsecret2",
+            DUCKDB_EXTENSION_DIRECTORY=str(tmp_path / "ext"),
+        )
+    )
     with pytest.raises(catalog.CatalogConnectError) as err:
         catalog.connect(target)
     assert "dsnsecret1" not in str(err.value) and "catalogsecret2" not in str(err.value)
@@ -556,19 +631,72 @@ def postgres():
     data = root / "data"
     started = False
     try:
-        subprocess.run([*prefix, str(bindir / "initdb"), "-D", str(data), "-U", "airflow", f"--pwfile={root / 'pw'}",
-                        "--auth-host=scram-sha-256", "--auth-local=trust", "-E", "UTF8", "--no-sync"],
-                       check=True, capture_output=True, timeout=120)
-        options = (f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off "
-                   "-c full_page_writes=off")
-        subprocess.run([*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(root / "log"), "-w", "-t", "60",
-                        "-o", options, "start"], check=True, capture_output=True, timeout=90)
+        subprocess.run(
+            [
+                *prefix,
+                str(bindir / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                "airflow",
+                f"--pwfile={root / 'pw'}",
+                "--auth-host=scram-sha-256",
+                "--auth-local=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        options = (
+            f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off "
+            "-c full_page_writes=off"
+        )
+        subprocess.run(
+            [
+                *prefix,
+                str(bindir / "pg_ctl"),
+                "-D",
+                str(data),
+                "-l",
+                str(root / "log"),
+                "-w",
+                "-t",
+                "60",
+                "-o",
+                options,
+                "start",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=90,
+        )
         started = True
 
         def psql(sql: str, database: str = "postgres") -> None:
-            subprocess.run([str(bindir / "psql"), "-h", "127.0.0.1", "-p", str(port), "-U", "airflow", "-d", database,
-                            "-v", "ON_ERROR_STOP=1", "-qc", sql],
-                           check=True, capture_output=True, timeout=60, env={**os.environ, "PGPASSWORD": password})
+            subprocess.run(
+                [
+                    str(bindir / "psql"),
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    str(port),
+                    "-U",
+                    "airflow",
+                    "-d",
+                    database,
+                    "-v",
+                    "ON_ERROR_STOP=1",
+                    "-qc",
+                    sql,
+                ],
+                check=True,
+                capture_output=True,
+                timeout=60,
+                env={**os.environ, "PGPASSWORD": password},
+            )
 
         psql("CREATE DATABASE airflow")
         psql("CREATE ROLE ducklake LOGIN PASSWORD 'lake pw''s'")
@@ -576,8 +704,11 @@ def postgres():
         yield {"port": port, "password": password, "lake_password": "lake pw's", "root": root}
     finally:
         if started:
-            subprocess.run([*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-                           capture_output=True, timeout=60)
+            subprocess.run(
+                [*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+                capture_output=True,
+                timeout=60,
+            )
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -620,7 +751,8 @@ def test_airflow_metadata_database_on_postgres(postgres, tmp_path):
     files = read_env_file(DEPLOY / "airflow.env")
     server = f"127.0.0.1:{postgres['port']}"
     env = scale_out_env(
-        tmp_path, ("airflow.env", "warehouse.env"),
+        tmp_path,
+        ("airflow.env", "warehouse.env"),
         AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=with_host(files["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"], server),
         AIRFLOW__CELERY__RESULT_BACKEND=with_host(files["AIRFLOW__CELERY__RESULT_BACKEND"], server),
         PGPASSWORD=postgres["password"],
@@ -652,8 +784,14 @@ def extension_directory(tmp_path_factory) -> Path:
     done = catalog.install_extensions(target)
     assert all(d["from"] != "repository" for d in done), done
     if importlib.util.find_spec("duckdb_extension_httpfs"):  # for the dbt profile, which loads httpfs
-        s3 = catalog.from_env(lake_env(DUCKDB_EXTENSION_DIRECTORY=str(directory), DUCKLAKE_DATA_PATH="s3://b/l/",
-                                       AWS_ACCESS_KEY_ID="AKIA0000", AWS_SECRET_ACCESS_KEY="x"))
+        s3 = catalog.from_env(
+            lake_env(
+                DUCKDB_EXTENSION_DIRECTORY=str(directory),
+                DUCKLAKE_DATA_PATH="s3://b/l/",
+                AWS_ACCESS_KEY_ID="AKIA0000",
+                AWS_SECRET_ACCESS_KEY="x",
+            )
+        )
         catalog.install_extensions(s3)
     return directory
 
@@ -676,7 +814,8 @@ def test_ducklake_shared_by_concurrent_processes(extension_directory, postgres, 
     data.mkdir()
     environ = lake_env(
         DUCKLAKE_CATALOG_DSN=f"dbname=ducklake_catalog host=127.0.0.1 port={postgres['port']} user=ducklake",
-        DUCKLAKE_CATALOG_PASSWORD=postgres["lake_password"], DUCKLAKE_DATA_PATH=f"{data}/",
+        DUCKLAKE_CATALOG_PASSWORD=postgres["lake_password"],
+        DUCKLAKE_DATA_PATH=f"{data}/",
         DUCKDB_EXTENSION_DIRECTORY=str(extension_directory),
     )
     target = catalog.from_env(environ)
@@ -688,8 +827,17 @@ def test_ducklake_shared_by_concurrent_processes(extension_directory, postgres, 
     con.close()
     env = {k: v for k, v in os.environ.items() if k not in catalog.ENV_VARS}
     env.update(environ, PYTHONPATH=str(REPO_ROOT))
-    writers = [subprocess.Popen([sys.executable, "-c", _LAKE_WRITER, str(w)], env=env, cwd=REPO_ROOT,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w in (1, 2)]
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _LAKE_WRITER, str(w)],
+            env=env,
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for w in (1, 2)
+    ]
     for proc in writers:
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0 and out.strip() == "ok", err[-3000:]
@@ -713,24 +861,60 @@ def test_dbt_connects_with_the_scale_out_profile(extension_directory, postgres, 
     env = {k: v for k, v in os.environ.items() if k not in catalog.ENV_VARS and not k.startswith("DBT_")}
     env.update(
         DUCKLAKE_CATALOG_DSN=f"dbname=ducklake_catalog host=127.0.0.1 port={postgres['port']} user=ducklake",
-        DUCKLAKE_CATALOG_PASSWORD=postgres["lake_password"], DUCKLAKE_DATA_PATH=f"{tmp_path / 'dbt_lake'}/",
-        DUCKDB_EXTENSION_DIRECTORY=str(extension_directory), DBT_SEND_ANONYMOUS_USAGE_STATS="False",
-        DBT_TARGET_PATH=str(tmp_path / "target"), PYTHONPATH=str(REPO_ROOT),
+        DUCKLAKE_CATALOG_PASSWORD=postgres["lake_password"],
+        DUCKLAKE_DATA_PATH=f"{tmp_path / 'dbt_lake'}/",
+        DUCKDB_EXTENSION_DIRECTORY=str(extension_directory),
+        DBT_SEND_ANONYMOUS_USAGE_STATS="False",
+        DBT_TARGET_PATH=str(tmp_path / "target"),
+        PYTHONPATH=str(REPO_ROOT),
     )
     # its own catalog database: a lake keeps the DATA_PATH it was created with
     _create_database(postgres, "ducklake_dbt")
     env["DUCKLAKE_CATALOG_DSN"] = env["DUCKLAKE_CATALOG_DSN"].replace("dbname=ducklake_catalog", "dbname=ducklake_dbt")
-    out = run([str(BIN / "dbt"), "debug", "--project-dir", str(REPO_ROOT / "transforms"), "--profiles-dir", str(DEPLOY),
-               "--target", "ducklake", "--log-path", str(tmp_path / "logs")], env, timeout=180, check=False)
+    out = run(
+        [
+            str(BIN / "dbt"),
+            "debug",
+            "--project-dir",
+            str(REPO_ROOT / "transforms"),
+            "--profiles-dir",
+            str(DEPLOY),
+            "--target",
+            "ducklake",
+            "--log-path",
+            str(tmp_path / "logs"),
+        ],
+        env,
+        timeout=180,
+        check=False,
+    )
     assert out.returncode == 0 and "All checks passed" in out.stdout, out.stdout[-3000:]
     assert postgres["lake_password"] not in out.stdout
 
 
 def _create_database(postgres: dict, name: str) -> None:
     bindir = _pg_bin()
-    subprocess.run([str(bindir / "psql"), "-h", "127.0.0.1", "-p", str(postgres["port"]), "-U", "airflow",
-                    "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-qc", f"CREATE DATABASE {name} OWNER ducklake"],
-                   check=True, capture_output=True, timeout=60, env={**os.environ, "PGPASSWORD": postgres["password"]})
+    subprocess.run(
+        [
+            str(bindir / "psql"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(postgres["port"]),
+            "-U",
+            "airflow",
+            "-d",
+            "postgres",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-qc",
+            f"CREATE DATABASE {name} OWNER ducklake",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+        env={**os.environ, "PGPASSWORD": postgres["password"]},
+    )
 
 
 def test_warehouse_writer_and_reader_on_ducklake(extension_directory, postgres, tmp_path, monkeypatch):
@@ -743,12 +927,18 @@ def test_warehouse_writer_and_reader_on_ducklake(extension_directory, postgres, 
     _create_database(postgres, "ducklake_writer")
     for key, value in lake_env(
         DUCKLAKE_CATALOG_DSN=f"dbname=ducklake_writer host=127.0.0.1 port={postgres['port']} user=ducklake",
-        DUCKLAKE_CATALOG_PASSWORD=postgres["lake_password"], DUCKLAKE_DATA_PATH=f"{tmp_path / 'lake'}/",
+        DUCKLAKE_CATALOG_PASSWORD=postgres["lake_password"],
+        DUCKLAKE_DATA_PATH=f"{tmp_path / 'lake'}/",
         DUCKDB_EXTENSION_DIRECTORY=str(extension_directory),
     ).items():
         monkeypatch.setenv(key, value)
-    batch = db.Batch("raw.scale_out_probe", "probe-1", "test", pd.DataFrame({"x": [1, 2, 3]}),
-                     [db.Rejection("bad value", file="f.csv", row_number=4, field="x", value="?")])
+    batch = db.Batch(
+        "raw.scale_out_probe",
+        "probe-1",
+        "test",
+        pd.DataFrame({"x": [1, 2, 3]}),
+        [db.Rejection("bad value", file="f.csv", row_number=4, field="x", value="?")],
+    )
     with db.writer() as con:
         first = db.load_batch(con, batch)
         again = db.load_batch(con, batch)

@@ -1,6 +1,7 @@
 """Start a real Airflow (standalone) on a free localhost port in a temporary home, drive it through the REST
 API, and stop exactly the processes it started: its process group, plus the task and dbt processes that leave
 that group, recognised by this server's AIRFLOW_HOME in their environment (`leftovers()` lists what is left)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -75,17 +76,27 @@ class AirflowServer:
         env = self.env()
         airflow = str(Path(sys.executable).parent / "airflow")
         subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
-        subprocess.run([airflow, "pools", "set", "warehouse", "1", "DuckDB single writer"],
-                       env=env, check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [airflow, "pools", "set", "warehouse", "1", "DuckDB single writer"],
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         log = open(self.home / "standalone.log", "wb")
         # Its own session/process group, so stopping it stops every child it started and nothing else.
-        self.process = subprocess.Popen([airflow, "standalone"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                        start_new_session=True, cwd=self.home)
+        self.process = subprocess.Popen(
+            [airflow, "standalone"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=self.home,
+        )
         self.pgid = os.getpgid(self.process.pid)  # == its pid (new session); kept for the leftover check
         try:  # a start that fails half-way must not leave its processes behind
             self._wait_healthy(timeout_s)
-            reply = requests.post(f"{self.base}/auth/token", json={"username": USER, "password": PASSWORD},
-                                  timeout=30)
+            reply = requests.post(f"{self.base}/auth/token", json={"username": USER, "password": PASSWORD}, timeout=30)
             reply.raise_for_status()
             self.token = reply.json()["access_token"]
         except BaseException:
@@ -180,10 +191,13 @@ class AirflowServer:
         reply = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", params={"limit": 100})
         for ti in reply.json().get("task_instances", []) if reply.ok else []:
             if ti.get("state") in ("failed", "up_for_retry"):
-                log = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{ti['task_id']}/logs/"
-                                      f"{max(ti.get('try_number') or 1, 1)}",
-                               params={"full_content": "true", "map_index": ti.get("map_index", -1)},
-                               headers={"Accept": "application/json"})
+                log = self.api(
+                    "GET",
+                    f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{ti['task_id']}/logs/"
+                    f"{max(ti.get('try_number') or 1, 1)}",
+                    params={"full_content": "true", "map_index": ti.get("map_index", -1)},
+                    headers={"Accept": "application/json"},
+                )
                 out.append(f"--- failed task {ti['task_id']} (try {ti.get('try_number')}):\n{_log_text(log)[-chars:]}")
         return "\n".join(out) or f"(no failed task in {dag_id} {run_id}; reply {reply.status_code})"
 
@@ -219,7 +233,9 @@ class AirflowServer:
                     continue
                 in_group = self.pgid is not None and os.getpgid(int(proc.name)) == self.pgid
                 if in_group or marker in (proc / "environ").read_bytes():
-                    found[int(proc.name)] = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                    found[int(proc.name)] = (
+                        (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                    )
             except (OSError, IndexError):
                 continue  # exited meanwhile, or not ours to read
         found.pop(os.getpid(), None)

@@ -1,5 +1,6 @@
 """A real Airflow (standalone) in a temp home runs ingest_cluster triggered through the REST API; a run that fails
 shows the failed task's log; nothing the server started is left running afterwards."""
+
 from __future__ import annotations
 
 from tests.e2e.harness import AirflowServer

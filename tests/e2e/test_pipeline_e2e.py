@@ -9,6 +9,7 @@ Reliability checks on the way:
 - afterwards no process the server started is left.
 A failing run's assertion message carries the failed tasks' logs.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -65,8 +66,11 @@ def _warehouse_hashes(path: Path) -> dict[str, tuple[int, int]]:
 def _file_hashes(root: Path | None) -> dict[str, str]:
     if root is None:
         return {}
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _asset_triggered_run(server: AirflowServer, dag_id: str, timeout_s: float = 180) -> str:
@@ -86,9 +90,14 @@ def test_ingest_transform_forecast_plan_through_rest_api(tmp_path, data_dir):
     server = AirflowServer(
         home=tmp_path / "airflow",
         warehouse=warehouse,
-        extra_env={"VAR_DIR": str(var), "SCHEDULES_DIR": str(var / "schedules"), "MODELS_DIR": str(var / "models"),
-                   "DATA_DIR": str(data_dir), "AIRFLOW__CORE__PARALLELISM": "2",
-                   "LIVE_GRID_REGIONS": ""},  # no live feeds: no network, and fetch_live skips
+        extra_env={
+            "VAR_DIR": str(var),
+            "SCHEDULES_DIR": str(var / "schedules"),
+            "MODELS_DIR": str(var / "models"),
+            "DATA_DIR": str(data_dir),
+            "AIRFLOW__CORE__PARALLELISM": "2",
+            "LIVE_GRID_REGIONS": "",
+        },  # no live feeds: no network, and fetch_live skips
     ).start()
     timings = {}
     t0 = time.monotonic()
@@ -120,8 +129,11 @@ def test_ingest_transform_forecast_plan_through_rest_api(tmp_path, data_dir):
         timings["transform"] = time.monotonic() - t
 
         t = time.monotonic()
-        _run(server, "forecast_predict", {"as_of": AS_OF, "tiny": True, "regions": ["CISO", "DE", "ERCO"],
-                                          "models": ["lgbm"], "horizon": 96})
+        _run(
+            server,
+            "forecast_predict",
+            {"as_of": AS_OF, "tiny": True, "regions": ["CISO", "DE", "ERCO"], "models": ["lgbm"], "horizon": 96},
+        )
         timings["forecast_predict"] = time.monotonic() - t
         t = time.monotonic()
         plan_run = _run(server, "plan_hourly", {"as_of": AS_OF, "regions": [], "dry_run": False})

@@ -3,6 +3,7 @@
 `grid_frame`: the `marts.grid_hourly`-shaped frame for CISO and DE, 2021-01-01 … 2021-04-30 (UTC), built from the
 CSVs with `forecasting.data.grid_hourly_from_files`; the suite is skipped when the shared data is missing.
 """
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """The grid frame built from the files, the published forecasts and their availability rule, masking."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -84,9 +85,11 @@ def test_published_known_until_follows_the_markets():
     # ENTSO-E by 18:00 Brussels: at 02:00 CEST only the running CET day (to 22:00 UTC) is published.
     assert fdata.published_known_until(T, "DE") == pd.Timestamp("2021-07-01 22:00", tz="UTC")
     assert fdata.published_known_until(pd.Timestamp("2021-12-01", tz="UTC"), "SE") == pd.Timestamp(
-        "2021-12-01 23:00", tz="UTC")
+        "2021-12-01 23:00", tz="UTC"
+    )
     assert fdata.published_known_until(pd.Timestamp("2021-07-01 17:00", tz="UTC"), "DE") == pd.Timestamp(
-        "2021-07-02 22:00", tz="UTC")
+        "2021-07-02 22:00", tz="UTC"
+    )
 
 
 def test_attach_published_uses_operator_series_only_and_masks_by_publication(summer_frame):
@@ -97,7 +100,8 @@ def test_attach_published_uses_operator_series_only_and_masks_by_publication(sum
     masked = fdata.mask_known(summer_frame, T)
     m = masked[masked["region"] == "DE"].set_index("hour_utc")["published_wind_mw"]
     assert m[pd.Timestamp("2021-07-10 21:00", tz="UTC")] == pytest.approx(
-        de.set_index("hour_utc")["published_wind_mw"][pd.Timestamp("2021-07-10 21:00", tz="UTC")])
+        de.set_index("hour_utc")["published_wind_mw"][pd.Timestamp("2021-07-10 21:00", tz="UTC")]
+    )
     assert np.isnan(m[pd.Timestamp("2021-07-10 22:00", tz="UTC")])
     c = masked[masked["region"] == "CISO"].set_index("hour_utc")["published_solar_mw"]
     assert np.isfinite(c[pd.Timestamp("2021-07-11 06:00", tz="UTC")])

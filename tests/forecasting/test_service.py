@@ -1,4 +1,5 @@
 """forecasting.service: train → model registry → predict → forecast store, fallbacks, idempotency."""
+
 from __future__ import annotations
 
 import os
@@ -19,8 +20,11 @@ REGIONS = ("SE", "CISO")
 def frame(request) -> pd.DataFrame:
     try:
         shared = request.getfixturevalue("grid_frame")
-        if set(REGIONS) <= set(shared["region"]) and shared["hour_utc"].min() <= pd.Timestamp("2021-03-01", tz="UTC") \
-                and shared["hour_utc"].max() >= pd.Timestamp("2021-07-20", tz="UTC"):
+        if (
+            set(REGIONS) <= set(shared["region"])
+            and shared["hour_utc"].min() <= pd.Timestamp("2021-03-01", tz="UTC")
+            and shared["hour_utc"].max() >= pd.Timestamp("2021-07-20", tz="UTC")
+        ):
             return shared[shared["region"].isin(REGIONS)].reset_index(drop=True)
     except pytest.FixtureLookupError:
         pass
@@ -38,8 +42,16 @@ def warehouse(tmp_warehouse, tmp_path, monkeypatch):
 
 @pytest.fixture
 def trained(warehouse, frame):
-    results = service.train(["naive-24", "prophet", "no-such-model"], ["carbon_intensity"], REGIONS, "2021-06-30",
-                            budget_s=600, tiny=True, val_days=7, data=frame)
+    results = service.train(
+        ["naive-24", "prophet", "no-such-model"],
+        ["carbon_intensity"],
+        REGIONS,
+        "2021-06-30",
+        budget_s=600,
+        tiny=True,
+        val_days=7,
+        data=frame,
+    )
     return {r.model: r for r in results}
 
 
@@ -129,8 +141,9 @@ def test_budget_spent_skips_jobs(warehouse, frame):
 
 
 def test_without_refit_the_validated_fit_keeps_its_own_cutoff(warehouse, frame):
-    results = service.train(["naive-24"], ["carbon_intensity"], REGIONS, "2021-06-30", val_days=7, data=frame,
-                            refit="never")
+    results = service.train(
+        ["naive-24"], ["carbon_intensity"], REGIONS, "2021-06-30", val_days=7, data=frame, refit="never"
+    )
     record = model_registry.latest_good("naive-24", "carbon_intensity")
     assert results[0].status == "good" and record.metrics["refit"] is False
     assert record.trained_at == pd.Timestamp("2021-06-24", tz="UTC")  # the data it saw ends where validation starts
@@ -139,8 +152,17 @@ def test_without_refit_the_validated_fit_keeps_its_own_cutoff(warehouse, frame):
 
 def test_tft_trains_in_a_second_process(warehouse, frame):
     """`workers=2`: the TFT lane runs in its own process and registers its version in the same warehouse."""
-    results = service.train(["naive-24", "tft"], ["carbon_intensity"], REGIONS, "2021-06-30", budget_s=300,
-                            tiny=True, val_days=7, data=frame, workers=2)
+    results = service.train(
+        ["naive-24", "tft"],
+        ["carbon_intensity"],
+        REGIONS,
+        "2021-06-30",
+        budget_s=300,
+        tiny=True,
+        val_days=7,
+        data=frame,
+        workers=2,
+    )
     assert [(r.model, r.status) for r in results] == [("naive-24", "good"), ("tft", "good")]
     record = model_registry.latest_good("tft", "carbon_intensity")
     assert record.version == results[1].version and record.metrics["n"] == 7 * 24 * len(REGIONS)

@@ -1,4 +1,5 @@
 """The forecast store (forecasting.store) on a temporary warehouse: idempotent writes, reads, last good forecast."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -77,8 +78,14 @@ def test_last_good_forecast_takes_latest_earlier_non_fallback(warehouse):
     store.write_forecasts(_rows("2021-07-01T03:00", p50=300.0, hours=12))
     store.write_forecasts(_rows("2021-07-01T04:00", p50=900.0, hours=12, fallback=True))
     store.write_forecasts(_rows("2021-07-01T06:00", p50=600.0, hours=12))  # not before `before`
-    rows = store.last_good_forecast("prophet", "carbon_intensity", ["SE"], before="2021-07-01T05:00",
-                                       target_from="2021-07-01T05:00", target_until="2021-07-01T20:00")
+    rows = store.last_good_forecast(
+        "prophet",
+        "carbon_intensity",
+        ["SE"],
+        before="2021-07-01T05:00",
+        target_from="2021-07-01T05:00",
+        target_until="2021-07-01T20:00",
+    )
     assert rows["target_time"].min() == pd.Timestamp("2021-07-01T05:00Z")
     assert rows["target_time"].max() == pd.Timestamp("2021-07-01T14:00Z")  # issue 03:00 + 12 h
     assert (rows["issued_at"] == pd.Timestamp("2021-07-01T03:00Z")).all()

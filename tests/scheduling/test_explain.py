@@ -1,5 +1,6 @@
 """Explanation cards: the deterministic template, and the optional chat explainer against a small fake
 OpenAI-compatible server on 127.0.0.1 (a real http.server in a thread), falling back to the template on errors."""
+
 from __future__ import annotations
 
 import json
@@ -41,12 +42,19 @@ class FakeChat:
                     content = "   "
                 else:
                     content = f"LLM card for {body['messages'][-1]['content'].count('job-00000')} mentions"
-                self._send(200, {
-                    "id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": body.get("model"),
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": content}}],
-                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-                })
+                self._send(
+                    200,
+                    {
+                        "id": "chatcmpl-test",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": body.get("model"),
+                        "choices": [
+                            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
+                        ],
+                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                    },
+                )
 
             def _send(self, status, doc):
                 data = json.dumps(doc).encode()
@@ -80,18 +88,37 @@ def fake_chat():
 
 @pytest.fixture(autouse=True)
 def _no_ambient_config(monkeypatch):
-    for var in ("AIRFLOW_CONN_EXPLAINER_LLM", "EXPLAINER_LLM_BASE_URL", "EXPLAINER_LLM_API_KEY",
-                "EXPLAINER_LLM_MODEL", "PLAN_EXPLAINER", "AIRFLOW_CTX_DAG_ID"):
+    for var in (
+        "AIRFLOW_CONN_EXPLAINER_LLM",
+        "EXPLAINER_LLM_BASE_URL",
+        "EXPLAINER_LLM_API_KEY",
+        "EXPLAINER_LLM_MODEL",
+        "PLAN_EXPLAINER",
+        "AIRFLOW_CTX_DAG_ID",
+    ):
         monkeypatch.delenv(var, raising=False)
 
 
 def test_template_text_is_deterministic_and_complete():
     text = TemplateExplainer().explain(RECORD)
     assert text == TemplateExplainer().explain(json.loads(json.dumps(RECORD, default=str)))
-    for needle in ("Job job-00000", "priority 0.500", "urgency 0.400", "flexibility 0.300", "opportunity 0.200",
-                   "in us-west (usw-v100m32)", "0.300 kgCO2e", "Alternatives considered (top five)",
-                   "5. us-south", "run now 0.900 kgCO2e", "greedy carbon 0.350 kgCO2e", "optimum 0.280 kgCO2e",
-                   "Binding constraints: none", "Forecast: naive-24@", "GPU limit 250 W"):
+    for needle in (
+        "Job job-00000",
+        "priority 0.500",
+        "urgency 0.400",
+        "flexibility 0.300",
+        "opportunity 0.200",
+        "in us-west (usw-v100m32)",
+        "0.300 kgCO2e",
+        "Alternatives considered (top five)",
+        "5. us-south",
+        "run now 0.900 kgCO2e",
+        "greedy carbon 0.350 kgCO2e",
+        "optimum 0.280 kgCO2e",
+        "Binding constraints: none",
+        "Forecast: naive-24@",
+        "GPU limit 250 W",
+    ):
         assert needle in text, needle
 
 
@@ -101,8 +128,12 @@ def test_template_survives_a_sparse_record():
 
 
 def test_chat_explainer_via_airflow_connection_json(fake_chat, monkeypatch):
-    monkeypatch.setenv("AIRFLOW_CONN_EXPLAINER_LLM", json.dumps(
-        {"conn_type": "http", "host": fake_chat.url, "password": "sk-test", "extra": {"model": "tiny-model"}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_EXPLAINER_LLM",
+        json.dumps(
+            {"conn_type": "http", "host": fake_chat.url, "password": "sk-test", "extra": {"model": "tiny-model"}}
+        ),
+    )
     explainer = make_explainer("chat")
     assert isinstance(explainer, ChatExplainer)
     assert "sk-test" not in repr(explainer.config)

@@ -1,5 +1,6 @@
 """The FGD replay: seed 42 pod by pod against the reference (exact counts), arrival order and tuning, metrics,
 and the command line."""
+
 from __future__ import annotations
 
 import json
@@ -50,8 +51,8 @@ def test_own_arrival_order_and_tuning(data_dir):
     a = fr.arrival_order(pods, 42, 1.3, capacity)
     assert [p.pod_id for p in a] == [p.pod_id for p in fr.arrival_order(pods, 42, 1.3, capacity)]
     assert [p.pod_id for p in a] != [p.pod_id for p in fr.arrival_order(pods, 43, 1.3, capacity)]
-    assert sorted(p.pod_id for p in a[:len(pods)]) == sorted(p.pod_id for p in pods)  # a shuffle, then copies
-    assert all("-tuned-" in p.pod_id for p in a[len(pods):])
+    assert sorted(p.pod_id for p in a[: len(pods)]) == sorted(p.pod_id for p in pods)  # a shuffle, then copies
+    assert all("-tuned-" in p.pod_id for p in a[len(pods) :])
     total = sum(p.total_gpu_milli for p in a)
     assert total <= 1.3 * capacity + 1000 and total > 1.3 * capacity - 8000
     big = fr.load_pods("multigpu50", data_dir)  # demand above the target: random pods removed
@@ -67,9 +68,18 @@ def test_tune_up_stops_on_per_gpu_milli():
 
 
 def test_metrics_rounding_and_fallback():
-    res = fr.ReplayResult(policy="x", trace="t", seed=0, order="shuffle", total_gpus=10,
-                          arrived=np.array([50, 150, 250, 450]), used=np.array([0, 100, 200, 200]),
-                          frag=np.array([0.0, 50.0, 100.0, 400.0]), failed=np.zeros(4, bool), wall_s=0.0)
+    res = fr.ReplayResult(
+        policy="x",
+        trace="t",
+        seed=0,
+        order="shuffle",
+        total_gpus=10,
+        arrived=np.array([50, 150, 250, 450]),
+        used=np.array([0, 100, 200, 200]),
+        frag=np.array([0.0, 50.0, 100.0, 400.0]),
+        failed=np.zeros(4, bool),
+        wall_s=0.0,
+    )
     # arrive % = rint(A / 10 / 10): 0.5 -> 0 (half to even), 1.5 -> 2, 2.5 -> 2, 4.5 -> 4
     assert res.arrive_pct().tolist() == [0, 2, 2, 4]
     un = res.unallocated_at([2, 3, 4, 6])
@@ -106,8 +116,25 @@ def tiny_data_dir(data_dir, tmp_path):
 def test_cli_replay_prints_only_json_and_writes_plot(tiny_data_dir, tmp_path, capsys):
     from scheduling.cli import main
 
-    code = main(["fgd-replay", "--trace", "tiny", "--policy", "all", "--seeds", "1,2", "--json", "--jobs", "1",
-                 "--no-progress", "--out", str(tmp_path / "out"), "--data-dir", str(tiny_data_dir)])
+    code = main(
+        [
+            "fgd-replay",
+            "--trace",
+            "tiny",
+            "--policy",
+            "all",
+            "--seeds",
+            "1,2",
+            "--json",
+            "--jobs",
+            "1",
+            "--no-progress",
+            "--out",
+            str(tmp_path / "out"),
+            "--data-dir",
+            str(tiny_data_dir),
+        ]
+    )
     assert code == 0
     report = json.loads(capsys.readouterr().out)
     assert report["order"] == "shuffle" and list(report["policies"]) == list(fr.POLICY_NAMES)
@@ -128,8 +155,16 @@ def test_cli_rejects_fixture_order_for_other_traces(capsys):
 
 @pytest.mark.slow
 def test_fixture_reproduction_within_tolerance(data_dir):
-    report, _ = fr.experiment(fr.DEFAULT_TRACE, list(fr.POLICY_NAMES), list(fr.FIXTURE_SEEDS), 1.3, True,
-                              jobs=2, data_dir=str(data_dir), show_progress=False)
+    report, _ = fr.experiment(
+        fr.DEFAULT_TRACE,
+        list(fr.POLICY_NAMES),
+        list(fr.FIXTURE_SEEDS),
+        1.3,
+        True,
+        jobs=2,
+        data_dir=str(data_dir),
+        show_progress=False,
+    )
     comparison = report["published_comparison"]
     assert all(c["within_tolerance"] for c in comparison.values()), comparison
 
@@ -145,15 +180,37 @@ def test_results_markdown_tables():
     runs = []
     for policy, used in (("fgd", 9500), ("bestfit", 9300)):
         for seed in (42, 43):
-            runs.append(fr.ReplayResult(policy=policy, trace="default", seed=seed, order="fixture", total_gpus=10,
-                                        arrived=np.arange(1, 131) * 100, used=np.minimum(np.arange(1, 131) * 100, used),
-                                        frag=np.full(130, 100.0), failed=np.zeros(130, bool), wall_s=1.0))
+            runs.append(
+                fr.ReplayResult(
+                    policy=policy,
+                    trace="default",
+                    seed=seed,
+                    order="fixture",
+                    total_gpus=10,
+                    arrived=np.arange(1, 131) * 100,
+                    used=np.minimum(np.arange(1, 131) * 100, used),
+                    frag=np.full(130, 100.0),
+                    failed=np.zeros(130, bool),
+                    wall_s=1.0,
+                )
+            )
     summary = fr.summarize(runs)
-    report = {"trace": "default", "order": "fixture", "seeds": [42, 43], "tune": 1.3,
-              "points": list(fr.ARRIVAL_POINTS), "policies": summary,
-              "published_comparison": fr.compare_published(summary), "jobs": 1}
-    families = {"seeds": [42], "tune": 1.3, "policies": ["bestfit", "fgd"],
-                "families": {"gpushare": {"gpushare20": {"bestfit": {"mean": 6.0}, "fgd": {"mean": 4.0}}}}}
+    report = {
+        "trace": "default",
+        "order": "fixture",
+        "seeds": [42, 43],
+        "tune": 1.3,
+        "points": list(fr.ARRIVAL_POINTS),
+        "policies": summary,
+        "published_comparison": fr.compare_published(summary),
+        "jobs": 1,
+    }
+    families = {
+        "seeds": [42],
+        "tune": 1.3,
+        "policies": ["bestfit", "fgd"],
+        "families": {"gpushare": {"gpushare20": {"bestfit": {"mean": 6.0}, "fgd": {"mean": 4.0}}}},
+    }
     md = fr.results_markdown(report, families, {"replay_wall_s_min": 1.0}, ["python -m scheduling fgd-report"])
     assert "| FGD | 50.00 | 30.00 | 20.00 | 10.00 / 10.02 (-0.020) | 5.00 / 5.10 (-0.100) |" in md
     assert fr._f(None) == "n/a" and fr._f(float("nan")) == "n/a"

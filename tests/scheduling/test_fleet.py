@@ -1,4 +1,5 @@
 """Fleet configuration and the job trace generator (real DATA_DIR files)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -144,10 +145,14 @@ def test_philly_bucket_and_types():
 
 def test_hostable_respects_gpu_spec_and_node_shape(fleet):
     six = fleet.select(6)
-    jobs = pd.DataFrame({
-        "gpu_spec": ["T4", "", "G2|V100M32"], "num_gpu": [1, 8, 1], "cpu_milli": [1000, 8000, 1000],
-        "memory_mib": [1024, 1024, 1024],
-    })
+    jobs = pd.DataFrame(
+        {
+            "gpu_spec": ["T4", "", "G2|V100M32"],
+            "num_gpu": [1, 8, 1],
+            "cpu_milli": [1000, 8000, 1000],
+            "memory_mib": [1024, 1024, 1024],
+        }
+    )
     h = hostable(jobs, six)
     names = six.names
     assert h[0].tolist() == [n == "uss-t4" for n in names]

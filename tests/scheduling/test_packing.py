@@ -1,5 +1,6 @@
 """Packer unit tests on small hand-made clusters: pods, typical pods, fragmentation, feasibility, scores,
 tie-breaking, allocation/release; and a cross-check of the vectorized policies against plain per-node code."""
+
 from __future__ import annotations
 
 import math
@@ -63,10 +64,12 @@ def test_pod_normalization():
 
 # ------------------------------------------------------------------------------------------------ typical pods
 def test_typical_pods_counting_ties_and_cut():
-    pods = ([Pod(f"a{i}", 4000, 0, 1, 500) for i in range(5)]
-            + [Pod(f"b{i}", 2000, 0, 1, 1000) for i in range(3)]
-            + [Pod(f"c{i}", 3000, 0, 0, 0) for i in range(3)]  # ties with b: larger key (cpu 3000) first
-            + [Pod("d", 1000, 0, 1, 200)])
+    pods = (
+        [Pod(f"a{i}", 4000, 0, 1, 500) for i in range(5)]
+        + [Pod(f"b{i}", 2000, 0, 1, 1000) for i in range(3)]
+        + [Pod(f"c{i}", 3000, 0, 0, 0) for i in range(3)]  # ties with b: larger key (cpu 3000) first
+        + [Pod("d", 1000, 0, 1, 200)]
+    )
     wl = TargetWorkload.from_pods(pods, popularity_threshold=90)
     # 12 pods, 90 % -> 10.8: keys a (5), c (3, larger cpu than b), b (3) -> 11 >= 10.8, d dropped
     assert list(wl.cpu) == [4000, 3000, 2000]
@@ -96,16 +99,19 @@ def test_node_fragmentation_by_hand():
     assert c.fragmentation(wl) == 650.0 + 650.0
 
 
-@pytest.mark.parametrize("gpu_free,cpu_free,spec,expected", [
-    ([1000, 1000], 8000, "", 0.0),          # Q3, nothing too small
-    ([400, 300], 8000, "", 700.0),          # Q2: no device fits 500 -> all free
-    ([400, 300], 1000, "", 700.0),          # Q1: lacks both
-    ([600, 300], 1000, "", 900.0),          # Q4: lacks CPU
-    ([600, 300], 8000, "", 300.0),          # Q3: the 300 device is a fragment
-    ([600, 300], 8000, "A100", 900.0),      # NA: model not allowed
-    ([600, 300], 8000, "V100|A100", 300.0),
-    ([0, 0], 8000, "", 0.0),                # nothing free, nothing fragmented
-])
+@pytest.mark.parametrize(
+    "gpu_free,cpu_free,spec,expected",
+    [
+        ([1000, 1000], 8000, "", 0.0),  # Q3, nothing too small
+        ([400, 300], 8000, "", 700.0),  # Q2: no device fits 500 -> all free
+        ([400, 300], 1000, "", 700.0),  # Q1: lacks both
+        ([600, 300], 1000, "", 900.0),  # Q4: lacks CPU
+        ([600, 300], 8000, "", 300.0),  # Q3: the 300 device is a fragment
+        ([600, 300], 8000, "A100", 900.0),  # NA: model not allowed
+        ([600, 300], 8000, "V100|A100", 300.0),
+        ([0, 0], 8000, "", 0.0),  # nothing free, nothing fragmented
+    ],
+)
 def test_fragmentation_classes(gpu_free, cpu_free, spec, expected):
     wl = TargetWorkload.from_specs([(2000, 500, 1, spec)], [1.0])
     c = make_cluster([("n0", 16000, 1000, 2, "V100")])
@@ -126,9 +132,20 @@ def test_multi_gpu_typical_pod_needs_k_devices():
 def test_batch_kernel_matches_plain_loop_bit_for_bit():
     rng = np.random.default_rng(7)
     models = ("", "A10", "T4", "V100M16")
-    specs = [(int(rng.choice([0, 2000, 4000, 8000, 16000])), int(g), int(k), s)
-             for g, k, s in [(0, 0, ""), (500, 1, ""), (230, 1, "T4"), (1000, 1, ""), (1000, 2, ""),
-                             (810, 1, "V100M16|A10"), (1000, 8, ""), (0, 0, ""), (470, 1, "")]]
+    specs = [
+        (int(rng.choice([0, 2000, 4000, 8000, 16000])), int(g), int(k), s)
+        for g, k, s in [
+            (0, 0, ""),
+            (500, 1, ""),
+            (230, 1, "T4"),
+            (1000, 1, ""),
+            (1000, 2, ""),
+            (810, 1, "V100M16|A10"),
+            (1000, 8, ""),
+            (0, 0, ""),
+            (470, 1, ""),
+        ]
+    ]
     wl = TargetWorkload.from_specs(specs, rng.dirichlet(np.ones(len(specs))))
     tables = FragTables(wl, models)
     B = 400
@@ -155,8 +172,14 @@ def test_fragmentation_cache_follows_changes():
 
 # ------------------------------------------------------------------------------------------------ feasibility
 def test_feasibility_rules():
-    c = make_cluster([("cpu-node", 64000, 1000, 0, ""), ("t4", 16000, 1000, 2, "T4"),
-                      ("v100", 16000, 100, 2, "V100M16"), ("a10", 2000, 1000, 1, "A10")])
+    c = make_cluster(
+        [
+            ("cpu-node", 64000, 1000, 0, ""),
+            ("t4", 16000, 1000, 2, "T4"),
+            ("v100", 16000, 100, 2, "V100M16"),
+            ("a10", 2000, 1000, 1, "A10"),
+        ]
+    )
     feas = lambda **kw: c.feasible(Pod("p", **kw)).tolist()  # noqa: E731
     assert feas(cpu_milli=4000, memory_mib=500) == [True, True, False, False]  # memory, CPU
     assert feas(cpu_milli=1000, memory_mib=50, num_gpu=1, gpu_milli=500) == [False, True, True, True]
@@ -225,8 +248,14 @@ def test_dotprod_scores():
 
 
 def test_gpupacking_cases():
-    c = make_cluster([("idle8", 64000, 1000, 8, "T4"), ("idle2", 64000, 1000, 2, "T4"),
-                      ("shared", 64000, 1000, 4, "T4"), ("used", 64000, 1000, 4, "T4")])
+    c = make_cluster(
+        [
+            ("idle8", 64000, 1000, 8, "T4"),
+            ("idle2", 64000, 1000, 2, "T4"),
+            ("shared", 64000, 1000, 4, "T4"),
+            ("used", 64000, 1000, 4, "T4"),
+        ]
+    )
     set_free(c, 2, [400, 1000, 1000, 1000])
     set_free(c, 3, [0, 100, 1000, 1000])
     nodes = np.arange(4)
@@ -238,8 +267,14 @@ def test_gpupacking_cases():
 
 
 def test_gpuclustering_cases():
-    c = make_cluster([("empty", 64000, 1000, 8, "T4"), ("same", 64000, 1000, 8, "T4"),
-                      ("mixed", 64000, 1000, 8, "T4"), ("other", 64000, 1000, 8, "T4")])
+    c = make_cluster(
+        [
+            ("empty", 64000, 1000, 8, "T4"),
+            ("same", 64000, 1000, 8, "T4"),
+            ("mixed", 64000, 1000, 8, "T4"),
+            ("other", 64000, 1000, 8, "T4"),
+        ]
+    )
     c.allocate(Pod("s1", 1, 0, 1, 500), 1, (0,))
     c.allocate(Pod("s2", 1, 0, 1, 500), 2, (0,))
     c.allocate(Pod("w2", 1, 0, 2, 1000), 2, (1, 2))
@@ -314,8 +349,14 @@ def test_make_policy():
 
 def test_policy_registry():
     assert POLICY_NAMES == ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd")
-    assert DISPLAY_NAMES == {"random": "Random", "dotprod": "DotProd", "gpuclustering": "GpuClustering",
-                             "gpupacking": "GpuPacking", "bestfit": "BestFit", "fgd": "FGD"}
+    assert DISPLAY_NAMES == {
+        "random": "Random",
+        "dotprod": "DotProd",
+        "gpuclustering": "GpuClustering",
+        "gpupacking": "GpuPacking",
+        "bestfit": "BestFit",
+        "fgd": "FGD",
+    }
     wl = TargetWorkload.from_specs([(1000, 500, 1)], [1.0])
     for name in POLICY_NAMES:
         policy = make_policy(name.upper(), workload=wl, seed=0)
@@ -337,8 +378,11 @@ def _ref_fgd_place(c: Cluster, pod: Pod, wl: TargetWorkload):
         model = c.model_names[c.model_id[n]]
         cpu = int(c.cpu_free[n])
         fits = [i for i, x in enumerate(free) if x >= pod.gpu_milli] if pod.num_gpu else []
-        if (cpu < pod.cpu_milli or c.mem_free[n] < pod.memory_mib
-                or (pod.num_gpu and (not free or not pod.allows_model(model) or len(fits) < pod.num_gpu))):
+        if (
+            cpu < pod.cpu_milli
+            or c.mem_free[n] < pod.memory_mib
+            or (pod.num_gpu and (not free or not pod.allows_model(model) or len(fits) < pod.num_gpu))
+        ):
             continue
         f0 = node_frag_scalar(cpu, free, model, wl)
 
@@ -387,10 +431,26 @@ def _ref_gpupacking(c: Cluster, pod: Pod, n: int) -> int:
 def test_vectorized_policies_match_plain_code_on_random_clusters():
     rng = np.random.default_rng(11)
     models = ["T4", "V100M16", "P100"]
-    specs = [(f"n{i:02d}", int(rng.choice([32000, 64000, 96000])), 262144, int(rng.choice([1, 2, 4, 8])),
-              str(rng.choice(models))) for i in range(40)]
-    shapes = [(1000, 250, 1), (4000, 500, 1), (8000, 1000, 1), (16000, 1000, 2), (6000, 0, 0), (2000, 810, 1),
-              (12000, 1000, 4), (3000, 470, 1)]
+    specs = [
+        (
+            f"n{i:02d}",
+            int(rng.choice([32000, 64000, 96000])),
+            262144,
+            int(rng.choice([1, 2, 4, 8])),
+            str(rng.choice(models)),
+        )
+        for i in range(40)
+    ]
+    shapes = [
+        (1000, 250, 1),
+        (4000, 500, 1),
+        (8000, 1000, 1),
+        (16000, 1000, 2),
+        (6000, 0, 0),
+        (2000, 810, 1),
+        (12000, 1000, 4),
+        (3000, 470, 1),
+    ]
     wl = TargetWorkload.from_specs(shapes[:6], rng.dirichlet(np.ones(6)))
     c = make_cluster(specs, ranks=rng.permutation(len(specs)))
     fgd = FGD(wl)

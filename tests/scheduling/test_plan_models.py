@@ -1,6 +1,7 @@
 """The hourly plan loads the latest *good* registered power model and predictor (cut-off at or before the planning
 time), skips failed versions and unloadable artifacts, falls back (flagged) without one, and records the versions
 it used in every explanation record."""
+
 from __future__ import annotations
 
 import json
@@ -50,18 +51,28 @@ def registry_db(tmp_warehouse, tmp_path, monkeypatch, profiles, predictor):
     # the good power version lacks the RTX 6000 sweep, so options built from it are recognisably its own
     good_power = PowerModel(profiles[profiles.gpu_type != "rtx6000"])
     versions = {}
-    for name, target, model in ((POWER_NAME, POWER_TARGET, good_power),
-                                (PREDICTOR_NAME, PREDICTOR_TARGET, predictor)):
+    for name, target, model in ((POWER_NAME, POWER_TARGET, good_power), (PREDICTOR_NAME, PREDICTOR_TARGET, predictor)):
         good = registry.register_model(model, name, target, "2021-07-01T00:00Z", db_path=tmp_warehouse)
         corrupt = registry.register_model(model, name, target, "2021-07-08T00:00Z", db_path=tmp_warehouse)
         victim = sorted(p for p in os.listdir(corrupt.artifact_path) if p != registry.MANIFEST)[0]
         with open(os.path.join(corrupt.artifact_path, victim), "ab") as handle:
             handle.write(b"tampered")
-        failed = registry.register_model(None, name, target, "2021-07-10T00:00Z", status="failed",
-                                         metrics={"error": "RuntimeError: training diverged"}, db_path=tmp_warehouse)
+        failed = registry.register_model(
+            None,
+            name,
+            target,
+            "2021-07-10T00:00Z",
+            status="failed",
+            metrics={"error": "RuntimeError: training diverged"},
+            db_path=tmp_warehouse,
+        )
         future = registry.register_model(model, name, target, "2021-07-20T00:00Z", db_path=tmp_warehouse)
-        versions[name] = {"good": good.version, "corrupt": corrupt.version, "failed": failed.version,
-                          "future": future.version}
+        versions[name] = {
+            "good": good.version,
+            "corrupt": corrupt.version,
+            "failed": failed.version,
+            "future": future.version,
+        }
     return tmp_warehouse, versions
 
 
@@ -94,8 +105,12 @@ def test_plan_uses_and_records_the_latest_good_versions(registry_db, data_dir, t
     assert models["predictor"]["version"] == versions[PREDICTOR_NAME]["good"]
     assert models["predictor"]["fallback"] is False
     with reader(db) as con:
-        records = [json.loads(r[0]) for r in con.execute(
-            "SELECT record::VARCHAR FROM plan.explanations WHERE plan_id = ?", [summary["plan_id"]]).fetchall()]
+        records = [
+            json.loads(r[0])
+            for r in con.execute(
+                "SELECT record::VARCHAR FROM plan.explanations WHERE plan_id = ?", [summary["plan_id"]]
+            ).fetchall()
+        ]
     assert len(records) == summary["explanations"]
     assert {r["models"]["power"]["version"] for r in records} == {versions[POWER_NAME]["good"]}
     assert {r["models"]["predictor"]["version"] for r in records} == {versions[PREDICTOR_NAME]["good"]}
@@ -133,6 +148,16 @@ def test_simulation_uses_the_power_model_registered_by_its_start(registry_db, da
     from scheduling.models.registered import POWER_NAME
 
     db, versions = registry_db
-    sc = build_scenario(start=PLAN_TIME, days=1, n_jobs=20, regions=2, load=0.5, forecasts="naive",
-                        grid_source="files", tail_days=1, db_path=db, data_dir=data_dir)
+    sc = build_scenario(
+        start=PLAN_TIME,
+        days=1,
+        n_jobs=20,
+        regions=2,
+        load=0.5,
+        forecasts="naive",
+        grid_source="files",
+        tail_days=1,
+        db_path=db,
+        data_dir=data_dir,
+    )
     assert sc.config["power_options"] == f"registry:{POWER_NAME}@{versions[POWER_NAME]['good']}"

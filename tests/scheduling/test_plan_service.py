@@ -2,6 +2,7 @@
 gives identical files and plan.* rows, a dry run writes explanations only, later hours see the earlier plans
 (dispatched jobs are no longer pending, running ones hold their GPUs), forecasts issued after the planning time
 are never used, and bad settings fail before any work."""
+
 from __future__ import annotations
 
 import json
@@ -85,9 +86,23 @@ def test_only_forecasts_issued_by_the_planning_time_are_used(tmp_warehouse, tmp_
 
     def rows(issued, value):
         hours = pd.date_range(pd.Timestamp(issued), periods=72, freq="h")
-        return pd.DataFrame([{"issued_at": issued, "target_time": h, "region": z, "target": "carbon_intensity",
-                              "p10": value - 10, "p50": value, "p90": value + 10, "model": "lgbm",
-                              "model_version": "v-test"} for z in ("CISO", "DE") for h in hours])
+        return pd.DataFrame(
+            [
+                {
+                    "issued_at": issued,
+                    "target_time": h,
+                    "region": z,
+                    "target": "carbon_intensity",
+                    "p10": value - 10,
+                    "p50": value,
+                    "p90": value + 10,
+                    "model": "lgbm",
+                    "model_version": "v-test",
+                }
+                for z in ("CISO", "DE")
+                for h in hours
+            ]
+        )
 
     write_forecasts(rows("2021-07-15T13:00Z", 999.0), db_path=tmp_warehouse)  # issued after T: never used
     late = plan_hourly(T, dry_run=True, db_path=tmp_warehouse, schedule_root=tmp_path / "s")
@@ -110,14 +125,17 @@ def test_pending_set_is_deterministic_per_as_of(data_dir):
     assert len(day) <= plan_service.jobs_per_day() and day["job_id"].is_unique
 
 
-@pytest.mark.parametrize("kwargs, needle", [
-    ({"as_of": "not-a-time"}, "'not-a-time'"),
-    ({"as_of": ""}, "as_of is required"),
-    ({"policy": "fastest"}, "'fastest'"),
-    ({"horizon_hours": 500}, "500"),
-    ({"horizon_hours": "48"}, "'48'"),
-    ({"regions": ["atlantis"]}, "atlantis"),
-])
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        ({"as_of": "not-a-time"}, "'not-a-time'"),
+        ({"as_of": ""}, "as_of is required"),
+        ({"policy": "fastest"}, "'fastest'"),
+        ({"horizon_hours": 500}, "500"),
+        ({"horizon_hours": "48"}, "'48'"),
+        ({"regions": ["atlantis"]}, "atlantis"),
+    ],
+)
 def test_bad_settings_fail_before_any_work(kwargs, needle):
     args = {"as_of": T, "policy": "priority", "regions": None, "horizon_hours": 168, **kwargs}
     with pytest.raises(ValueError) as err:
@@ -128,8 +146,13 @@ def test_bad_settings_fail_before_any_work(kwargs, needle):
 def test_resolve_run_takes_the_planning_time_from_the_run():
     params = {"as_of": "", "policy": "greedy-carbon", "regions": [], "horizon_hours": 48, "dry_run": True}
     out = resolve_run(params, data_interval_end=pd.Timestamp("2021-07-15T13:00Z"))
-    assert out == {"as_of": "2021-07-15T13:00:00Z", "policy": "greedy-carbon", "regions": [],
-                   "horizon_hours": 48, "dry_run": True}
+    assert out == {
+        "as_of": "2021-07-15T13:00:00Z",
+        "policy": "greedy-carbon",
+        "regions": [],
+        "horizon_hours": 48,
+        "dry_run": True,
+    }
     assert resolve_run({**params, "as_of": "2021-07-15T09:30+00:00"})["as_of"] == "2021-07-15T09:00:00Z"
     with pytest.raises(ValueError, match="no planning time"):
         resolve_run(params)
@@ -138,15 +161,33 @@ def test_resolve_run_takes_the_planning_time_from_the_run():
 
 
 def test_cli_rejects_a_bad_policy_with_exit_code_2():
-    out = subprocess.run([sys.executable, "-m", "scheduling", "plan-hourly", "--as-of", T, "--policy", "nope"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "scheduling", "plan-hourly", "--as-of", T, "--policy", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and "'nope'" in out.stderr and out.stdout == ""
 
 
 @pytest.mark.slow
 def test_cli_json_run(tmp_warehouse, tmp_path, data_dir):
-    out = subprocess.run([sys.executable, "-m", "scheduling", "plan-hourly", "--as-of", T, "--json",
-                          "--schedule-root", str(tmp_path / "s")], capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scheduling",
+            "plan-hourly",
+            "--as-of",
+            T,
+            "--json",
+            "--schedule-root",
+            str(tmp_path / "s"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     doc = json.loads(out.stdout)
     assert doc["plan_id"] == "rolling-lp@2021-07-15T12:00:00Z" and doc["n_assigned"] >= 1

@@ -1,5 +1,6 @@
 """plan.* in the warehouse: one transaction per plan, identical rows on re-runs, the previous plan intact after a
 failure or a kill midway, dry runs that write explanations only."""
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,9 @@ from scheduling.output.plan_store import make_plan, plan_id_for, read_plan, tabl
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def sample_plan(plan_time="2021-07-15T12:00Z", n_jobs: int = 6, policy: str = "priority", seed: int = 0,
-                kg_offset: float = 0.0):
+def sample_plan(
+    plan_time="2021-07-15T12:00Z", n_jobs: int = 6, policy: str = "priority", seed: int = 0, kg_offset: float = 0.0
+):
     """A small plan with the contract's fields (two clusters, shared and whole-GPU jobs, one unplaced job)."""
     t0 = pd.Timestamp(plan_time)
     rng = np.random.default_rng(seed)
@@ -34,28 +36,57 @@ def sample_plan(plan_time="2021-07-15T12:00Z", n_jobs: int = 6, policy: str = "p
         duration = pd.Timedelta(minutes=int(rng.integers(60, 600)))
         shared = i % 3 == 0
         kg = 0.3 + 0.1 * i + kg_offset
-        rows.append(dict(
-            job_id=f"job-{i:05d}", cluster=cluster, region=region, node=f"{cluster}/openb-node-{i:04d}",
-            gpu_devices="0" if shared else "0,1", gpu_milli=500 if shared else 1000, gpu_count=1 if shared else 2,
-            start_time=start, end_time=start + duration, power_limit_w=250.0, expected_energy_kwh=1.5 + i,
-            expected_kgco2e=kg, priority=0.5 + 0.01 * i, gpu_model=model, cpu_milli=8000, memory_mib=30517,
-            deadline=start + 2 * duration, status="dispatched" if start == t0 else "tentative",
-        ))
-        explanations.append(dict(
-            job_id=f"job-{i:05d}", priority=0.5 + 0.01 * i, urgency=0.4, flexibility=0.3, opportunity=0.2,
-            weights={"urgency": 0.35, "flexibility": 0.40, "opportunity": 0.25},
-            chosen=dict(region=region, cluster=cluster, start_time=start, kgco2e=kg),
-            alternatives=[dict(region=r, start_time=t0 + pd.Timedelta(hours=k), kgco2e=0.5 + 0.05 * k)
-                          for k, r in enumerate(["us-west", "eu-north", "us-east", "eu-central", "us-south"])],
-            counterfactuals=dict(run_now_kgco2e=0.9 + 0.1 * i, greedy_carbon_kgco2e=0.35 + 0.1 * i,
-                                 optimum_kgco2e=None if i % 2 else 0.28 + 0.1 * i),
-            binding_constraints=["deadline"] if i % 2 else ["none"],
-            forecast_version="naive-24@2021-07-15T12:00:00Z",
-            power=dict(limit_w=250, saving_kgco2e=0.02),
-        ))
+        rows.append(
+            dict(
+                job_id=f"job-{i:05d}",
+                cluster=cluster,
+                region=region,
+                node=f"{cluster}/openb-node-{i:04d}",
+                gpu_devices="0" if shared else "0,1",
+                gpu_milli=500 if shared else 1000,
+                gpu_count=1 if shared else 2,
+                start_time=start,
+                end_time=start + duration,
+                power_limit_w=250.0,
+                expected_energy_kwh=1.5 + i,
+                expected_kgco2e=kg,
+                priority=0.5 + 0.01 * i,
+                gpu_model=model,
+                cpu_milli=8000,
+                memory_mib=30517,
+                deadline=start + 2 * duration,
+                status="dispatched" if start == t0 else "tentative",
+            )
+        )
+        explanations.append(
+            dict(
+                job_id=f"job-{i:05d}",
+                priority=0.5 + 0.01 * i,
+                urgency=0.4,
+                flexibility=0.3,
+                opportunity=0.2,
+                weights={"urgency": 0.35, "flexibility": 0.40, "opportunity": 0.25},
+                chosen=dict(region=region, cluster=cluster, start_time=start, kgco2e=kg),
+                alternatives=[
+                    dict(region=r, start_time=t0 + pd.Timedelta(hours=k), kgco2e=0.5 + 0.05 * k)
+                    for k, r in enumerate(["us-west", "eu-north", "us-east", "eu-central", "us-south"])
+                ],
+                counterfactuals=dict(
+                    run_now_kgco2e=0.9 + 0.1 * i,
+                    greedy_carbon_kgco2e=0.35 + 0.1 * i,
+                    optimum_kgco2e=None if i % 2 else 0.28 + 0.1 * i,
+                ),
+                binding_constraints=["deadline"] if i % 2 else ["none"],
+                forecast_version="naive-24@2021-07-15T12:00:00Z",
+                power=dict(limit_w=250, saving_kgco2e=0.02),
+            )
+        )
     return make_plan(
-        plan_time=t0, policy=policy, forecast_version="naive-24@2021-07-15T12:00:00Z",
-        assignments=pd.DataFrame(rows), explanations=explanations,
+        plan_time=t0,
+        policy=policy,
+        forecast_version="naive-24@2021-07-15T12:00:00Z",
+        assignments=pd.DataFrame(rows),
+        explanations=explanations,
         unplaced=pd.DataFrame({"job_id": ["job-09999"], "reason": ["capacity"]}),
     )
 
@@ -199,13 +230,23 @@ def test_bad_assignments_are_rejected_with_a_clear_message(tmp_path):
 
 def test_an_empty_plan_first_does_not_mistype_the_extra_columns(tmp_path):
     db = tmp_path / "wh.duckdb"
-    empty = make_plan(plan_time="2021-07-15T05:00Z", policy="priority", forecast_version=None,
-                      assignments=None, explanations=[], unplaced=None)
+    empty = make_plan(
+        plan_time="2021-07-15T05:00Z",
+        policy="priority",
+        forecast_version=None,
+        assignments=None,
+        explanations=[],
+        unplaced=None,
+    )
     write_plan(empty, db_path=db)
     assert _rows(db, "plan.plans").iloc[0]["n_jobs"] == 0
     write_plan(sample_plan(), db_path=db)  # gpu_model (text), deadline (time), checkpointing-like extras
     with duckdb.connect(str(db), read_only=True) as con:
-        types = dict(con.execute("SELECT column_name, data_type FROM information_schema.columns "
-                                 "WHERE table_schema = 'plan' AND table_name = 'assignments'").fetchall())
+        types = dict(
+            con.execute(
+                "SELECT column_name, data_type FROM information_schema.columns "
+                "WHERE table_schema = 'plan' AND table_name = 'assignments'"
+            ).fetchall()
+        )
     assert types["gpu_model"] == "VARCHAR" and types["deadline"].startswith("TIMESTAMP")
     assert types["cpu_milli"] == "BIGINT"

@@ -1,6 +1,7 @@
 """Planner core on small hand-checkable instances: the LP optimum by hand, priority order, the vectorized
 coordinator against a brute-force loop, deadlines and capacity, agents rejecting and re-offering, the Plan
 contract."""
+
 from __future__ import annotations
 
 import itertools
@@ -28,8 +29,20 @@ from scheduling.planning.problem import PlanningProblem, PriorityWeights
 NOW = pd.Timestamp("2021-07-01T00:00Z")
 
 
-def toy_problem(forecast, free, gpu, dur, kw, deadline, release=None, allowed=None, transfer=None, home=None,
-                flex=None, limit_w=None):
+def toy_problem(
+    forecast,
+    free,
+    gpu,
+    dur,
+    kw,
+    deadline,
+    release=None,
+    allowed=None,
+    transfer=None,
+    home=None,
+    flex=None,
+    limit_w=None,
+):
     """A PlanningProblem from plain arrays: forecast/free (H, C); per job gpu (N,), dur/kw (N, K, C) or (N, C),
     deadline (N,) hours from now."""
     forecast = np.asarray(forecast, float)
@@ -40,21 +53,37 @@ def toy_problem(forecast, free, gpu, dur, kw, deadline, release=None, allowed=No
         dur, kw = dur[:, None, :], kw[:, None, :]
     N, K = dur.shape[0], dur.shape[1]
     gpu = np.asarray(gpu, np.int64)
-    jobs = pd.DataFrame({
-        "job_id": [f"j{i}" for i in range(N)],
-        "submit_time": [NOW] * N,
-        "deadline": [NOW + pd.Timedelta(hours=float(d)) for d in deadline],
-        "flexibility": flex if flex is not None else [0.3] * N,
-        "num_gpu": np.ones(N, np.int64), "gpu_milli": gpu, "cpu_milli": np.zeros(N, np.int64),
-        "memory_mib": np.zeros(N, np.int64), "workload_class": ["vision"] * N, "checkpointing": [False] * N,
-        "gpu_spec": [""] * N,
-    })
+    jobs = pd.DataFrame(
+        {
+            "job_id": [f"j{i}" for i in range(N)],
+            "submit_time": [NOW] * N,
+            "deadline": [NOW + pd.Timedelta(hours=float(d)) for d in deadline],
+            "flexibility": flex if flex is not None else [0.3] * N,
+            "num_gpu": np.ones(N, np.int64),
+            "gpu_milli": gpu,
+            "cpu_milli": np.zeros(N, np.int64),
+            "memory_mib": np.zeros(N, np.int64),
+            "workload_class": ["vision"] * N,
+            "checkpointing": [False] * N,
+            "gpu_spec": [""] * N,
+        }
+    )
     return PlanningProblem(
-        now=NOW, hours=H, clusters=[f"c{c}" for c in range(C)], regions=[f"r{c}" for c in range(C)],
-        zones=[f"Z{c}" for c in range(C)], gpu_models=["V100"] * C, capacity=np.asarray(free).max(axis=0),
-        forecast=forecast, free=np.asarray(free, np.int64), jobs=jobs,
+        now=NOW,
+        hours=H,
+        clusters=[f"c{c}" for c in range(C)],
+        regions=[f"r{c}" for c in range(C)],
+        zones=[f"Z{c}" for c in range(C)],
+        gpu_models=["V100"] * C,
+        capacity=np.asarray(free).max(axis=0),
+        forecast=forecast,
+        free=np.asarray(free, np.int64),
+        jobs=jobs,
         release=np.zeros(N, np.int64) if release is None else np.asarray(release, np.int64),
-        deadline_rel=np.asarray(deadline, float), gpu_total=gpu, dur=dur, kw=kw,
+        deadline_rel=np.asarray(deadline, float),
+        gpu_total=gpu,
+        dur=dur,
+        kw=kw,
         limit_w=np.full((K, C), 300.0) if limit_w is None else np.asarray(limit_w, float),
         allowed=np.ones((N, C), bool) if allowed is None else np.asarray(allowed, bool),
         transfer_kwh=np.zeros((N, C)) if transfer is None else np.asarray(transfer, float),
@@ -84,20 +113,17 @@ def test_optimum_two_regions_by_hand():
 def test_optimum_fractional_bound_below_integer():
     """One GPU in one region for 2 hours; two 1-GPU jobs of 1 h: each must take one hour. Hour 0: 100 g,
     hour 1: 300 g. Any schedule costs 0.1 + 0.3 = 0.4 kg; the LP gives the same (capacity forces it)."""
-    p = toy_problem([[100], [300]], [[1000], [1000]], gpu=[1000, 1000], dur=[[1], [1]], kw=[[1], [1]],
-                    deadline=[2, 2])
+    p = toy_problem([[100], [300]], [[1000], [1000]], gpu=[1000, 1000], dur=[[1], [1]], kw=[[1], [1]], deadline=[2, 2])
     assert solve_lp(p).objective_kg == pytest.approx(0.4)
     # a half-GPU job pair shares the cheap hour in the relaxation
-    p2 = toy_problem([[100], [300]], [[1000], [1000]], gpu=[500, 500], dur=[[1], [1]], kw=[[1], [1]],
-                     deadline=[2, 2])
+    p2 = toy_problem([[100], [300]], [[1000], [1000]], gpu=[500, 500], dur=[[1], [1]], kw=[[1], [1]], deadline=[2, 2])
     assert solve_lp(p2).objective_kg == pytest.approx(0.2)
 
 
 def test_integral_optimum_closes_the_relaxation_gap():
     """One GPU, hours at 100 and 300 g; two 0.6-GPU jobs of 1 h due by hour 2. Whole jobs: one per hour,
     0.1 + 0.3 = 0.4 kg. The relaxation packs 1/0.6 jobs into the cheap hour: 0.1 x 5/3 + 0.3 x 1/3 = 0.2667 kg."""
-    p = toy_problem([[100], [300]], [[1000], [1000]], gpu=[600, 600], dur=[[1], [1]], kw=[[1], [1]],
-                    deadline=[2, 2])
+    p = toy_problem([[100], [300]], [[1000], [1000]], gpu=[600, 600], dur=[[1], [1]], kw=[[1], [1]], deadline=[2, 2])
     lp = solve_lp(p)
     mip = solve_lp(p, integral=True)
     assert lp.objective_kg == pytest.approx(0.1 * 5 / 3 + 0.3 / 3)
@@ -109,8 +135,7 @@ def test_lp_capacity_duals_price_the_clean_hour():
     """One GPU, hours at 100 and 300 g; two 1-GPU 1-kW jobs of 1 h due by hour 2: one runs in each hour. One more
     GPU-milli in hour 0 would move 1/1000 of a job from 300 to 100 g: the hour-0 capacity row's dual (the price the
     learned capacity prices are built from) is 0.2 kg / 1000 milli, and no price is negative."""
-    p = toy_problem([[100], [300]], [[1000], [1000]], gpu=[1000, 1000], dur=[[1], [1]], kw=[[1], [1]],
-                    deadline=[2, 2])
+    p = toy_problem([[100], [300]], [[1000], [1000]], gpu=[1000, 1000], dur=[[1], [1]], kw=[[1], [1]], deadline=[2, 2])
     lp = solve_lp(p)
     assert lp.status == "optimal" and lp.objective_kg == pytest.approx(0.4)
     assert lp.duals.shape == (1, 2, 1)
@@ -121,12 +146,14 @@ def test_lp_capacity_duals_price_the_clean_hour():
 def test_lp_of_an_empty_problem_and_of_jobs_that_fit_nowhere():
     """No jobs: an optimal, empty solution. Jobs too big for every cluster: no candidates, each job late (u = 1) at no
     carbon in the horizon."""
-    empty = toy_problem([[100], [300]], [[1000], [1000]], gpu=[], dur=np.zeros((0, 1)), kw=np.zeros((0, 1)),
-                        deadline=[])
+    empty = toy_problem(
+        [[100], [300]], [[1000], [1000]], gpu=[], dur=np.zeros((0, 1)), kw=np.zeros((0, 1)), deadline=[]
+    )
     lp = solve_lp(empty)
     assert lp.status == "optimal" and lp.objective_kg == 0.0 and lp.n_vars == 0
-    big = toy_problem([[100], [300]], [[1000], [1000]], gpu=[2000, 3000], dur=[[1], [1]], kw=[[1], [1]],
-                      deadline=[2, 2])
+    big = toy_problem(
+        [[100], [300]], [[1000], [1000]], gpu=[2000, 3000], dur=[[1], [1]], kw=[[1], [1]], deadline=[2, 2]
+    )
     lp = solve_lp(big)
     assert lp.status == "optimal" and lp.objective_kg == 0.0 and list(lp.u) == [1.0, 1.0] and len(lp.x) == 0
 
@@ -137,8 +164,14 @@ def test_block_capacity_rows_relax_the_lp():
     job takes hour 0, the others hours 3 and 1/2 (0.1 + 0.05 + 0.3 = 0.45 kg). With hours 2-3 as one block of
     mean capacity 1 GPU, both flexible jobs fit "into" the block's cheap hour: 0.1 + 2 x 0.05 = 0.2 kg, a
     relaxation (never above the hourly LP); with hourly_rows >= H the model is the hourly one."""
-    p = toy_problem([[100], [300], [300], [50]], [[1000]] * 4, gpu=[1000, 1000, 1000], dur=[[1]] * 3,
-                    kw=[[1]] * 3, deadline=[1, 4, 4])
+    p = toy_problem(
+        [[100], [300], [300], [50]],
+        [[1000]] * 4,
+        gpu=[1000, 1000, 1000],
+        dur=[[1]] * 3,
+        kw=[[1]] * 3,
+        deadline=[1, 4, 4],
+    )
     full = solve_lp(p)
     assert full.objective_kg == pytest.approx(0.45)
     blocked = solve_lp(p, hourly_rows=2, block_h=2)
@@ -179,14 +212,16 @@ def test_preemptive_bound_equals_lp_without_preemptible_jobs_and_is_below_it_wit
 
 def test_optimum_uses_late_candidates_only_when_needed():
     # two 1-GPU jobs, one GPU, both due at hour 1: one must be late; its cheapest late run is at hour 2 (50 g)
-    p = toy_problem([[100], [200], [50]], [[1000]] * 3, gpu=[1000, 1000], dur=[[1], [1]], kw=[[1], [1]],
-                    deadline=[1, 1])
+    p = toy_problem(
+        [[100], [200], [50]], [[1000]] * 3, gpu=[1000, 1000], dur=[[1], [1]], kw=[[1], [1]], deadline=[1, 1]
+    )
     lp = solve_lp(p)
     assert lp.late_job_share == pytest.approx(0.5)
     assert lp.objective_kg == pytest.approx(0.1 + 0.05)
     # with room for both, nothing is late
-    p2 = toy_problem([[100], [200], [50]], [[2000]] * 3, gpu=[1000, 1000], dur=[[1], [1]], kw=[[1], [1]],
-                     deadline=[1, 1])
+    p2 = toy_problem(
+        [[100], [200], [50]], [[2000]] * 3, gpu=[1000, 1000], dur=[[1], [1]], kw=[[1], [1]], deadline=[1, 1]
+    )
     lp2 = solve_lp(p2)
     assert lp2.late_job_share == 0 and lp2.objective_kg == pytest.approx(0.2)
 
@@ -207,8 +242,9 @@ def test_optimum_policy_plan_and_bound_not_above_policies():
 # ------------------------------------------------------------------------------------------------ priority
 def test_priority_parts_by_hand():
     # one cluster, forecast 100..400 over 4 hours; job: 1 h, deadline 4 h, flexibility 0.3
-    p = toy_problem([[100], [200], [300], [400]], [[1000]] * 4, gpu=[1000], dur=[[1.0]], kw=[[1.0]],
-                    deadline=[4], flex=[0.3])
+    p = toy_problem(
+        [[100], [200], [300], [400]], [[1000]] * 4, gpu=[1000], dur=[[1.0]], kw=[[1.0]], deadline=[4], flex=[0.3]
+    )
     w = PriorityWeights()
     parts = priority_parts(p, w)
     assert parts.urgency[0] == pytest.approx(4.0)
@@ -221,8 +257,9 @@ def test_priority_order_ascending_and_configurable():
     F = [[100, 200]] * 6
     free = [[4000, 4000]] * 6
     # job 0: tight (U = 1), job 1: slack (U = 6), job 2: medium
-    p = toy_problem(F, free, gpu=[1000] * 3, dur=[[1, 1]] * 3, kw=[[1, 1]] * 3, deadline=[1, 6, 3],
-                    flex=[0.2, 0.6, 0.4])
+    p = toy_problem(
+        F, free, gpu=[1000] * 3, dur=[[1, 1]] * 3, kw=[[1, 1]] * 3, deadline=[1, 6, 3], flex=[0.2, 0.6, 0.4]
+    )
     parts = priority_parts(p, PriorityWeights())
     asc = PriorityCarbon(learn_prices=False).order(p, parts)
     assert asc.tolist() == [0, 2, 1]
@@ -253,8 +290,8 @@ def test_range_extrema_matches_numpy():
     hi = np.minimum(lo + rng.integers(0, 20, 50), 36)
     mx, mn = range_extrema(v, lo, hi)
     for i in range(50):
-        np.testing.assert_allclose(mx[i], v[lo[i]: hi[i] + 1].max(axis=0))
-        np.testing.assert_allclose(mn[i], v[lo[i]: hi[i] + 1].min(axis=0))
+        np.testing.assert_allclose(mx[i], v[lo[i] : hi[i] + 1].max(axis=0))
+        np.testing.assert_allclose(mn[i], v[lo[i] : hi[i] + 1].min(axis=0))
 
 
 # ------------------------------------------------------------------------------------------------ brute force
@@ -275,8 +312,20 @@ def random_problem(rng, N=8, K=2, H=12, C=3, tight=False):
     transfer = rng.uniform(0, 2, size=(N, C))
     home = rng.integers(0, C, N)
     transfer[np.arange(N), home] = 0.0
-    return toy_problem(F, free, gpu, dur, kw, deadline, release, allowed, transfer, home,
-                       flex=rng.uniform(0.2, 0.6, N), limit_w=np.tile([[300.0], [200.0], [150.0]][:K], (1, C)))
+    return toy_problem(
+        F,
+        free,
+        gpu,
+        dur,
+        kw,
+        deadline,
+        release,
+        allowed,
+        transfer,
+        home,
+        flex=rng.uniform(0.2, 0.6, N),
+        limit_w=np.tile([[300.0], [200.0], [150.0]][:K], (1, C)),
+    )
 
 
 def brute_force(p: PlanningProblem, order):
@@ -317,7 +366,7 @@ def brute_force(p: PlanningProblem, order):
         picks[j] = pick
         if pick is not None:
             k, s, c, _ = pick
-            free[s: s + math.ceil(p.dur[j, k, c] - 1e-9), c] -= p.gpu_total[j]
+            free[s : s + math.ceil(p.dur[j, k, c] - 1e-9), c] -= p.gpu_total[j]
     return picks
 
 
@@ -426,10 +475,25 @@ def test_batched_views_and_start_now_equal_one_job_views():
     records = []
     for b in ev.each_batch(J, free, ns):
         i = b.J
-        records += explain_batch(p, "rolling-lp", b, b.cost, kk[i], ss[i], cc[i], late[i], rejected[i], prio, ev, opt[i])
+        records += explain_batch(
+            p, "rolling-lp", b, b.cost, kk[i], ss[i], cc[i], late[i], rejected[i], prio, ev, opt[i]
+        )
     for j, v in zip(J, batch):
-        one = explain_choice(p, "rolling-lp", int(j), v, v.cost, int(kk[j]), int(ss[j]), int(cc[j]), bool(late[j]),
-                             rejected[j], prio, ev, optimum_kg=float(opt[j]))
+        one = explain_choice(
+            p,
+            "rolling-lp",
+            int(j),
+            v,
+            v.cost,
+            int(kk[j]),
+            int(ss[j]),
+            int(cc[j]),
+            bool(late[j]),
+            rejected[j],
+            prio,
+            ev,
+            optimum_kg=float(opt[j]),
+        )
         assert records[j] == one
         assert set(EXPLANATION_KEYS) <= set(one)
 
@@ -444,14 +508,15 @@ def _check_invariants(p: PlanningProblem, out):
         assert s >= p.release[j]
         occ = math.ceil(d - 1e-9)
         assert s + occ <= p.hours
-        used[s: s + occ, c] += p.gpu_total[j]
+        used[s : s + occ, c] += p.gpu_total[j]
         if not out.late[j]:
             assert s + d <= p.deadline_rel[j] + 1e-6, "deadline violated"
     assert (used <= p.free).all(), "capacity exceeded"
 
 
-@pytest.mark.parametrize("name", ["priority", "performance-first", "greedy-carbon", "carbon-time",
-                                  "round-robin", "random"])
+@pytest.mark.parametrize(
+    "name", ["priority", "performance-first", "greedy-carbon", "carbon-time", "round-robin", "random"]
+)
 @pytest.mark.parametrize("seed", range(4))
 def test_deadline_and_capacity_invariants(name, seed):
     rng = np.random.default_rng(100 + seed)
@@ -481,8 +546,9 @@ def test_power_option_chosen_only_when_it_lowers_carbon_within_deadline():
     out = PriorityCarbon(learn_prices=False).plan(p)
     assert out.k[0] == 1 and out.cost[0] == pytest.approx(0.7 * 2.4 * 100 / 1000)
     assert out.k[1] == 0
-    base = PerformanceFirst().plan(toy_problem(F, [[4000]] * 6, gpu=[1000], dur=dur[:1, :1], kw=kw[:1, :1],
-                                               deadline=[3]))
+    base = PerformanceFirst().plan(
+        toy_problem(F, [[4000]] * 6, gpu=[1000], dur=dur[:1, :1], kw=kw[:1, :1], deadline=[3])
+    )
     assert base.k[0] == 0
 
 
@@ -502,8 +568,15 @@ def test_baseline_scores():
 
 
 def test_policy_registry():
-    assert set(POLICY_NAMES) >= {"priority", "performance-first", "greedy-carbon", "carbon-time", "round-robin",
-                                 "random", "optimum"}
+    assert set(POLICY_NAMES) >= {
+        "priority",
+        "performance-first",
+        "greedy-carbon",
+        "carbon-time",
+        "round-robin",
+        "random",
+        "optimum",
+    }
     for name in POLICY_NAMES:
         assert isinstance(make_policy(name), PlacementPolicy)
     with pytest.raises(KeyError):
@@ -665,8 +738,14 @@ def test_plan_store_accepts_plan(tmp_warehouse):
 def test_run_longer_than_the_horizon_is_not_placed_and_does_not_break_the_plan(name):
     # job 1 runs 40 h on a 6-hour horizon (found by bench-plan --hours 48 with slow GPUs: the window index ran past
     # the padded arrays); it cannot be planned inside the horizon, job 0 still is
-    p = toy_problem(forecast=[[100, 50]] * 6, free=[[1000, 1000]] * 6, gpu=[1000, 1000],
-                    dur=[[2, 2], [40, 40]], kw=[[1, 1], [1, 1]], deadline=[6, 60])
+    p = toy_problem(
+        forecast=[[100, 50]] * 6,
+        free=[[1000, 1000]] * 6,
+        gpu=[1000, 1000],
+        dur=[[2, 2], [40, 40]],
+        kw=[[1, 1], [1, 1]],
+        deadline=[6, 60],
+    )
     out = make_policy(name, learn_prices=False).plan(p)
     assert out.placed[0] and out.c[0] == 1
     assert not (out.placed[1] and out.s[1] + 40 <= p.hours)
@@ -704,9 +783,12 @@ def test_rolling_lp_holds_a_node_for_a_blocked_multi_gpu_job_and_plans_it_after_
     from scheduling.planning.policies.rolling_lp import RollingLP, RollingLPOptions
 
     def fresh_agents():
-        agents = [ClusterAgent("c0", Cluster(["n0", "n1"], [96000] * 2, [262144] * 2, [8, 8], ["V100"] * 2),
-                               policy="bestfit"),
-                  ClusterAgent("c1", Cluster(["m0"], [96000], [262144], [8], ["V100"]), policy="bestfit")]
+        agents = [
+            ClusterAgent(
+                "c0", Cluster(["n0", "n1"], [96000] * 2, [262144] * 2, [8, 8], ["V100"] * 2), policy="bestfit"
+            ),
+            ClusterAgent("c1", Cluster(["m0"], [96000], [262144], [8], ["V100"]), policy="bestfit"),
+        ]
         for node, end in ((0, 4), (1, 8)):
             pod = Pod(f"old{node}", 1000, 1024, 1, 1000)
             agents[0].cluster.allocate(pod, node, (0,))
@@ -715,8 +797,14 @@ def test_rolling_lp_holds_a_node_for_a_blocked_multi_gpu_job_and_plans_it_after_
 
     H = 12
     free = [[14000, 8000]] * 4 + [[15000, 8000]] * 4 + [[16000, 8000]] * (H - 8)
-    p = toy_problem(forecast=[[10 + h, 500] for h in range(H)], free=free, gpu=[8000, 1000], dur=[[3, 3], [6, 6]],
-                    kw=[[2, 2], [0.3, 0.3]], deadline=[12, 12])
+    p = toy_problem(
+        forecast=[[10 + h, 500] for h in range(H)],
+        free=free,
+        gpu=[8000, 1000],
+        dur=[[3, 3], [6, 6]],
+        kw=[[2, 2], [0.3, 0.3]],
+        deadline=[12, 12],
+    )
     p.jobs["num_gpu"] = [8, 1]
     p.jobs["gpu_milli"] = [1000, 1000]
     pods = [Pod("j0", 8000, 8192, 8, 1000), Pod("j1", 1000, 1024, 1, 1000)]
@@ -800,14 +888,22 @@ def test_standby_is_the_node_that_hosts_whole_node_jobs_and_is_kept_for_them():
         loose.cluster.allocate(Pod(f"fill{n}", 1000, 1024, 8, 1000), n, tuple(range(8)))
     assert loose.offer(Pod("pair", 2000, 2048, 2, 1000), 5).node_name == "n2"
 
-    p = toy_problem(forecast=[[10, 500]] * 6, free=[[24000, 8000]] * 6, gpu=[8000, 8000, 2000],
-                    dur=[[3, 3]] * 3, kw=[[2, 2]] * 3, deadline=[6] * 3)
+    p = toy_problem(
+        forecast=[[10, 500]] * 6,
+        free=[[24000, 8000]] * 6,
+        gpu=[8000, 8000, 2000],
+        dur=[[3, 3]] * 3,
+        kw=[[2, 2]] * 3,
+        deadline=[6] * 3,
+    )
     p.jobs["num_gpu"] = [8, 8, 2]
     p.jobs["gpu_milli"] = 1000
     p.jobs["cpu_milli"] = [64200, 88000, 2000]
     p.jobs["memory_mib"] = [263168, 327680, 2048]
-    agents = [ClusterAgent("c0", cluster(), policy="bestfit"),
-              ClusterAgent("c1", Cluster(["m0"], [96000], [786432], [8], ["V100"]), policy="bestfit")]
+    agents = [
+        ClusterAgent("c0", cluster(), policy="bestfit"),
+        ClusterAgent("c1", Cluster(["m0"], [96000], [786432], [8], ["V100"]), policy="bestfit"),
+    ]
     split, _ = RollingLP()._standby_split(p, agents, 0)
     assert split.clusters[-1] == "c0/standby"
     assert split.allowed[:, -1].tolist() == [True, False, False]  # 88 cores fit no standby node; 2 GPUs: not whole-node
@@ -825,8 +921,9 @@ def test_standby_pool_keeps_one_node_per_cluster_by_default():
         names = [f"n{i}" for i in range(6)]
         return [ClusterAgent("c0", Cluster(names, [96000] * 6, [262144] * 6, [8] * 6, ["V100"] * 6), policy="bestfit")]
 
-    p = toy_problem(forecast=[[10]] * 4, free=[[48000]] * 4, gpu=[8000, 1000], dur=[[2], [2]], kw=[[2], [0.3]],
-                    deadline=[4, 4])
+    p = toy_problem(
+        forecast=[[10]] * 4, free=[[48000]] * 4, gpu=[8000, 1000], dur=[[2], [2]], kw=[[2], [0.3]], deadline=[4, 4]
+    )
     p.jobs["num_gpu"] = [8, 1]
     p.jobs["gpu_milli"] = 1000
     for limit, kept in ((1, 1), (None, 2)):
@@ -855,18 +952,26 @@ def test_rolling_lp_standby_pool_plans_multi_gpu_jobs_on_the_standby_node_only()
     from scheduling.planning.agents import ClusterAgent
     from scheduling.planning.policies.rolling_lp import RollingLP, RollingLPOptions
 
-    agents = [ClusterAgent("c0", Cluster(["n0", "n1", "n2"], [96000] * 3, [262144] * 3, [8] * 3, ["V100"] * 3),
-                           policy="bestfit"),
-              ClusterAgent("c1", Cluster(["m0"], [96000], [262144], [8], ["V100"]), policy="bestfit")]
+    agents = [
+        ClusterAgent(
+            "c0", Cluster(["n0", "n1", "n2"], [96000] * 3, [262144] * 3, [8] * 3, ["V100"] * 3), policy="bestfit"
+        ),
+        ClusterAgent("c1", Cluster(["m0"], [96000], [262144], [8], ["V100"]), policy="bestfit"),
+    ]
     for node in (0, 1):
         pod = Pod(f"old{node}", 1000, 1024, 1, 1000)
         agents[0].cluster.allocate(pod, node, (0,))
         agents[0].end_hour[pod.pod_id] = 6
     H = 10
     n_small = 10
-    p = toy_problem(forecast=[[10 + h, 500] for h in range(H)], free=[[22000, 8000]] * 6 + [[24000, 8000]] * (H - 6),
-                    gpu=[8000] + [1000] * n_small, dur=[[3, 3]] + [[2, 2]] * n_small,
-                    kw=[[2, 2]] + [[0.3, 0.3]] * n_small, deadline=[10] + [10] * n_small)
+    p = toy_problem(
+        forecast=[[10 + h, 500] for h in range(H)],
+        free=[[22000, 8000]] * 6 + [[24000, 8000]] * (H - 6),
+        gpu=[8000] + [1000] * n_small,
+        dur=[[3, 3]] + [[2, 2]] * n_small,
+        kw=[[2, 2]] + [[0.3, 0.3]] * n_small,
+        deadline=[10] + [10] * n_small,
+    )
     p.jobs["num_gpu"] = [8] + [1] * n_small
     p.jobs["gpu_milli"] = 1000
     pods = [Pod("j0", 64000, 200000, 8, 1000)] + [Pod(f"s{i}", 1000, 1024, 1, 1000) for i in range(n_small)]
@@ -889,8 +994,7 @@ def test_evict_for_frees_a_node_with_the_cheapest_victims_and_changes_nothing_wh
     from scheduling.packing import Cluster, Pod
     from scheduling.planning.agents import ClusterAgent
 
-    agent = ClusterAgent("c0", Cluster(["n0", "n1"], [96000] * 2, [262144] * 2, [8, 8], ["V100"] * 2),
-                         policy="bestfit")
+    agent = ClusterAgent("c0", Cluster(["n0", "n1"], [96000] * 2, [262144] * 2, [8, 8], ["V100"] * 2), policy="bestfit")
     for name, node, dev, gpus in (("a", 0, 0, 1), ("b", 0, 1, 1), ("c", 0, 2, 1), ("keep", 1, 0, 3)):
         agent.cluster.allocate(Pod(name, 1000, 1024, gpus, 1000), node, tuple(range(dev, dev + gpus)))
         agent.end_hour[name] = 9
@@ -922,8 +1026,9 @@ def test_rolling_lp_preempts_checkpointing_jobs_for_a_due_job_only_when_allowed(
         return [ag]
 
     def problem(evictable):
-        p = toy_problem(forecast=[[100]] * 12, free=[[0]] * 10 + [[8000]] * 2, gpu=[8000], dur=[[3]], kw=[[2]],
-                        deadline=[3])
+        p = toy_problem(
+            forecast=[[100]] * 12, free=[[0]] * 10 + [[8000]] * 2, gpu=[8000], dur=[[3]], kw=[[2]], deadline=[3]
+        )
         p.jobs["num_gpu"], p.jobs["gpu_milli"] = 8, 1000
         p.evictable = evictable
         return p
@@ -954,16 +1059,23 @@ def test_standby_yields_to_a_job_due_now_only_when_asked():
     from scheduling.planning.policies.rolling_lp import RollingLP, RollingLPOptions
 
     def fleet():
-        agent = ClusterAgent("c0", Cluster(["n0", "n1", "n2"], [96000] * 3, [262144] * 3, [8] * 3, ["V100"] * 3),
-                             policy="bestfit")
+        agent = ClusterAgent(
+            "c0", Cluster(["n0", "n1", "n2"], [96000] * 3, [262144] * 3, [8] * 3, ["V100"] * 3), policy="bestfit"
+        )
         for node in (0, 1):
             busy = Pod(f"busy{node}", 1000, 1024, 8, 1000)
             agent.cluster.allocate(busy, node, tuple(range(8)))
             agent.end_hour[busy.pod_id] = 5
         return [agent]
 
-    p = toy_problem(forecast=[[10]] * 8, free=[[8000]] * 5 + [[24000]] * 3, gpu=[1000, 1000],
-                    dur=[[2], [2]], kw=[[0.3], [0.3]], deadline=[2, 8])
+    p = toy_problem(
+        forecast=[[10]] * 8,
+        free=[[8000]] * 5 + [[24000]] * 3,
+        gpu=[1000, 1000],
+        dur=[[2], [2]],
+        kw=[[0.3], [0.3]],
+        deadline=[2, 8],
+    )
     p.jobs["num_gpu"] = 1
     pods = [Pod("j0", 1000, 1024, 1, 1000), Pod("j1", 1000, 1024, 1, 1000)]
     for yields in (False, True):

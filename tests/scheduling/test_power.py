@@ -1,4 +1,5 @@
 """Power model: Zeus frames, leave-one-batch-size-out error, GPU mapping, clock model, carbon decision."""
+
 from __future__ import annotations
 
 import math
@@ -39,7 +40,9 @@ def test_energy_profiles_frame(profiles, tmp_warehouse):
     assert list(profiles.columns) == ENERGY_COLUMNS
     assert set(profiles.gpu_type) == {"a40", "p100", "rtx6000", "v100"}
     np.testing.assert_allclose(profiles.energy_per_epoch_j, profiles.time_per_epoch_s * profiles.avg_power_w, rtol=1e-6)
-    one = profiles[(profiles.gpu_type == "v100") & (profiles.workload == "resnet50/imagenet") & (profiles.batch_size == 64)]
+    one = profiles[
+        (profiles.gpu_type == "v100") & (profiles.workload == "resnet50/imagenet") & (profiles.batch_size == 64)
+    ]
     best = one.loc[one.energy_per_epoch_j.idxmin()]
     assert best.is_energy_optimal and (one.energy_optimal_limit_w == best.power_limit_w).all()
     assert (one.max_power_limit_w == 250).all()
@@ -81,16 +84,23 @@ def test_three_term_batch_size_law_is_recovered_exactly():
         energy = 5e4 * (40.0 / bs + 1.0 + 0.004 * bs)
         for pl in limits:
             power = 80 + 0.5 * pl
-            rows.append(dict(batch_size=bs, power_limit_w=pl, avg_power_w=power,
-                             time_per_epoch_s=energy * (1.3 - pl / 1000) / power))
+            rows.append(
+                dict(
+                    batch_size=bs,
+                    power_limit_w=pl,
+                    avg_power_w=power,
+                    time_per_epoch_s=energy * (1.3 - pl / 1000) / power,
+                )
+            )
     sweep = pd.DataFrame(rows)
     for bs in (24, 48, 96):  # never measured
         pred = interpolate_batch_size(sweep, bs)
         energy = 5e4 * (40.0 / bs + 1.0 + 0.004 * bs) * (1.3 - pred.power_limit_w / 1000)
         np.testing.assert_allclose(pred.energy_per_epoch_j, energy, rtol=1e-6)
     held = interpolate_batch_size(sweep[sweep.batch_size != 64], 64)  # held out: the law still gives it
-    np.testing.assert_allclose(held.energy_per_epoch_j, 5e4 * (40 / 64 + 1 + 0.256) * (1.3 - held.power_limit_w / 1000),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        held.energy_per_epoch_j, 5e4 * (40 / 64 + 1 + 0.256) * (1.3 - held.power_limit_w / 1000), rtol=1e-6
+    )
     np.testing.assert_allclose(held.time_per_epoch_s * held.avg_power_w, held.energy_per_epoch_j, rtol=1e-9)
 
 
@@ -138,8 +148,9 @@ def test_one_gpu_mapping_for_power_model_fleet_and_planner(profiles, data_dir):
 def test_fleet_file_cannot_name_a_curve(tmp_path, data_dir):
     from scheduling.domain.fleet import DEFAULT_FLEET_PATH, load_fleet
 
-    text = DEFAULT_FLEET_PATH.read_text().replace("T4:      {idle_w: 10, peak_w: 70,",
-                                                  "T4:      {idle_w: 10, peak_w: 70, power_profile: null,")
+    text = DEFAULT_FLEET_PATH.read_text().replace(
+        "T4:      {idle_w: 10, peak_w: 70,", "T4:      {idle_w: 10, peak_w: 70, power_profile: null,"
+    )
     assert "power_profile" in text
     path = tmp_path / "fleet.yaml"
     path.write_text(text)
@@ -178,8 +189,9 @@ def test_choice_respects_deadline_and_minimises_carbon(model):
 
 def test_time_varying_intensity_can_favour_a_slower_setting():
     # fast: 1 h at 300 W in a dirty hour; slow: 2 h at 160 W reaching into a clean hour
-    opts = pd.DataFrame({"power_limit_w": [300.0, 150.0], "duration_s": [3600.0, 7200.0],
-                         "energy_j": [300 * 3600.0, 160 * 7200.0]})
+    opts = pd.DataFrame(
+        {"power_limit_w": [300.0, 150.0], "duration_s": [3600.0, 7200.0], "energy_j": [300 * 3600.0, 160 * 7200.0]}
+    )
     choice = choose_power_setting(opts, [500.0, 50.0], 0.0, deadline_s=7200.0)
     assert choice.setting == 150.0
     assert choose_power_setting(opts, [500.0, 50.0], 0.0, deadline_s=3600.0).setting == 300.0
@@ -199,10 +211,20 @@ def _synthetic_telemetry(seed: int = 0) -> pd.DataFrame:
             energy += power
             util = 95 + rng.normal(0, 1)
             rate = 400 / (0.8 * 1530 / f + 0.2) * (1 + rng.normal(0, 0.01))
-            rows.append(dict(ts_utc=ts + pd.Timedelta(seconds=i * 60 + s), host="node-1", gpu_index=0,
-                             gpu_uuid="GPU-abc", gpu_model="Tesla V100-SXM2-16GB", power_w=power,
-                             sm_clock_mhz=f + rng.integers(-3, 4), gpu_util_pct=util, energy_j=energy,
-                             samples_per_s=rate))
+            rows.append(
+                dict(
+                    ts_utc=ts + pd.Timedelta(seconds=i * 60 + s),
+                    host="node-1",
+                    gpu_index=0,
+                    gpu_uuid="GPU-abc",
+                    gpu_model="Tesla V100-SXM2-16GB",
+                    power_w=power,
+                    sm_clock_mhz=f + rng.integers(-3, 4),
+                    gpu_util_pct=util,
+                    energy_j=energy,
+                    samples_per_s=rate,
+                )
+            )
     # idle samples must be ignored
     rows.append(dict(rows[-1], power_w=40.0, gpu_util_pct=0.0, sm_clock_mhz=300))
     return pd.DataFrame(rows)
@@ -235,5 +257,6 @@ def test_perf_per_carbon():
 def test_power_model_persistence(model, tmp_path):
     model.save(tmp_path / "p")
     loaded = PowerModel.load(tmp_path / "p")
-    pd.testing.assert_frame_equal(loaded.options("p100", "ncf/movielens-1m", 1.0),
-                                  model.options("p100", "ncf/movielens-1m", 1.0))
+    pd.testing.assert_frame_equal(
+        loaded.options("p100", "ncf/movielens-1m", 1.0), model.options("p100", "ncf/movielens-1m", 1.0)
+    )

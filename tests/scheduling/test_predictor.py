@@ -1,4 +1,5 @@
 """Predictor: data frames, network 1 (real tiny training), network 2 (refinement), persistence, registry."""
+
 from __future__ import annotations
 
 import os
@@ -76,8 +77,11 @@ def test_load_throughput_reads_the_mart_and_falls_back(throughput, tmp_warehouse
         con.execute("CREATE TABLE marts.gpu_throughput AS SELECT * FROM sample")
     back = load_throughput(tmp_warehouse)
     assert len(back) == 200
-    expected = sample.sort_values(["measurement_set", "gpu_type", "consolidated", "job_type", "scale_factor",
-                                   "partner_job_type"], na_position="first", kind="mergesort").reset_index(drop=True)
+    expected = sample.sort_values(
+        ["measurement_set", "gpu_type", "consolidated", "job_type", "scale_factor", "partner_job_type"],
+        na_position="first",
+        kind="mergesort",
+    ).reset_index(drop=True)
     pd.testing.assert_frame_equal(back[["job_type", "steps_per_s"]], expected[["job_type", "steps_per_s"]])
 
 
@@ -109,8 +113,9 @@ def test_prior_predicts_unseen_gpu_cells_better_than_mean_per_job(tables):
     np.random.default_rng(1).shuffle(keys)
     hidden_keys = set(keys[: len(keys) // 5])
     hide_iso = (tables.iso.gpu_type == "v100") & tables.iso.job_key.isin(hidden_keys)
-    hide_pair = (tables.pairs.gpu_type == "v100") & (tables.pairs.job_key.isin(hidden_keys)
-                                                     | tables.pairs.partner_key.isin(hidden_keys))
+    hide_pair = (tables.pairs.gpu_type == "v100") & (
+        tables.pairs.job_key.isin(hidden_keys) | tables.pairs.partner_key.isin(hidden_keys)
+    )
     train, test = tables.iso[~hide_iso], tables.iso[hide_iso]
     model = PriorModel(TINY).fit(PerfTables(tables.jobs, train, tables.pairs[~hide_pair]))
     ours = mape(model.predict_iso_table(tables, test), test.steps_per_s)
@@ -204,8 +209,17 @@ def test_train_and_register_and_load_latest_good(throughput, tmp_warehouse, tmp_
 
     with reader(tmp_warehouse) as con:
         cols = [r[0] for r in con.execute("DESCRIBE model.registry").fetchall()]
-    assert cols == ["model_name", "target", "version", "trained_at", "params", "metrics", "artifact_path", "status",
-                    "created_at"]
+    assert cols == [
+        "model_name",
+        "target",
+        "version",
+        "trained_at",
+        "params",
+        "metrics",
+        "artifact_path",
+        "status",
+        "created_at",
+    ]
 
 
 @pytest.mark.slow

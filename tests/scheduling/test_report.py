@@ -1,5 +1,6 @@
 """The evaluation report renders: index.html exists, every PNG it references exists and is a PNG, cards are
 capped (and the page says so), and the simulator adapter produces the same from a small real scenario."""
+
 from __future__ import annotations
 
 import json
@@ -28,10 +29,20 @@ def _check_page(index: Path) -> list[str]:
 def _evaluation(n_jobs: int = 8) -> dict:
     plan = sample_plan(n_jobs=n_jobs)
     hours = pd.date_range("2021-07-15T00:00Z", periods=72, freq="h")
-    forecast = pd.concat([
-        pd.DataFrame({"region": region, "target_time": hours, "p50": 200 + 50 * np.sin(np.arange(72) / 4 + k),
-                      "p10": 160 + 50 * np.sin(np.arange(72) / 4 + k), "p90": 250 + 50 * np.sin(np.arange(72) / 4 + k)})
-        for k, region in enumerate(["us-west", "eu-north", "us-east", "eu-central", "us-south"])])
+    forecast = pd.concat(
+        [
+            pd.DataFrame(
+                {
+                    "region": region,
+                    "target_time": hours,
+                    "p50": 200 + 50 * np.sin(np.arange(72) / 4 + k),
+                    "p10": 160 + 50 * np.sin(np.arange(72) / 4 + k),
+                    "p90": 250 + 50 * np.sin(np.arange(72) / 4 + k),
+                }
+            )
+            for k, region in enumerate(["us-west", "eu-north", "us-east", "eu-central", "us-south"])
+        ]
+    )
     return {
         "meta": {"period_start": "2021-07-15", "days": 1, "note": "<script>escaped</script>"},
         "policies": [
@@ -40,10 +51,16 @@ def _evaluation(n_jobs: int = 8) -> dict:
             {"policy": "performance-first", "kgco2e": 140.0, "deadline_met_share": 1.0, "unallocated_gpus": 2.0},
         ],
         "optimum_kgco2e": 90.0,
-        "by_region": pd.DataFrame({"policy": ["priority", "performance-first"] * 2,
-                                   "region": ["us-west", "us-west", "eu-north", "eu-north"],
-                                   "kgco2e": [40.0, 60.0, 60.0, 80.0]}),
-        "timeline": plan.assignments, "timeline_policy": "priority", "forecast": forecast,
+        "by_region": pd.DataFrame(
+            {
+                "policy": ["priority", "performance-first"] * 2,
+                "region": ["us-west", "us-west", "eu-north", "eu-north"],
+                "kgco2e": [40.0, 60.0, 60.0, 80.0],
+            }
+        ),
+        "timeline": plan.assignments,
+        "timeline_policy": "priority",
+        "forecast": forecast,
         "explanations": plan.explanations,
     }
 
@@ -51,8 +68,13 @@ def _evaluation(n_jobs: int = 8) -> dict:
 def test_report_renders_with_charts_and_capped_cards(tmp_path):
     result = write_report(_evaluation(8), out_dir=tmp_path / "run", run_id="unit", max_cards=3)
     images = _check_page(result.index)
-    for chart in ("carbon_per_policy", "deadline_satisfaction", "unallocated_gpus", "plan_timeline",
-                  "savings_per_region"):
+    for chart in (
+        "carbon_per_policy",
+        "deadline_satisfaction",
+        "unallocated_gpus",
+        "plan_timeline",
+        "savings_per_region",
+    ):
         assert f"charts/{chart}.png" in images
     assert len([i for i in images if i.startswith("cards/")]) == 3
     page = result.index.read_text()
@@ -79,14 +101,29 @@ def test_default_location_is_var_reports_evaluate(tmp_path, monkeypatch):
     assert result.index == tmp_path / "var" / "reports" / "evaluate" / "manual__2021-07-15T12_00" / "index.html"
 
 
-@pytest.mark.parametrize("change, needle", [
-    ({"policies": ["warp"]}, "warp"), ({"policies": ["optimum"]}, "online policy"),
-    ({"period_start": "July"}, "'July'"), ({"days": 40}, "days 40"), ({"load": 0.7}, "load 0.7"),
-    ({"regions": ["atlantis"]}, "atlantis"), ({"regions": 0}, "regions 0"), ({"jobs": 0}, "jobs 0"),
-])
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        ({"policies": ["warp"]}, "warp"),
+        ({"policies": ["optimum"]}, "online policy"),
+        ({"period_start": "July"}, "'July'"),
+        ({"days": 40}, "days 40"),
+        ({"load": 0.7}, "load 0.7"),
+        ({"regions": ["atlantis"]}, "atlantis"),
+        ({"regions": 0}, "regions 0"),
+        ({"jobs": 0}, "jobs 0"),
+    ],
+)
 def test_evaluation_params_are_checked(change, needle):
-    params = {"policies": ["priority", "optimum"], "period_start": "2021-07-01", "days": 2, "jobs": 50,
-              "regions": 3, "load": 0.5, "max_cards": 10}
+    params = {
+        "policies": ["priority", "optimum"],
+        "period_start": "2021-07-01",
+        "days": 2,
+        "jobs": 50,
+        "regions": 3,
+        "load": 0.5,
+        "max_cards": 10,
+    }
     assert validate_evaluation_params(params)["regions"] == 3
     with pytest.raises(ValueError) as err:
         validate_evaluation_params({**params, **change})
@@ -94,9 +131,17 @@ def test_evaluation_params_are_checked(change, needle):
 
 
 def test_run_evaluation_on_a_small_scenario(tmp_path, data_dir, tmp_warehouse):
-    out = run_evaluation(start="2021-07-01", days=1, n_jobs=12, regions=2, load=0.5,
-                         policies=["priority", "performance-first", "optimum"], out_dir=tmp_path / "ev",
-                         max_cards=2, lp_time_limit_s=60)
+    out = run_evaluation(
+        start="2021-07-01",
+        days=1,
+        n_jobs=12,
+        regions=2,
+        load=0.5,
+        policies=["priority", "performance-first", "optimum"],
+        out_dir=tmp_path / "ev",
+        max_cards=2,
+        lp_time_limit_s=60,
+    )
     assert set(out["metrics"]) == {"priority", "performance-first"}
     assert out["optimum_kgco2e"] is not None
     assert out["optimum_kgco2e"] <= min(m["kgco2e"] for m in out["metrics"].values()) + 1e-6
@@ -111,17 +156,32 @@ def test_chart_over_runs_draws_the_mean_and_range_over_seeds(tmp_path):
 
     def report(seed, start, load, rolling_share, rolling_deadlines):
         first = {"share_of_optimum_reduction_pct": 0.0, "deadline_satisfaction": 0.9, "kgco2e": 100.0}
-        return {"config": {"start": start, "load_target": load, "seed": seed, "n_jobs_requested": 3000, "days": 14},
-                "policies": {"performance-first": first,
-                             "rolling-lp": {"share_of_optimum_reduction_pct": rolling_share,
-                                            "deadline_satisfaction": rolling_deadlines, "kgco2e": 80.0}}}
+        return {
+            "config": {"start": start, "load_target": load, "seed": seed, "n_jobs_requested": 3000, "days": 14},
+            "policies": {
+                "performance-first": first,
+                "rolling-lp": {
+                    "share_of_optimum_reduction_pct": rolling_share,
+                    "deadline_satisfaction": rolling_deadlines,
+                    "kgco2e": 80.0,
+                },
+            },
+        }
 
     july, december = "2021-07-01T00:00:00+00:00", "2021-12-01T00:00:00+00:00"
     reports = [report(0, july, 0.5, 60.0, 0.99), report(1, july, 0.5, 70.0, 0.97), report(0, december, 0.8, 80.0, 1.0)]
-    reports[2]["policies"]["random"] = {"share_of_optimum_reduction_pct": -20.0, "deadline_satisfaction": 0.4,
-                                        "kgco2e": 120.0}
-    reports[0]["ablations"] = {"rolling-lp-perfect-information": {"share_of_optimum_reduction_pct": 75.0,
-                                                                  "deadline_satisfaction": 1.0, "kgco2e": 70.0}}
+    reports[2]["policies"]["random"] = {
+        "share_of_optimum_reduction_pct": -20.0,
+        "deadline_satisfaction": 0.4,
+        "kgco2e": 120.0,
+    }
+    reports[0]["ablations"] = {
+        "rolling-lp-perfect-information": {
+            "share_of_optimum_reduction_pct": 75.0,
+            "deadline_satisfaction": 1.0,
+            "kgco2e": 70.0,
+        }
+    }
     path = tmp_path / "summary.png"
     table = chart_over_runs(reports, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000

@@ -1,4 +1,5 @@
 """`rolling-lp` (MPC with the optimum's LP) on a tiny hand-made case."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,8 +41,9 @@ def test_rolling_lp_picks_green_region_and_hour_and_starts_forced_job():
 
 def test_rolling_lp_starts_job_whose_lp_mass_is_now():
     # hour 0 is the cleanest: the LP starts the job now in region 1, although its deadline leaves room
-    p = toy_problem([[100, 10], [100, 300], [100, 300]], [[1000, 1000]] * 3, gpu=[1000], dur=[[1, 1]],
-                    kw=[[1, 1]], deadline=[3])
+    p = toy_problem(
+        [[100, 10], [100, 300], [100, 300]], [[1000, 1000]] * 3, gpu=[1000], dur=[[1, 1]], kw=[[1, 1]], deadline=[3]
+    )
     out = RollingLP(RollingLPOptions(capacity_factor=1.0)).plan(p, now_hour=0)
     assert (out.s[0], out.c[0]) == (0, 1) and out.status[0] == "dispatched"
     assert out.stats["n_forced"] == 0
@@ -52,8 +54,9 @@ def test_rolling_lp_capacity_price_folded_into_intensity():
     # (= +200 g/kWh): region 1 (0.01 + 0.2 kg) is then worse than region 0 (0.1 kg) for a job due now
     from scheduling.planning.policies.rolling_lp import _priced
 
-    p = toy_problem([[100, 10], [100, 300], [100, 300]], [[1000, 1000]] * 3, gpu=[1000], dur=[[1, 1]],
-                    kw=[[1, 1]], deadline=[1])
+    p = toy_problem(
+        [[100, 10], [100, 300], [100, 300]], [[1000, 1000]] * 3, gpu=[1000], dur=[[1, 1]], kw=[[1, 1]], deadline=[1]
+    )
     p.capacity_price = np.array([[0.0, 2e-4], [0.0, 0.0], [0.0, 0.0]])
     q = _priced(p)
     assert q.forecast[0, 1] == pytest.approx(10 + 200) and q.forecast[0, 0] == 100 and p.forecast[0, 1] == 10
@@ -69,9 +72,15 @@ def test_rolling_lp_power_option_and_explains_every_decision(max_power_candidate
     Every placed job has an explanation, with the LP's value as the optimum counterfactual."""
     from scheduling.domain.plan import EXPLANATION_KEYS
 
-    p = toy_problem([[80], [100], [100], [300]], [[2000]] * 4, gpu=[1000, 1000],
-                    dur=[[[1.0], [1.5]], [[1.0], [1.5]]], kw=[[[1.0], [0.6]], [[1.0], [0.6]]], deadline=[3, 4],
-                    limit_w=[[300.0], [180.0]])
+    p = toy_problem(
+        [[80], [100], [100], [300]],
+        [[2000]] * 4,
+        gpu=[1000, 1000],
+        dur=[[[1.0], [1.5]], [[1.0], [1.5]]],
+        kw=[[[1.0], [0.6]], [[1.0], [0.6]]],
+        deadline=[3, 4],
+        limit_w=[[300.0], [180.0]],
+    )
     pol = RollingLP(RollingLPOptions(capacity_factor=1.0, max_power_candidates=max_power_candidates))
     out = pol.plan(p, now_hour=0)
     assert pol.last.power_reduction == ("none" if max_power_candidates is None else "cheapest")
@@ -83,18 +92,26 @@ def test_rolling_lp_power_option_and_explains_every_decision(max_power_candidate
     assert out.explanations[0]["power"]["limit_w"] == 180.0
 
 
-@pytest.mark.parametrize("max_power_candidates,reduction,cluster", [(None, "cheapest", 1), (1, "cheapest", 1),
-                                                                   (1, "default", 0)])
+@pytest.mark.parametrize(
+    "max_power_candidates,reduction,cluster", [(None, "cheapest", 1), (1, "cheapest", 1), (1, "default", 0)]
+)
 def test_rolling_lp_power_reduction_keeps_the_least_carbon_option(max_power_candidates, reduction, cluster):
     """At the default limit cluster 0 is cleaner (1 kW x 1 h x 100 g = 0.1 kg vs 0.12 kg), but capping saves much on
     cluster 1's GPUs (0.5 kW, 1.2 h: 0.5 x (120 + 0.2 x 130) = 0.073 kg) and nothing on cluster 0's. A plan above
     `max_power_candidates` that keeps the least-carbon option per (start, cluster) finds cluster 1 like the full
     model; one that keeps the default limit only goes to cluster 0 and can only cap there at dispatch."""
-    p = toy_problem([[100, 120], [110, 130], [120, 140], [130, 150]], [[1000, 1000]] * 4, gpu=[1000],
-                    dur=[[[1.0, 1.0], [1.05, 1.2]]], kw=[[[1.0, 1.0], [0.95, 0.5]]], deadline=[3],
-                    limit_w=[[300.0, 300.0], [250.0, 150.0]])
-    options = RollingLPOptions(capacity_factor=1.0, max_power_candidates=max_power_candidates, standby_pool=False,
-                               expected_arrivals_h=0)
+    p = toy_problem(
+        [[100, 120], [110, 130], [120, 140], [130, 150]],
+        [[1000, 1000]] * 4,
+        gpu=[1000],
+        dur=[[[1.0, 1.0], [1.05, 1.2]]],
+        kw=[[[1.0, 1.0], [0.95, 0.5]]],
+        deadline=[3],
+        limit_w=[[300.0, 300.0], [250.0, 150.0]],
+    )
+    options = RollingLPOptions(
+        capacity_factor=1.0, max_power_candidates=max_power_candidates, standby_pool=False, expected_arrivals_h=0
+    )
     pol = DefaultPowerReduction(options) if reduction == "default" else RollingLP(options)
     out = pol.plan(p, now_hour=0)
     assert pol.last.power_reduction == ("none" if max_power_candidates is None else reduction)
@@ -112,8 +129,9 @@ def test_solve_lp_rejects_an_unknown_power_reduction():
 def test_rolling_lp_defers_the_tail_of_a_backlog_above_its_job_budget():
     """With a budget of two jobs, the LP plans the two first in priority order (the two due now: lowest urgency)
     and defers the third (deadline 4) to the next hour."""
-    p = toy_problem([[100, 300]] * 4, [[2000, 2000]] * 4, gpu=[1000] * 3, dur=[[1, 1]] * 3, kw=[[1, 1]] * 3,
-                    deadline=[1, 4, 1])
+    p = toy_problem(
+        [[100, 300]] * 4, [[2000, 2000]] * 4, gpu=[1000] * 3, dur=[[1, 1]] * 3, kw=[[1, 1]] * 3, deadline=[1, 4, 1]
+    )
     out = RollingLP(RollingLPOptions(capacity_factor=1.0, max_lp_jobs=2)).plan(p, now_hour=0)
     assert out.placed[0] and out.placed[2] and (out.s[[0, 2]] == 0).all()
     assert not out.placed[1] and out.reason[1] == "deferred_lp_budget"
@@ -146,8 +164,18 @@ def test_expected_jobs_replay_the_last_hours_of_arrivals_shifted_forward(data_di
     from scheduling.evaluation.scenario import build_scenario
     from scheduling.planning.problem import JobTable, abs_hours
 
-    sc = build_scenario(start="2021-07-05", days=2, n_jobs=60, regions=3, load=0.5, seed=3, forecasts="naive",
-                        data_dir=data_dir, grid_source="files", tail_days=1)
+    sc = build_scenario(
+        start="2021-07-05",
+        days=2,
+        n_jobs=60,
+        regions=3,
+        load=0.5,
+        seed=3,
+        forecasts="naive",
+        data_dir=data_dir,
+        grid_source="files",
+        tail_days=1,
+    )
     table: JobTable = sc.table
     now = sc.start + pd.Timedelta(hours=30)
     now_h = abs_hours(now)
@@ -188,10 +216,21 @@ def _hour_later(p, keep):
 
     jobs = p.jobs.iloc[keep].reset_index(drop=True)
     return dataclasses.replace(
-        p, now=p.now + pd.Timedelta(hours=1), forecast=p.forecast[1:], free=p.free[1:], hours=p.hours - 1,
-        jobs=jobs, release=np.maximum(p.release[keep] - 1, 0), deadline_rel=p.deadline_rel[keep] - 1,
-        gpu_total=p.gpu_total[keep], dur=p.dur[keep], kw=p.kw[keep], allowed=p.allowed[keep],
-        transfer_kwh=p.transfer_kwh[keep], home=p.home[keep])
+        p,
+        now=p.now + pd.Timedelta(hours=1),
+        forecast=p.forecast[1:],
+        free=p.free[1:],
+        hours=p.hours - 1,
+        jobs=jobs,
+        release=np.maximum(p.release[keep] - 1, 0),
+        deadline_rel=p.deadline_rel[keep] - 1,
+        gpu_total=p.gpu_total[keep],
+        dur=p.dur[keep],
+        kw=p.kw[keep],
+        allowed=p.allowed[keep],
+        transfer_kwh=p.transfer_kwh[keep],
+        home=p.home[keep],
+    )
 
 
 def test_warm_start_from_the_last_hour_reaches_the_same_optimum_in_fewer_iterations():
@@ -203,9 +242,14 @@ def test_warm_start_from_the_last_hour_reaches_the_same_optimum_in_fewer_iterati
     rng = np.random.default_rng(7)
     H, C, N = 49, 3, 80
     dur = rng.integers(1, 8, N).astype(float)
-    p0 = toy_problem(rng.uniform(50, 500, (H, C)), np.full((H, C), 6000), gpu=[1000] * N,
-                     dur=np.repeat(dur[:, None], C, axis=1), kw=np.ones((N, C)),
-                     deadline=dur + rng.integers(3, 30, N))
+    p0 = toy_problem(
+        rng.uniform(50, 500, (H, C)),
+        np.full((H, C), 6000),
+        gpu=[1000] * N,
+        dur=np.repeat(dur[:, None], C, axis=1),
+        kw=np.ones((N, C)),
+        deadline=dur + rng.integers(3, 30, N),
+    )
     p1 = _hour_later(p0, np.arange(5, N))
     warm = WarmStart()
     first = solve_lp(p0, hourly_rows=24, warm=warm)

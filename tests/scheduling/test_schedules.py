@@ -1,5 +1,6 @@
 """Schedule files: layout and content (Kubernetes, Slurm, per-cluster JSON, index), byte-identical re-runs, and
 atomic replacement: a writer killed or failing midway leaves the previous plan directory intact."""
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,14 @@ def test_layout_index_and_byte_identical_rerun(tmp_path):
     res = write_schedules(sample_plan(), tmp_path)
     assert res.path == tmp_path / "2021-07-15T12-00Z"
     files = set(res.files)
-    assert {"plan.json", "index.json", "clusters/usw-v100m32.json", "clusters/eun-g2.json",
-            "k8s/usw-v100m32/job-00000.yaml", "slurm/eun-g2/job-00001.sbatch"} <= files
+    assert {
+        "plan.json",
+        "index.json",
+        "clusters/usw-v100m32.json",
+        "clusters/eun-g2.json",
+        "k8s/usw-v100m32/job-00000.yaml",
+        "slurm/eun-g2/job-00001.sbatch",
+    } <= files
     assert len([f for f in files if f.startswith("k8s/")]) == 6
     assert len([f for f in files if f.startswith("slurm/")]) == 6
     index = verify_schedule_dir(res.path)
@@ -87,9 +94,15 @@ def test_slurm_header(tmp_path):
     shared = (res.path / "slurm/usw-v100m32/job-00000.sbatch").read_text()
     whole = (res.path / "slurm/eun-g2/job-00001.sbatch").read_text()
     assert shared.startswith("#!/bin/bash\n")
-    for needle in ("#SBATCH --begin=2021-07-15T", "#SBATCH --time=", "#SBATCH --deadline=2021-07-",
-                   "#SBATCH --nodelist=openb-node-0000", "#SBATCH --gres=shard:5",
-                   '#SBATCH --comment="plan=priority@2021-07-15T12:00:00Z', "GPU_POWER_LIMIT_W=250"):
+    for needle in (
+        "#SBATCH --begin=2021-07-15T",
+        "#SBATCH --time=",
+        "#SBATCH --deadline=2021-07-",
+        "#SBATCH --nodelist=openb-node-0000",
+        "#SBATCH --gres=shard:5",
+        '#SBATCH --comment="plan=priority@2021-07-15T12:00:00Z',
+        "GPU_POWER_LIMIT_W=250",
+    ):
         assert needle in shared, needle
     assert "#SBATCH --gres=gpu:2" in whole
 
@@ -143,8 +156,9 @@ _KILLED = textwrap.dedent("""
 
 def _kill_writer_at(tmp_path: Path, stage: str, env_extra: dict | None = None, nfile: int = 7) -> None:
     marker = tmp_path / f"marker-{stage}"
-    script = _KILLED.format(root=str(REPO_ROOT), marker=str(marker), stage=stage, nfile=nfile,
-                            root_dir=str(tmp_path / "schedules"))
+    script = _KILLED.format(
+        root=str(REPO_ROOT), marker=str(marker), stage=stage, nfile=nfile, root_dir=str(tmp_path / "schedules")
+    )
     env = {**os.environ, "OMP_NUM_THREADS": "1", **(env_extra or {})}
     proc = subprocess.Popen([sys.executable, "-c", script], env=env)
     try:
@@ -159,11 +173,14 @@ def _kill_writer_at(tmp_path: Path, stage: str, env_extra: dict | None = None, n
     assert proc.returncode == -signal.SIGKILL
 
 
-@pytest.mark.parametrize("stage, env_extra", [
-    ("file", None),                                   # half the files written
-    ("built", None),                                  # complete, not yet renamed
-    ("swapped", {"SCHEDULES_NO_EXCHANGE": "1"}),      # fallback: old renamed aside, new not yet in
-])
+@pytest.mark.parametrize(
+    "stage, env_extra",
+    [
+        ("file", None),  # half the files written
+        ("built", None),  # complete, not yet renamed
+        ("swapped", {"SCHEDULES_NO_EXCHANGE": "1"}),  # fallback: old renamed aside, new not yet in
+    ],
+)
 def test_sigkill_midway_leaves_the_previous_plan_dir(tmp_path, stage, env_extra):
     root = tmp_path / "schedules"
     old = write_schedules(sample_plan(), root)

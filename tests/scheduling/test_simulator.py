@@ -1,4 +1,5 @@
 """The simulator on real data (2 days, 50 jobs, 6 regions), forecast providers, and the CLI."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,18 @@ START = "2021-07-05"
 
 @pytest.fixture(scope="module")
 def scenario(data_dir):
-    return build_scenario(start=START, days=2, n_jobs=50, regions=6, load=0.5, seed=3, forecasts="dacf",
-                          data_dir=data_dir, grid_source="files", tail_days=4)
+    return build_scenario(
+        start=START,
+        days=2,
+        n_jobs=50,
+        regions=6,
+        load=0.5,
+        seed=3,
+        forecasts="dacf",
+        data_dir=data_dir,
+        grid_source="files",
+        tail_days=4,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +40,15 @@ def report(scenario):
 def test_report_shape_and_metrics(report, scenario):
     json.dumps(report)
     pol = report["policies"]
-    assert set(pol) == {"priority", "rolling-lp", "performance-first", "greedy-carbon", "carbon-time", "round-robin",
-                        "random"}
+    assert set(pol) == {
+        "priority",
+        "rolling-lp",
+        "performance-first",
+        "greedy-carbon",
+        "carbon-time",
+        "round-robin",
+        "random",
+    }
     assert report["forecasts"]["used"] == "dacf"
     assert report["signal"].startswith("average, production-based, direct")
     assert len(report["fleet"]["clusters"]) == 6
@@ -72,7 +90,7 @@ def test_simulation_is_deterministic_and_capacity_respected(scenario):
     k = int(rec.loc[j, "power_option"])
     kw = scenario.table.kw[j, k, c]
     whole = int(np.floor(d + 1e-9))
-    expect = kw * (ci[s: s + whole, c].sum() + (d - whole) * ci[s + whole, c]) / 1000.0
+    expect = kw * (ci[s : s + whole, c].sum() + (d - whole) * ci[s + whole, c]) / 1000.0
     home = scenario.table.home[j]
     expect += scenario.table.transfer_kwh[j, c] * 0.5 * (ci[s, home] + ci[s, c]) / 1000.0
     assert rec.loc[j, "kgco2e"] == pytest.approx(expect, rel=1e-9)
@@ -85,8 +103,8 @@ def test_grid_and_naive_forecast(data_dir):
     F, version, meta = naive.at(now, 30)
     i = g.index(now)
     # the next 24 h: same hour yesterday; later hours repeat that day
-    np.testing.assert_allclose(F[:24], g.ci[i - 24: i])
-    np.testing.assert_allclose(F[24:30], g.ci[i - 24: i - 18])
+    np.testing.assert_allclose(F[:24], g.ci[i - 24 : i])
+    np.testing.assert_allclose(F[24:30], g.ci[i - 24 : i - 18])
     assert meta["fallback_share"] == 1.0 and version.startswith("naive-24")
 
 
@@ -109,9 +127,21 @@ def test_warehouse_forecasts_are_read(tmp_warehouse, data_dir):
 
     issued = pd.Timestamp("2021-07-03T00:00Z")
     targets = issued + pd.to_timedelta(np.arange(48), unit="h")
-    rows = pd.DataFrame({"issued_at": issued, "target_time": targets, "region": "CISO", "target": "carbon_intensity",
-                         "p10": 90.0, "p50": 100.0 + np.arange(48), "p90": 110.0, "model": "lgbm",
-                         "model_version": "v1", "is_fallback": False, "fallback_reason": None})
+    rows = pd.DataFrame(
+        {
+            "issued_at": issued,
+            "target_time": targets,
+            "region": "CISO",
+            "target": "carbon_intensity",
+            "p10": 90.0,
+            "p50": 100.0 + np.arange(48),
+            "p90": 110.0,
+            "model": "lgbm",
+            "model_version": "v1",
+            "is_fallback": False,
+            "fallback_reason": None,
+        }
+    )
     write_forecasts(rows)
     g = GridSeries.load(["CISO", "SE"], "2021-07-01", "2021-07-10", source="files", data_dir=data_dir)
     fc = make_forecasts("auto", g, ["CISO", "SE"], start="2021-07-03", end="2021-07-06")
@@ -135,14 +165,32 @@ def test_evaluation_forecasts_keep_the_backtest(tmp_warehouse, data_dir):
 
     def issue(at, value, version):
         at = pd.Timestamp(at)
-        return pd.DataFrame({"issued_at": at, "target_time": at + pd.to_timedelta(np.arange(48), unit="h"),
-                             "region": "CISO", "target": "carbon_intensity", "p10": value - 10, "p50": value,
-                             "p90": value + 10, "model": "ensemble", "model_version": version, "is_fallback": False,
-                             "fallback_reason": None})
+        return pd.DataFrame(
+            {
+                "issued_at": at,
+                "target_time": at + pd.to_timedelta(np.arange(48), unit="h"),
+                "region": "CISO",
+                "target": "carbon_intensity",
+                "p10": value - 10,
+                "p50": value,
+                "p90": value + 10,
+                "model": "ensemble",
+                "model_version": version,
+                "is_fallback": False,
+                "fallback_reason": None,
+            }
+        )
 
-    write_forecasts(pd.concat([issue("2021-07-03T00:00Z", 100.0, "backtest-2021-07-01"),
-                               issue("2021-07-04T00:00Z", 100.0, "backtest-2021-07-01"),
-                               issue("2021-07-03T12:00Z", 300.0, "20210617T0000Z.1")], ignore_index=True))
+    write_forecasts(
+        pd.concat(
+            [
+                issue("2021-07-03T00:00Z", 100.0, "backtest-2021-07-01"),
+                issue("2021-07-04T00:00Z", 100.0, "backtest-2021-07-01"),
+                issue("2021-07-03T12:00Z", 300.0, "20210617T0000Z.1"),
+            ],
+            ignore_index=True,
+        )
+    )
     g = GridSeries.load(["CISO"], "2021-07-01", "2021-07-10", source="files", data_dir=data_dir)
     now = pd.Timestamp("2021-07-03T18:00Z")
     pinned = make_forecasts("warehouse", g, ["CISO"], start="2021-07-03", end="2021-07-06", version=BACKTEST)
@@ -160,10 +208,17 @@ def test_evaluation_forecasts_keep_the_backtest(tmp_warehouse, data_dir):
     with pytest.raises(ValueError, match="version 'v9'.*versions present"):
         make_forecasts("warehouse", g, ["CISO"], start="2021-07-03", end="2021-07-06", version="v9")
     # No backtest stored (a warehouse fed by the hourly forecast DAG, a version per training): every version.
-    write_forecasts(pd.concat([issue("2021-07-03T06:00Z", 200.0, "20210618T0000Z.1"),
-                               issue("2021-07-03T12:00Z", 250.0, "20210619T0000Z.1")]).assign(model="lgbm"))
-    stream = make_forecasts("warehouse", g, ["CISO"], start="2021-07-03", end="2021-07-06", model="lgbm",
-                            version=BACKTEST)
+    write_forecasts(
+        pd.concat(
+            [
+                issue("2021-07-03T06:00Z", 200.0, "20210618T0000Z.1"),
+                issue("2021-07-03T12:00Z", 250.0, "20210619T0000Z.1"),
+            ]
+        ).assign(model="lgbm")
+    )
+    stream = make_forecasts(
+        "warehouse", g, ["CISO"], start="2021-07-03", end="2021-07-06", model="lgbm", version=BACKTEST
+    )
     assert stream.versions == ["20210618T0000Z.1", "20210619T0000Z.1"]
     assert np.allclose(stream.at(now, 6)[0][:, 0], 250.0)
 
@@ -176,9 +231,17 @@ def test_plan_hour_api(data_dir):
     fleet = load_fleet(regions=3, data_dir=data_dir)
     t = pd.Timestamp("2021-07-05T12:00Z")
     jobs = generate_jobs(30, t - pd.Timedelta(hours=5), 6, fleet, seed=1, data_dir=data_dir)
-    running = pd.DataFrame({"job_id": ["r0"], "cluster": [fleet.names[0]], "num_gpu": [2], "gpu_milli": [1000],
-                            "cpu_milli": [4000], "memory_mib": [8192],
-                            "end_time": [t + pd.Timedelta(hours=3)]})
+    running = pd.DataFrame(
+        {
+            "job_id": ["r0"],
+            "cluster": [fleet.names[0]],
+            "num_gpu": [2],
+            "gpu_milli": [1000],
+            "cpu_milli": [4000],
+            "memory_mib": [8192],
+            "end_time": [t + pd.Timedelta(hours=3)],
+        }
+    )
     plan = plan_hour(t, jobs, fleet=fleet, forecasts="naive", running=running, data_dir=data_dir)
     assert plan.plan_time == t and plan.n_jobs == len(jobs)
     assert (plan.assignments["start_time"] >= t).all()
@@ -190,10 +253,33 @@ def test_plan_hour_api(data_dir):
 def test_cli_evaluate_json_only(capsys, data_dir, tmp_path):
     from scheduling.cli import main
 
-    rc = main(["evaluate", "--jobs", "30", "--regions", "3", "--start", START, "--days", "1", "--load", "0.6",
-               "--forecasts", "naive", "--policies", "priority,greedy-carbon", "--json", "--no-progress",
-               "--out", str(tmp_path / "ev.json"), "--report-md", str(tmp_path / "results.md"),
-               "--data-dir", str(data_dir)])
+    rc = main(
+        [
+            "evaluate",
+            "--jobs",
+            "30",
+            "--regions",
+            "3",
+            "--start",
+            START,
+            "--days",
+            "1",
+            "--load",
+            "0.6",
+            "--forecasts",
+            "naive",
+            "--policies",
+            "priority,greedy-carbon",
+            "--json",
+            "--no-progress",
+            "--out",
+            str(tmp_path / "ev.json"),
+            "--report-md",
+            str(tmp_path / "results.md"),
+            "--data-dir",
+            str(data_dir),
+        ]
+    )
     assert rc == 0
     out = capsys.readouterr().out
     rep = json.loads(out)
@@ -219,14 +305,26 @@ def test_scaled_fleet_deadlines_are_feasible_and_sizing_counts_slow_gpus(scenari
     fleet_h = demand_gpu_hours(scenario.jobs, tbl)
     assert fleet_h >= demand_gpu_hours(scenario.jobs, tbl, on="fastest") - 1e-9
     assert scenario.config["offered_load"] == pytest.approx(
-        fleet_h / (scenario.fleet.total_gpus * scenario.hours), abs=1e-3)
+        fleet_h / (scenario.fleet.total_gpus * scenario.hours), abs=1e-3
+    )
 
 
 def test_calibrated_fleet_reaches_the_placed_load(data_dir):
     """`calibrate`: the fleet is re-sized until the GPU-hours performance-first runs the jobs with are about
     `load` of the fleet's GPU-hours (whole nodes, so only about)."""
-    sc = build_scenario(start=START, days=2, n_jobs=120, regions=6, load=0.5, seed=3, forecasts="naive",
-                        data_dir=data_dir, grid_source="files", tail_days=4, calibrate=2)
+    sc = build_scenario(
+        start=START,
+        days=2,
+        n_jobs=120,
+        regions=6,
+        load=0.5,
+        seed=3,
+        forecasts="naive",
+        data_dir=data_dir,
+        grid_source="files",
+        tail_days=4,
+        calibrate=2,
+    )
     cal = sc.config["load_calibration"]
     assert 1 <= len(cal) <= 2 and "performance-first" in sc.config["load_definition"]
     placed = simulate(sc, "performance-first").metrics["placed_load"]
@@ -251,9 +349,29 @@ def test_replay_optimum_runs_the_bound_schedule_through_the_agents(scenario):
 def test_cli_bench_plan_reports_the_process_peak_and_checks_the_targets(capsys, data_dir, tmp_path):
     from scheduling.cli import main
 
-    rc = main(["bench-plan", "--policy", "rolling-lp", "--jobs", "40", "--also", "1200", "--hours", "48",
-               "--regions", "3", "--repeats", "1", "--recent", "30", "--out", str(tmp_path),
-               "--data-dir", str(data_dir)])
+    rc = main(
+        [
+            "bench-plan",
+            "--policy",
+            "rolling-lp",
+            "--jobs",
+            "40",
+            "--also",
+            "1200",
+            "--hours",
+            "48",
+            "--regions",
+            "3",
+            "--repeats",
+            "1",
+            "--recent",
+            "30",
+            "--out",
+            str(tmp_path),
+            "--data-dir",
+            str(data_dir),
+        ]
+    )
     assert rc == 0
     rep = json.loads(capsys.readouterr().out)
     small, large = rep["results"]
@@ -266,7 +384,10 @@ def test_cli_bench_plan_reports_the_process_peak_and_checks_the_targets(capsys, 
     assert peak is not None and peak > small["tracemalloc_peak_mb"] and peak > 20
     assert small["memory_target_met"] == (peak <= 300.0)
     # rolling-lp's parts: HiGHS inside the LP, the LP and the explanations inside the plan
-    assert 0 < small["lp_solve_s"] <= small["lp_s"] and small["lp_s"] + small["explain_s"] <= small["plan_latency_s"]["max"]
+    assert (
+        0 < small["lp_solve_s"] <= small["lp_s"]
+        and small["lp_s"] + small["explain_s"] <= small["plan_latency_s"]["max"]
+    )
     assert json.loads((tmp_path / "bench_plan_rolling-lp.json").read_text())["policy"] == "rolling-lp"
 
 
@@ -318,8 +439,27 @@ def test_cli_preemption_bound_is_below_the_bound_and_reports_shares_against_both
     against both bounds (performance-first: 0 by definition)."""
     from scheduling.cli import main
 
-    rc = main(["preemption-bound", "--jobs", "40", "--regions", "3", "--start", START, "--days", "1", "--load", "0.6",
-               "--policies", "priority", "--time-limit", "120", "--data-dir", str(data_dir)])
+    rc = main(
+        [
+            "preemption-bound",
+            "--jobs",
+            "40",
+            "--regions",
+            "3",
+            "--start",
+            START,
+            "--days",
+            "1",
+            "--load",
+            "0.6",
+            "--policies",
+            "priority",
+            "--time-limit",
+            "120",
+            "--data-dir",
+            str(data_dir),
+        ]
+    )
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     full, pre = out["optimum"], out["optimum_preemptive"]
@@ -343,11 +483,22 @@ def test_a_preempted_job_resumes_with_the_work_left_and_both_runs_are_charged(sc
 
     sc = scenario
     tbl = sc.table
-    hp = HourlyPlanner(sc.fleet, table=tbl, policy=Preempting(Preemption(overhead_h=0.25)),
-                       forecasts=sc.forecasts, workload=sc.workload, explain=False)
+    hp = HourlyPlanner(
+        sc.fleet,
+        table=tbl,
+        policy=Preempting(Preemption(overhead_h=0.25)),
+        forecasts=sc.forecasts,
+        workload=sc.workload,
+        explain=False,
+    )
     ck = tbl.jobs["checkpointing"].to_numpy(bool)
-    fits = [i for i in range(tbl.n) if ck[i] and (tbl.allowed[i] & np.isfinite(tbl.dur[i, 0])).sum() >= 2
-            and np.nanmin(np.where(tbl.allowed[i], tbl.dur[i, 0], np.inf)) > 4]
+    fits = [
+        i
+        for i in range(tbl.n)
+        if ck[i]
+        and (tbl.allowed[i] & np.isfinite(tbl.dur[i, 0])).sum() >= 2
+        and np.nanmin(np.where(tbl.allowed[i], tbl.dur[i, 0], np.inf)) > 4
+    ]
     j = int(max(fits, key=lambda i: tbl.jobs["flexibility"].iat[i]))  # the most slack: evictable after 2 hours
     c1, c2 = (int(c) for c in np.flatnonzero(tbl.allowed[j] & np.isfinite(tbl.dur[j, 0]))[:2])
     T = int(tbl.submit_h[j])
@@ -357,8 +508,9 @@ def test_a_preempted_job_resumes_with_the_work_left_and_both_runs_are_charged(sc
     hp.preempt(j, T + 2)
     done = (2 - 0.25) / tbl.dur[j, 0, c1]
     assert hp.work_done[j] == pytest.approx(done) and j in hp.pending(T + 2) and hp.preemptions[j] == 1
-    prob = tbl.problem(sc.start, [j], np.zeros((24, len(sc.fleet)), np.int64), np.zeros((24, len(sc.fleet))),
-                       work_left=[1 - done])
+    prob = tbl.problem(
+        sc.start, [j], np.zeros((24, len(sc.fleet)), np.int64), np.zeros((24, len(sc.fleet))), work_left=[1 - done]
+    )
     assert prob.dur[0, 0, c2] == pytest.approx(tbl.dur[j, 0, c2] * (1 - done))
     start = np.full(tbl.n, -1)
     start[j] = T + 5
@@ -373,10 +525,12 @@ def test_a_preempted_job_resumes_with_the_work_left_and_both_runs_are_charged(sc
     whole = int(np.floor(d2))
     s2 = T + 5 - t0
     home = tbl.home[j]
-    first = tbl.kw[j, 0, c1] * ci[T - t0: T - t0 + 2, c1].sum() + tbl.transfer_kwh[j, c1] * 0.5 * (
-        ci[T - t0, home] + ci[T - t0, c1])
-    second = tbl.kw[j, 0, c2] * (ci[s2: s2 + whole, c2].sum() + (d2 - whole) * ci[s2 + whole, c2]) + tbl.transfer_kwh[
-        j, c2] * 0.5 * (ci[s2, c1] + ci[s2, c2])
+    first = tbl.kw[j, 0, c1] * ci[T - t0 : T - t0 + 2, c1].sum() + tbl.transfer_kwh[j, c1] * 0.5 * (
+        ci[T - t0, home] + ci[T - t0, c1]
+    )
+    second = tbl.kw[j, 0, c2] * (ci[s2 : s2 + whole, c2].sum() + (d2 - whole) * ci[s2 + whole, c2]) + tbl.transfer_kwh[
+        j, c2
+    ] * 0.5 * (ci[s2, c1] + ci[s2, c2])
     assert ex["kg"][j] == pytest.approx((first + second) / 1000.0, rel=1e-9)
     assert ex["dur_h"][j] == pytest.approx(2 + d2) and ex["kg"].sum() == pytest.approx(ex["kg"][j])
 
@@ -387,9 +541,33 @@ def test_cli_evaluate_over_seeds_reports_each_run_and_the_mean_and_range(capsys,
     from scheduling.cli import main
 
     common = ["--json", "--no-progress", "--data-dir", str(data_dir)]
-    rc = main(["evaluate", "--jobs", "30", "--regions", "3", "--start", START, "--days", "1", "--load", "0.6",
-               "--forecasts", "naive", "--policies", "priority", "--seed", "3", "4", "--out", str(tmp_path / "ev.json"),
-               "--report-md", str(tmp_path / "results.md"), *common])
+    rc = main(
+        [
+            "evaluate",
+            "--jobs",
+            "30",
+            "--regions",
+            "3",
+            "--start",
+            START,
+            "--days",
+            "1",
+            "--load",
+            "0.6",
+            "--forecasts",
+            "naive",
+            "--policies",
+            "priority",
+            "--seed",
+            "3",
+            "4",
+            "--out",
+            str(tmp_path / "ev.json"),
+            "--report-md",
+            str(tmp_path / "results.md"),
+            *common,
+        ]
+    )
     assert rc == 0
     payload = json.loads(capsys.readouterr().out)
     assert [r["config"]["seed"] for r in payload["runs"]] == [3, 4]
@@ -431,8 +609,14 @@ def test_a_bound_the_solver_did_not_finish_is_reported_missing_not_zero(scenario
 def test_ablations_include_the_perfect_information_reference(scenario):
     rep = evaluate(scenario, ["performance-first", "rolling-lp"], ablations=True)
     abl = rep["ablations"]
-    assert set(abl) == {"priority-noprices", "priority-oracle-forecast", "priority-naive-forecast",
-                        "rolling-lp-oracle-forecast", "rolling-lp-naive-forecast", "rolling-lp-perfect-information"}
+    assert set(abl) == {
+        "priority-noprices",
+        "priority-oracle-forecast",
+        "priority-naive-forecast",
+        "rolling-lp-oracle-forecast",
+        "rolling-lp-naive-forecast",
+        "rolling-lp-perfect-information",
+    }
     for m in abl.values():
         assert m["jobs_started"] + m["jobs_never_started"] == len(scenario.jobs)
         assert m["share_of_optimum_reduction_pct"] is not None
@@ -449,11 +633,15 @@ def test_over_seeds_reports_the_perfect_information_reference_beside_the_policie
     def report(seed, rolling, perfect):
         def m(share):
             return {"share_of_optimum_reduction_pct": share, "deadline_satisfaction": 0.99, "kgco2e": 100 - share}
-        return {"config": {"start": "2021-07-01", "load_target": 0.5, "seed": seed, "n_jobs_requested": 3000,
-                           "days": 14},
-                "policies": {"performance-first": m(0.0), "rolling-lp": m(rolling)},
-                "ablations": {"rolling-lp-oracle-forecast": m(rolling + 1),
-                              **({PERFECT_INFORMATION: m(perfect)} if perfect is not None else {})}}
+
+        return {
+            "config": {"start": "2021-07-01", "load_target": 0.5, "seed": seed, "n_jobs_requested": 3000, "days": 14},
+            "policies": {"performance-first": m(0.0), "rolling-lp": m(rolling)},
+            "ablations": {
+                "rolling-lp-oracle-forecast": m(rolling + 1),
+                **({PERFECT_INFORMATION: m(perfect)} if perfect is not None else {}),
+            },
+        }
 
     rows = {r["policy"]: r for r in over_seeds([report(0, 70.0, 74.0), report(1, 72.0, 80.0)])}
     assert set(rows) == {"performance-first", "rolling-lp", PERFECT_INFORMATION}  # other ablations stay out

@@ -1,4 +1,5 @@
 """A warehouse built from the real shared data, transformed by dbt once per test session."""
+
 from __future__ import annotations
 
 import time

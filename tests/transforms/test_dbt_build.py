@@ -1,5 +1,6 @@
 """dbt build on a warehouse ingested from the real shared data: every test passes, every mart has rows, and the
 marts hold the values the contracts promise."""
+
 from __future__ import annotations
 
 import json
@@ -113,8 +114,12 @@ def test_gpu_throughput_rows(query):
 def test_job_profiles_and_cluster_capacity(query):
     jobs = dict(query("SELECT variant, sum(job_count) FROM marts.job_profiles WHERE trace = 'openb' GROUP BY variant"))
     assert jobs["default"] == 8_152 and len(jobs) == 24
-    philly = dict(query("SELECT num_gpu, sum(job_count) FROM marts.job_profiles "
-                        "WHERE variant = 'gavel_job_distribution' GROUP BY num_gpu"))
+    philly = dict(
+        query(
+            "SELECT num_gpu, sum(job_count) FROM marts.job_profiles "
+            "WHERE variant = 'gavel_job_distribution' GROUP BY num_gpu"
+        )
+    )
     assert philly == {1: 25_304, 2: 665, 4: 3_076, 8: 4_147}
     capacity = dict(query("SELECT cluster, any_value(cluster_num_gpus) FROM marts.cluster_capacity GROUP BY cluster"))
     assert capacity == {"openb": 6_212, "pai2020": 6_742}

@@ -1,4 +1,5 @@
 """transforms.runner: the dbt wrapper's lock discipline and the manifest for Cosmos."""
+
 from __future__ import annotations
 
 import json

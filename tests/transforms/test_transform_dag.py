@@ -1,4 +1,5 @@
 """The transform DAG parses fast from the manifest, and is wired as documented (pool, Assets, layers)."""
+
 from __future__ import annotations
 
 import json
@@ -41,8 +42,14 @@ def _parse(tmp_path: Path) -> dict:
         AIRFLOW__COSMOS__ENABLE_TELEMETRY="False",
         PYTHONPATH=os.pathsep.join([str(REPO_ROOT), str(DAGS)]),
     )
-    proc = subprocess.run([sys.executable, "-c", _PROBE, str(DAGS / "transform.py")], env=env, cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(DAGS / "transform.py")],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -58,9 +65,7 @@ def test_transform_dag_parses_from_the_manifest_and_is_wired(tmp_path, fresh_man
     assert dag["roots"] == ["test_raw_sources"]
     assert dag["outlets"] == ["warehouse://marts/"]
     if dag["schedule"] is not None:
-        assert dag["schedule"] == sorted(
-            f"warehouse://raw/{g}" for g in ("cluster", "energy", "interference", "grid")
-        )
+        assert dag["schedule"] == sorted(f"warehouse://raw/{g}" for g in ("cluster", "energy", "interference", "grid"))
 
 
 def test_stale_manifest_falls_back_to_dbt_ls(tmp_path, monkeypatch):

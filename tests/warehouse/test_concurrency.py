@@ -1,6 +1,7 @@
 """Two OS processes writing the warehouse at the same time both succeed (warehouse.db.writer's exclusive flock),
 and both batches are there afterwards. Real processes and a real DuckDB file: DuckDB itself refuses a second
 writing process, so without the lock one of them would fail."""
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,13 @@ print(json.dumps({"name": name, "asked": asked, "got": got, "released": released
 
 
 def _start(path: Path, name: str, go: Path, hold_s: float) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", _CHILD, str(path), name, str(go), str(hold_s)], cwd=REPO_ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(path), name, str(go), str(hold_s)],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_two_processes_writing_at_once_both_succeed(tmp_path):
@@ -67,8 +73,12 @@ def test_duckdb_alone_refuses_a_second_writer(tmp_path):
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not (tmp_path / "a.got").exists():
         time.sleep(0.1)  # until the holder has the file open for writing (it keeps it 8 s)
-    probe = subprocess.run([sys.executable, "-c", f"import duckdb; duckdb.connect({str(path)!r})"],
-                           capture_output=True, text=True, timeout=60)
+    probe = subprocess.run(
+        [sys.executable, "-c", f"import duckdb; duckdb.connect({str(path)!r})"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     holder.communicate(timeout=60)
     assert holder.returncode == 0
     assert probe.returncode != 0 and "lock" in probe.stderr.lower(), probe.stderr[-2000:]

@@ -4,6 +4,7 @@ Every bad input must end in one of two ways: a LoadError whose message names the
 known), or quarantined rows with file, row, field and reason, and nothing else lost or invented. Rows already in
 the warehouse survive a failed re-load, and loading the same file twice changes nothing.
 """
+
 from __future__ import annotations
 
 import csv
@@ -30,8 +31,9 @@ from warehouse.loaders.interference import parse_oracle
 from warehouse.loaders.telemetry import load_telemetry_file
 
 # FUZZ_EXAMPLES=1000 for a longer hunt; the default keeps the file under ~20 s.
-FUZZ = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "40")), deadline=None,
-                suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "40")), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli"
 GOOD_PODS = POD_HEADER + "\np0,1000,2048,1,500\np1,2000,4096,0,0\np2,4000,8192,2,1000\n"
 TELEMETRY_HEADER = "timestamp, index, uuid, power.draw [W], clocks.sm [MHz], utilization.gpu [%]"
@@ -44,8 +46,9 @@ def _pods(path: Path):
 def _sweep(path: Path):
     from warehouse.loaders.energy import SWEEP_DERIVED_COLUMNS, SWEEP_KEY
 
-    return read_csv_batch("zeus_power_sweep", "raw.zeus_power_sweep", path, path.parent, SWEEP_DERIVED_COLUMNS,
-                          key=SWEEP_KEY)
+    return read_csv_batch(
+        "zeus_power_sweep", "raw.zeus_power_sweep", path, path.parent, SWEEP_DERIVED_COLUMNS, key=SWEEP_KEY
+    )
 
 
 def _telemetry(path: Path):
@@ -103,8 +106,11 @@ def test_unloadable_files_name_the_file(tmp_path, loader, content, message):
 
 def test_wrong_or_missing_header(tmp_path):
     wrong = _write(tmp_path, "a.csv", GOOD_PODS.replace("cpu_milli", "cpu"))
-    with pytest.raises(LoadError, match=r"a\.csv, row 1, field 'cpu_milli': missing column; header is \['name', "
-                                        r"'cpu', "):
+    with pytest.raises(
+        LoadError,
+        match=r"a\.csv, row 1, field 'cpu_milli': missing column; header is \['name', "
+        r"'cpu', ",
+    ):
         _pods(wrong)
     headerless = _write(tmp_path, "b.csv", GOOD_PODS.split("\n", 1)[1])
     with pytest.raises(LoadError, match=r"b\.csv, row 1, field 'name': missing column"):
@@ -126,15 +132,19 @@ def test_truncated_files(tmp_path):
     batch = _pods(pods)
     assert batch.frame["name"].tolist() == ["p0", "p1"]
     assert [(r.file, r.row_number, r.field, r.reason) for r in batch.rejections] == [
-        (str(pods), 4, "num_gpu", "missing value")]
+        (str(pods), 4, "num_gpu", "missing value")
+    ]
     text = (Path(__file__).parent.parent / "fixtures/telemetry/nvidia-smi_node-a.csv").read_text()
     cut = _write(tmp_path, "node.csv", text[: len(text) // 2])
     batch = load_telemetry_file(cut)
     lines = cut.read_text().count("\n") + 1
     assert len(batch.frame) == lines - 2
     (rejection,) = batch.rejections
-    assert rejection.row_number == lines and rejection.reason in {"missing value", "not a number (expected float)",
-                                                                   "not a number (expected int)"}
+    assert rejection.row_number == lines and rejection.reason in {
+        "missing value",
+        "not a number (expected float)",
+        "not a number (expected int)",
+    }
     # cut inside a quoted field: the CSV cannot be parsed at all
     quoted = _write(tmp_path, "q.csv", POD_HEADER + '\np0,1000,2048,1,500\n"p1,2000')
     with pytest.raises(LoadError, match=r"q\.csv, row 3: malformed CSV"):
@@ -148,12 +158,16 @@ def test_truncated_files(tmp_path):
 
 
 def test_non_numeric_and_negative_values_are_quarantined(tmp_path):
-    sweep = _write(tmp_path, "s.csv", "gpu_type,dataset,network,batch_size,optimizer,power_limit_w,time_per_epoch_s,"
-                   "avg_power_w,energy_per_epoch_j\n"
-                   "A40,c,r,64,adam,100,10.0,90.0,900.0\n"
-                   "A40,c,r,64,adam,125,ten,90.0,900.0\n"
-                   "A40,c,r,64,adam,150,10.0,-90.0,900.0\n"
-                   "A40,c,r,64,adam,175,10.0,90.0,inf\n")
+    sweep = _write(
+        tmp_path,
+        "s.csv",
+        "gpu_type,dataset,network,batch_size,optimizer,power_limit_w,time_per_epoch_s,"
+        "avg_power_w,energy_per_epoch_j\n"
+        "A40,c,r,64,adam,100,10.0,90.0,900.0\n"
+        "A40,c,r,64,adam,125,ten,90.0,900.0\n"
+        "A40,c,r,64,adam,150,10.0,-90.0,900.0\n"
+        "A40,c,r,64,adam,175,10.0,90.0,inf\n",
+    )
     batch = _sweep(sweep)
     assert batch.frame["power_limit_w"].tolist() == [100.0]
     assert [(r.file, r.row_number, r.field, r.value, r.reason) for r in batch.rejections] == [
@@ -161,25 +175,37 @@ def test_non_numeric_and_negative_values_are_quarantined(tmp_path):
         (str(sweep), 4, "avg_power_w", "-90.0", "below minimum 0"),
         (str(sweep), 5, "energy_per_epoch_j", "inf", "not a finite number"),
     ]
-    telemetry = _write(tmp_path, "node.csv", TELEMETRY_HEADER + "\n"
-                       "2024/03/01 12:00:00.000, 0, GPU-a, -1.00 W, 1410 MHz, 87 %\n"
-                       "2024/03/01 12:00:00.000, 1, GPU-b, 100.00 W, fast, 87 %\n")
+    telemetry = _write(
+        tmp_path,
+        "node.csv",
+        TELEMETRY_HEADER + "\n"
+        "2024/03/01 12:00:00.000, 0, GPU-a, -1.00 W, 1410 MHz, 87 %\n"
+        "2024/03/01 12:00:00.000, 1, GPU-b, 100.00 W, fast, 87 %\n",
+    )
     batch = load_telemetry_file(telemetry)
     assert batch.frame.empty
     assert sorted((r.row_number, r.field, r.reason) for r in batch.rejections) == [
-        (2, "power.draw [W]", "negative power"), (3, "clocks.sm [MHz]", "not a number (expected float)")]
+        (2, "power.draw [W]", "negative power"),
+        (3, "clocks.sm [MHz]", "not a number (expected float)"),
+    ]
 
 
 def test_duplicates_and_timezone_less_times(tmp_path):
-    telemetry = _write(tmp_path, "node.csv", TELEMETRY_HEADER + "\n"
-                       "2024/03/01 12:00:00.000, 0, GPU-a, 100.00 W, 1410 MHz, 87 %\n"
-                       "2024/03/01 12:00:00.000, 0, GPU-a, 101.00 W, 1410 MHz, 87 %\n")
+    telemetry = _write(
+        tmp_path,
+        "node.csv",
+        TELEMETRY_HEADER + "\n"
+        "2024/03/01 12:00:00.000, 0, GPU-a, 100.00 W, 1410 MHz, 87 %\n"
+        "2024/03/01 12:00:00.000, 0, GPU-a, 101.00 W, 1410 MHz, 87 %\n",
+    )
     assert [(r.row_number, r.reason) for r in load_telemetry_file(telemetry).rejections] == [
-        (3, "duplicate (timestamp, gpu) row")]
+        (3, "duplicate (timestamp, gpu) row")
+    ]
     strict = load_telemetry_file(telemetry, tz=None)
     assert {(r.row_number, r.field, r.reason) for r in strict.rejections} == {
         (2, "timestamp", "timestamp has no time zone (pass tz=...)"),
-        (3, "timestamp", "timestamp has no time zone (pass tz=...)")}
+        (3, "timestamp", "timestamp has no time zone (pass tz=...)"),
+    }
     pods = _write(tmp_path, "pods.csv", POD_HEADER + "\np0,1,1,0,0\np0,2,2,0,0\n")
     assert [(r.row_number, r.field, r.value) for r in _pods(pods).rejections] == [(3, "name", "p0")]
 
@@ -209,8 +235,11 @@ def _table(query: str):
         return con.execute(query).fetchall()
 
 
-@pytest.mark.parametrize("bad", [b"", b"\x00\x01\x02garbage", POD_HEADER.replace("name", "pod").encode()],
-                         ids=["empty", "binary", "wrong-header"])
+@pytest.mark.parametrize(
+    "bad",
+    [b"", b"\x00\x01\x02garbage", POD_HEADER.replace("name", "pod").encode()],
+    ids=["empty", "binary", "wrong-header"],
+)
 def test_failed_reload_keeps_the_rows_already_loaded(tmp_warehouse, tmp_path, bad):
     root = _pod_data_dir(tmp_path, GOOD_PODS)
     ingest(["openb_pods"], data_dir=root, progress=False)
@@ -225,13 +254,18 @@ def test_failed_reload_keeps_the_rows_already_loaded(tmp_warehouse, tmp_path, ba
 
 def test_loading_the_same_files_twice_is_identical(tmp_warehouse, tmp_path):
     root = _pod_data_dir(tmp_path, GOOD_PODS + "p3,-5,1,0,0\np4,1,1,0,x\n")
-    shutil.copytree(Path(__file__).parent.parent / "fixtures" / "telemetry", root / "telemetry",
-                    ignore=shutil.ignore_patterns("*.py"))
+    shutil.copytree(
+        Path(__file__).parent.parent / "fixtures" / "telemetry",
+        root / "telemetry",
+        ignore=shutil.ignore_patterns("*.py"),
+    )
 
     def snapshot():
-        return (_table("SELECT * FROM raw.openb_pods ORDER BY name"),
-                _table("SELECT * FROM raw.gpu_telemetry ORDER BY host, gpu_index, ts_utc"),
-                _table("SELECT * FROM quarantine.rejected_rows ORDER BY batch_id, row_number"))
+        return (
+            _table("SELECT * FROM raw.openb_pods ORDER BY name"),
+            _table("SELECT * FROM raw.gpu_telemetry ORDER BY host, gpu_index, ts_utc"),
+            _table("SELECT * FROM quarantine.rejected_rows ORDER BY batch_id, row_number"),
+        )
 
     first = ingest(["openb_pods", "telemetry"], data_dir=root, progress=False)
     once = snapshot()
@@ -287,8 +321,12 @@ def test_fuzz_pod_rows_are_kept_or_quarantined_exactly(rows):
         reason = None
         if name.strip() == "":
             reason = ("name", "missing value")
-        for field, cell, top in (("cpu_milli", cpu, None), ("memory_mib", mem, None), ("num_gpu", ngpu, None),
-                                 ("gpu_milli", gmilli, 1000)):
+        for field, cell, top in (
+            ("cpu_milli", cpu, None),
+            ("memory_mib", mem, None),
+            ("num_gpu", ngpu, None),
+            ("gpu_milli", gmilli, 1000),
+        ):
             why = _expected_pod_value(cell, top)
             if reason is None and why is not None:
                 reason = (field, why)
@@ -312,10 +350,16 @@ def test_fuzz_pod_rows_are_kept_or_quarantined_exactly(rows):
 
 
 @FUZZ
-@given(values=st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=32),
-                                 st.sampled_from(["[N/A]", "fast", "", "12 mW"])),
-                       min_size=1, max_size=10),
-       unit=st.sampled_from([" W", "", "W"]))
+@given(
+    values=st.lists(
+        st.one_of(
+            st.floats(allow_nan=True, allow_infinity=True, width=32), st.sampled_from(["[N/A]", "fast", "", "12 mW"])
+        ),
+        min_size=1,
+        max_size=10,
+    ),
+    unit=st.sampled_from([" W", "", "W"]),
+)
 def test_fuzz_telemetry_power(values, unit):
     lines = [TELEMETRY_HEADER]
     for i, value in enumerate(values):
@@ -331,14 +375,19 @@ def test_fuzz_telemetry_power(values, unit):
         assert r.field == "power.draw [W]" and r.file == str(path)
         if isinstance(value, float) and value < 0 and math.isfinite(value):
             assert r.reason == "negative power"
-    for value, power in zip([v for v in values if isinstance(v, float) and math.isfinite(v) and v >= 0
-                             and v <= 5000], batch.frame["power_w"]):
+    for value, power in zip(
+        [v for v in values if isinstance(v, float) and math.isfinite(v) and v >= 0 and v <= 5000],
+        batch.frame["power_w"],
+    ):
         assert power == pytest.approx(float(repr(value)))
 
 
 @FUZZ
-@given(rows=st.lists(st.lists(st.text(alphabet=' \t\xa0a,"\n', max_size=5), min_size=2, max_size=2),
-                     min_size=1, max_size=6))
+@given(
+    rows=st.lists(
+        st.lists(st.text(alphabet=' \t\xa0a,"\n', max_size=5), min_size=2, max_size=2), min_size=1, max_size=6
+    )
+)
 def test_fuzz_string_fields_are_stripped(rows):
     """String cells come back stripped (None when blank), whatever the quoting and whitespace."""
     buffer = io.StringIO()
@@ -349,8 +398,9 @@ def test_fuzz_string_fields_are_stripped(rows):
     expected = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, na_values=[""])
     with tempfile.TemporaryDirectory() as tmp:
         path = _write(Path(tmp), "s.csv", text)
-        frame, rejections = read_checked_csv(path, [Column("a", "str", nullable=True),
-                                                    Column("b", "str", nullable=True)])
+        frame, rejections = read_checked_csv(
+            path, [Column("a", "str", nullable=True), Column("b", "str", nullable=True)]
+        )
     assert rejections == [] and len(frame) == len(expected)
     for col in ("a", "b"):
         want = [None if pd.isna(v) or v.strip() == "" else v.strip() for v in expected[col]]
@@ -359,8 +409,7 @@ def test_fuzz_string_fields_are_stripped(rows):
 
 
 @FUZZ
-@given(content=st.one_of(st.binary(max_size=300), st.text(max_size=300)),
-       loader=st.sampled_from(sorted(LOADERS)))
+@given(content=st.one_of(st.binary(max_size=300), st.text(max_size=300)), loader=st.sampled_from(sorted(LOADERS)))
 @example(content="\r0", loader="telemetry")  # a bare CR once crashed the telemetry header reader (csv.Error)
 @example(content=b"\x1c", loader="profile")  # str.splitlines() splits on \x1c: once an IndexError on the header
 def test_fuzz_arbitrary_content_never_crashes(content, loader):
@@ -380,18 +429,33 @@ def test_fuzz_arbitrary_content_never_crashes(content, loader):
 
 JSON_VALUE = st.recursive(
     st.one_of(st.none(), st.booleans(), st.floats(allow_nan=False, width=32), st.integers(-5, 5), st.text(max_size=4)),
-    lambda children: st.one_of(st.lists(children, max_size=3), st.dictionaries(st.text(max_size=6), children,
-                                                                                max_size=3)),
+    lambda children: st.one_of(
+        st.lists(children, max_size=3), st.dictionaries(st.text(max_size=6), children, max_size=3)
+    ),
     max_leaves=12,
 )
-JOB_KEY = st.one_of(st.sampled_from(["A", "B (batch size 8)", "('A', 1)", "('B', 2)", "('C', 0)", "(oops"]),
-                    st.text(max_size=6))
+JOB_KEY = st.one_of(
+    st.sampled_from(["A", "B (batch size 8)", "('A', 1)", "('B', 2)", "('C', 0)", "(oops"]), st.text(max_size=6)
+)
 ORACLE = st.dictionaries(
     st.sampled_from(["k80", "v100", "p100_unconsolidated"]),
-    st.one_of(JSON_VALUE, st.dictionaries(JOB_KEY, st.one_of(JSON_VALUE, st.dictionaries(
-        st.one_of(st.just("null"), JOB_KEY),
-        st.one_of(st.floats(-1, 100, width=32), st.lists(st.floats(-1, 100, width=32), max_size=3), JSON_VALUE),
-        max_size=4)), max_size=4)),
+    st.one_of(
+        JSON_VALUE,
+        st.dictionaries(
+            JOB_KEY,
+            st.one_of(
+                JSON_VALUE,
+                st.dictionaries(
+                    st.one_of(st.just("null"), JOB_KEY),
+                    st.one_of(
+                        st.floats(-1, 100, width=32), st.lists(st.floats(-1, 100, width=32), max_size=3), JSON_VALUE
+                    ),
+                    max_size=4,
+                ),
+            ),
+            max_size=4,
+        ),
+    ),
     max_size=3,
 )
 
@@ -414,6 +478,18 @@ def test_fuzz_oracle_json(data):
 
 def test_source_registry_is_complete():
     names = set(all_sources())
-    assert {"openb_pods", "openb_nodes", "pai_machine_specs", "philly_runtimes", "philly_job_distribution",
-            "zeus_power_sweep", "zeus_train_summary", "zeus_profiles", "mlenergy_v2", "mlenergy_v3", "acmetrace",
-            "gavel", "telemetry"} <= names
+    assert {
+        "openb_pods",
+        "openb_nodes",
+        "pai_machine_specs",
+        "philly_runtimes",
+        "philly_job_distribution",
+        "zeus_power_sweep",
+        "zeus_train_summary",
+        "zeus_profiles",
+        "mlenergy_v2",
+        "mlenergy_v3",
+        "acmetrace",
+        "gavel",
+        "telemetry",
+    } <= names

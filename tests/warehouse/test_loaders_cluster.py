@@ -1,5 +1,6 @@
 """Cluster-trace loaders (openb, PAI specs, Philly) on the real files, plus one full ingest of every file source
 of cluster/energy/interference/telemetry with the exact expected counts."""
+
 from __future__ import annotations
 
 import shutil
@@ -13,9 +14,19 @@ from warehouse.loaders import all_sources
 from warehouse.loaders.cluster import openb_nodes, openb_pods
 
 MY_SOURCES = [
-    "openb_pods", "openb_nodes", "pai_machine_specs", "philly_runtimes", "philly_job_distribution",
-    "zeus_power_sweep", "zeus_train_summary", "zeus_profiles", "mlenergy_v2", "mlenergy_v3", "acmetrace",
-    "gavel", "telemetry",
+    "openb_pods",
+    "openb_nodes",
+    "pai_machine_specs",
+    "philly_runtimes",
+    "philly_job_distribution",
+    "zeus_power_sweep",
+    "zeus_train_summary",
+    "zeus_profiles",
+    "mlenergy_v2",
+    "mlenergy_v3",
+    "acmetrace",
+    "gavel",
+    "telemetry",
 ]
 EXPECTED_ROWS = {
     "raw.openb_pods": 199_197,
@@ -53,8 +64,9 @@ def test_ingest_all_real_sources_exact_counts_and_idempotent(tmp_warehouse, data
     assert "raw.gpu_telemetry" not in summary  # no DATA_DIR/telemetry in the shared data
     with reader() as con:
         counts = {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in EXPECTED_ROWS}
-        quarantined = con.execute("SELECT count(*) FROM quarantine.rejected_rows WHERE source = ANY(?)",
-                                  [MY_SOURCES]).fetchone()[0]
+        quarantined = con.execute(
+            "SELECT count(*) FROM quarantine.rejected_rows WHERE source = ANY(?)", [MY_SOURCES]
+        ).fetchone()[0]
         pods = dict(con.execute("SELECT variant, count(*) FROM raw.openb_pods GROUP BY 1").fetchall())
         batch = con.execute("SELECT DISTINCT _batch_id FROM raw.openb_pods WHERE variant = 'default'").fetchall()
     assert counts == EXPECTED_ROWS and quarantined == 0
@@ -75,13 +87,28 @@ def test_openb_pod_files_and_variants(data_dir):
     assert sum(len(b.frame) for b in batches.values()) == 199_197
     default = batches["default"].frame
     assert list(default.columns) == [
-        "variant", "name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos", "pod_phase",
-        "creation_time_s", "deletion_time_s", "scheduled_time_s",
+        "variant",
+        "name",
+        "cpu_milli",
+        "memory_mib",
+        "num_gpu",
+        "gpu_milli",
+        "gpu_spec",
+        "qos",
+        "pod_phase",
+        "creation_time_s",
+        "deletion_time_s",
+        "scheduled_time_s",
     ]
     assert len(default) == 8_152 and default["name"].is_unique
     first = default.iloc[0]
     assert (first["name"], first["cpu_milli"], first["memory_mib"], first["gpu_milli"], first["qos"]) == (
-        "openb-pod-0000", 12000, 16384, 1000, "LS")
+        "openb-pod-0000",
+        12000,
+        16384,
+        1000,
+        "LS",
+    )
     assert default["scheduled_time_s"].isna().sum() == 897  # pods never scheduled
     multi = batches["multigpu40"].frame
     assert multi[["gpu_spec", "qos", "pod_phase", "creation_time_s"]].isna().all().all()
@@ -103,7 +130,13 @@ def test_pai_and_philly(data_dir):
     sources = all_sources()
     pai = next(iter(sources["pai_machine_specs"].batches(data_dir))).frame
     assert pai.groupby("gpu_type").size().to_dict() == {
-        "CPU": 83, "MISC": 280, "P100": 798, "T4": 497, "V100": 104, "V100M32": 135}
+        "CPU": 83,
+        "MISC": 280,
+        "P100": 798,
+        "T4": 497,
+        "V100": 104,
+        "V100M32": 135,
+    }
     assert int(pai["cap_gpu"].sum()) == 6_742
     runtimes = next(iter(sources["philly_runtimes"].batches(data_dir))).frame
     assert list(runtimes.columns) == ["runtime_s"] and runtimes["runtime_s"].median() == 1_186

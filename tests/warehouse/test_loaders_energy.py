@@ -1,4 +1,5 @@
 """Energy loaders (Zeus, ML.ENERGY v2/v3, AcmeTrace) on the real files and on small bad inputs."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,10 +28,18 @@ def test_zeus_power_sweep_uses_the_derived_file_only(data_dir):
     sweep = _frames("zeus_power_sweep", data_dir)["raw.zeus_power_sweep"]
     assert len(sweep) == 1_609
     assert sweep.groupby("gpu_type").size().to_dict() == {"A40": 453, "P100": 270, "RTX6000": 410, "V100": 476}
-    assert list(sweep.columns) == ["gpu_type", "dataset", "network", "batch_size", "optimizer", "power_limit_w",
-                                   "time_per_epoch_s", "avg_power_w", "energy_per_epoch_j"]
-    np.testing.assert_allclose(sweep["energy_per_epoch_j"], sweep["time_per_epoch_s"] * sweep["avg_power_w"],
-                               rtol=1e-9)
+    assert list(sweep.columns) == [
+        "gpu_type",
+        "dataset",
+        "network",
+        "batch_size",
+        "optimizer",
+        "power_limit_w",
+        "time_per_epoch_s",
+        "avg_power_w",
+        "energy_per_epoch_j",
+    ]
+    np.testing.assert_allclose(sweep["energy_per_epoch_j"], sweep["time_per_epoch_s"] * sweep["avg_power_w"], rtol=1e-9)
 
 
 def test_zeus_power_sweep_falls_back_to_the_summary_files(tmp_path, data_dir):
@@ -65,15 +74,18 @@ def test_zeus_train_summary_bad_epochs_are_quarantined(tmp_path):
     batch = load_zeus_train_summary(path, tmp_path)
     assert batch.frame["target_epoch"].tolist() == [3, pd.NA]
     assert [(r.row_number, r.field, r.reason.split(" (")[0]) for r in batch.rejections] == [
-        (4, "target_epoch", "not a number"), (5, "target_epoch", "below minimum 0"),
-        (6, "target_epoch", "not an integer")]
+        (4, "target_epoch", "not a number"),
+        (5, "target_epoch", "below minimum 0"),
+        (6, "target_epoch", "not an integer"),
+    ]
 
 
 def test_zeus_profiles_long_form(data_dir):
     profiles = _frames("zeus_profiles", data_dir)["raw.zeus_profile_windows"]
     assert len(profiles) == 164
-    four = profiles[(profiles["gpu_model"] == "A40") & (profiles["model_name"] == "resnet18")
-                    & (profiles["gpu_ids"] == "0,1,2,3")]
+    four = profiles[
+        (profiles["gpu_model"] == "A40") & (profiles["model_name"] == "resnet18") & (profiles["gpu_ids"] == "0,1,2,3")
+    ]
     assert len(four) == 9 * 4 and set(four["gpu_index"]) == {0, 1, 2, 3} and set(four["num_gpus"]) == {4}
     assert sorted(four["power_limit_w"].unique()) == list(range(100, 301, 25))
     first = four[(four["window_index"] == 0) & (four["gpu_index"] == 0)].iloc[0]
@@ -98,7 +110,8 @@ def test_zeus_profile_bad_window_is_quarantined(tmp_path):
     assert batch.frame["window_index"].tolist() == [0, 0, 1, 1]
     assert sorted((r.row_number, r.field, r.reason) for r in batch.rejections) == [
         (3, "window_name", "window_name does not end in _<power limit W>"),
-        (4, "gpu0_energy", "below minimum 0")]
+        (4, "gpu0_energy", "below minimum 0"),
+    ]
     assert batch.batch_id == "zeus_profiles:A40+toy+gpu0,1.csv"
 
 
@@ -108,8 +121,15 @@ def test_mlenergy_v2(data_dir):
     assert len(legacy) == 260
     assert legacy.groupby("gpu").size().to_dict() == {"A100": 84, "A40": 92, "V100": 84}
     assert set(legacy["task"]) == {"chat", "chat-concise", "instruct", "instruct-concise"}
-    assert list(legacy.columns) == ["gpu", "task", "model", "throughput_tokens_per_s", "response_length_tokens",
-                                    "latency_s", "energy_per_response_j"]
+    assert list(legacy.columns) == [
+        "gpu",
+        "task",
+        "model",
+        "throughput_tokens_per_s",
+        "response_length_tokens",
+        "latency_s",
+        "energy_per_response_j",
+    ]
     row = legacy[(legacy["gpu"] == "A100") & (legacy["task"] == "chat") & (legacy["model"] == "BAIR/koala-13b")]
     assert row["energy_per_response_j"].iloc[0] == pytest.approx(2144.8338435191445)
     runs = tables["raw.mlenergy_v2_llm_runs"]
@@ -124,8 +144,13 @@ def test_mlenergy_v2(data_dir):
 def test_mlenergy_v3(data_dir):
     v3 = _frames("mlenergy_v3", data_dir)["raw.mlenergy_v3_configurations"]
     assert len(v3) == 838
-    assert {"avg_power_total_w", "energy_per_request_j", "energy_per_token_j", "output_throughput_tokens_per_s",
-            "avg_output_len_tokens"} <= set(v3.columns)
+    assert {
+        "avg_power_total_w",
+        "energy_per_request_j",
+        "energy_per_token_j",
+        "output_throughput_tokens_per_s",
+        "avg_output_len_tokens",
+    } <= set(v3.columns)
     per_gpu = (v3["avg_power_total_w"] / v3["num_gpus"]).groupby(v3["gpu_model"]).median()
     assert 450 < per_gpu["H100"] < 550 and 650 < per_gpu["B200"] < 750
 

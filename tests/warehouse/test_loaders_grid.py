@@ -3,6 +3,7 @@
 The real-data ingest (~20 s) runs once per module into a temporary warehouse (`grid_wh`); the synthetic tests
 use `tmp_warehouse`. Nothing here touches var/warehouse.duckdb.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -151,8 +152,19 @@ def test_contract_unique_keys(grid_wh):
     assert set(enums.s) == {"average"} and set(enums.b) <= {"production", "consumption"}
     assert set(enums.c) == {"direct", "lifecycle"} and enums.bad == 0
     fuels = set(_q(db, "SELECT DISTINCT fuel FROM raw.grid_generation").fuel)
-    assert fuels <= {"coal", "nat_gas", "nuclear", "oil", "hydro", "solar", "wind", "other", "unknown", "biomass",
-                     "geothermal"}
+    assert fuels <= {
+        "coal",
+        "nat_gas",
+        "nuclear",
+        "oil",
+        "hydro",
+        "solar",
+        "wind",
+        "other",
+        "unknown",
+        "biomass",
+        "geothermal",
+    }
     assert _q(db, "SELECT count(*) AS n FROM raw.grid_generation WHERE NOT generation_mw >= 0").n[0] == 0
 
 
@@ -230,9 +242,9 @@ def test_div4_scaling(grid_wh):
         "WHERE region = 'NL' AND fuel = 'nuclear'",
     ).iloc[0]
     assert 470 <= nl.med <= 500 and abs(nl.p90 - 485) < 5  # Borssele, 1940 / 4
-    de_coal = _q(
-        db, "SELECT avg(generation_mw) AS m FROM raw.grid_generation WHERE region = 'DE' AND fuel = 'coal'"
-    ).m[0]
+    de_coal = _q(db, "SELECT avg(generation_mw) AS m FROM raw.grid_generation WHERE region = 'DE' AND fuel = 'coal'").m[
+        0
+    ]
     assert 14_000 < de_coal < 17_000  # the file's mean is about 61,000 = 4 × hourly MW
     flags = _q(
         db,
@@ -535,14 +547,38 @@ def test_synthetic_dacf(tmp_path, tmp_warehouse):
 def test_synthetic_gb(tmp_path, tmp_warehouse):
     root = tmp_path / "data"
     folder = root / "grid" / "lets_wait_awhile"
-    times = ["2020-10-30 22:00:00", "2020-10-30 22:30:00", "2020-10-30 23:00:00",  # 23:00 has one half-hour
-             "2020-10-31 00:00:00", "2020-10-31 00:15:00", "2020-10-31 00:30:00", "2020-10-31 00:45:00",
-             "2020-10-31 01:00:00", "2020-10-31 01:10:00"]  # 01:10 is off the 15-min grid
+    times = [
+        "2020-10-30 22:00:00",
+        "2020-10-30 22:30:00",
+        "2020-10-30 23:00:00",  # 23:00 has one half-hour
+        "2020-10-31 00:00:00",
+        "2020-10-31 00:15:00",
+        "2020-10-31 00:30:00",
+        "2020-10-31 00:45:00",
+        "2020-10-31 01:00:00",
+        "2020-10-31 01:10:00",
+    ]  # 01:10 is off the 15-min grid
     ci_rows = "\n".join(f"{t},{100 + i}" for i, t in enumerate(times))
     _write(folder / "gb_ci.csv", "Time,Carbon Intensity\n" + ci_rows + "\n")
-    header = ("," + ",".join(["Biomass", "Fossil Gas", "Fossil Hard coal", "Fossil Oil", "Hydro Pumped Storage",
-                              "Hydro Run-of-river and poundage", "Nuclear", "Other", "Solar", "Wind Offshore",
-                              "Wind Onshore", "FR", "NL", "IE", "BE"]))
+    header = "," + ",".join(
+        [
+            "Biomass",
+            "Fossil Gas",
+            "Fossil Hard coal",
+            "Fossil Oil",
+            "Hydro Pumped Storage",
+            "Hydro Run-of-river and poundage",
+            "Nuclear",
+            "Other",
+            "Solar",
+            "Wind Offshore",
+            "Wind Onshore",
+            "FR",
+            "NL",
+            "IE",
+            "BE",
+        ]
+    )
     rows = []
     for i, t in enumerate(times):
         imports = ",,," if t == "2020-10-31 00:45:00" else "100,100,100,100"

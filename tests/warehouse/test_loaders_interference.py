@@ -1,4 +1,5 @@
 """Gavel throughput loaders: simulation/physical CSVs and the oracle JSON."""
+
 from __future__ import annotations
 
 import json
@@ -23,21 +24,48 @@ def tables(data_dir) -> dict[str, pd.DataFrame]:
 def test_counts_per_measurement_set(tables):
     iso, pairs = tables["raw.gavel_isolated"], tables["raw.gavel_colocated"]
     assert iso.groupby("measurement_set").size().to_dict() == {"oracle": 78, "physical": 492, "simulation": 492}
-    assert pairs.groupby("measurement_set").size().to_dict() == {"oracle": 2_028, "physical": 10_338,
-                                                                  "simulation": 10_338}
+    assert pairs.groupby("measurement_set").size().to_dict() == {
+        "oracle": 2_028,
+        "physical": 10_338,
+        "simulation": 10_338,
+    }
     assert (pairs["measurement_set"] == "simulation").sum() >= 10_000
-    assert list(iso.columns) == ["measurement_set", "gpu_type", "consolidated", "job_type", "model_family",
-                                 "batch_size", "scale_factor", "steps_per_s"]
+    assert list(iso.columns) == [
+        "measurement_set",
+        "gpu_type",
+        "consolidated",
+        "job_type",
+        "model_family",
+        "batch_size",
+        "scale_factor",
+        "steps_per_s",
+    ]
     assert list(pairs.columns) == [
-        "measurement_set", "gpu_type", "consolidated", "job_a", "scale_factor_a", "job_b", "scale_factor_b",
-        "steps_per_s_a_colocated", "steps_per_s_b_colocated", "steps_per_s_a_isolated", "steps_per_s_b_isolated",
-        "norm_throughput_a", "norm_throughput_b", "feasible"]
+        "measurement_set",
+        "gpu_type",
+        "consolidated",
+        "job_a",
+        "scale_factor_a",
+        "job_b",
+        "scale_factor_b",
+        "steps_per_s_a_colocated",
+        "steps_per_s_b_colocated",
+        "steps_per_s_a_isolated",
+        "steps_per_s_b_isolated",
+        "norm_throughput_a",
+        "norm_throughput_b",
+        "feasible",
+    ]
 
 
 def test_simulation_facts_from_source_md(tables):
     pairs = tables["raw.gavel_colocated"]
-    sim = pairs[(pairs["measurement_set"] == "simulation") & pairs["consolidated"]
-                & (pairs["scale_factor_a"] == 1) & (pairs["scale_factor_b"] == 1)]
+    sim = pairs[
+        (pairs["measurement_set"] == "simulation")
+        & pairs["consolidated"]
+        & (pairs["scale_factor_a"] == 1)
+        & (pairs["scale_factor_b"] == 1)
+    ]
     assert sim[sim["feasible"]].groupby("gpu_type").size().to_dict() == {"k80": 589, "p100": 656, "v100": 636}
     # every pair with a multi-GPU job is infeasible
     multi = pairs[(pairs["scale_factor_a"] > 1) | (pairs["scale_factor_b"] > 1)]
@@ -54,8 +82,11 @@ def test_oracle_rows(tables, data_dir):
     assert row["steps_per_s"].iloc[0] == raw["p100"]["ResNet-50 (batch size 16)"]["null"]
     assert (row["model_family"].iloc[0], row["batch_size"].iloc[0]) == ("ResNet-50", 16)
     oracle_pairs = pairs[pairs["measurement_set"] == "oracle"]
-    pair = oracle_pairs[(oracle_pairs["gpu_type"] == "p100") & (oracle_pairs["job_a"] == "ResNet-50 (batch size 16)")
-                        & (oracle_pairs["job_b"] == "ResNet-50 (batch size 32)")].iloc[0]
+    pair = oracle_pairs[
+        (oracle_pairs["gpu_type"] == "p100")
+        & (oracle_pairs["job_a"] == "ResNet-50 (batch size 16)")
+        & (oracle_pairs["job_b"] == "ResNet-50 (batch size 32)")
+    ].iloc[0]
     a, b = raw["p100"]["ResNet-50 (batch size 16)"]["ResNet-50 (batch size 32)"]
     assert (pair["steps_per_s_a_colocated"], pair["steps_per_s_b_colocated"]) == (a, b)
     assert pair["steps_per_s_b_isolated"] == raw["p100"]["ResNet-50 (batch size 32)"]["null"]
@@ -96,8 +127,11 @@ def test_oracle_tuple_keys_and_bad_entries(tmp_path):
     path.write_text(json.dumps(data))
     iso, pairs, iso_rej, pair_rej = parse_oracle(path)
     assert iso[["gpu_type", "consolidated", "job_type", "scale_factor", "steps_per_s"]].values.tolist() == [
-        ["v100", True, "A (batch size 8)", 1, 10.0], ["v100", True, "B", 2, 0.0], ["v100", True, "E", 1, 3.0],
-        ["k80", False, "F", 1, 2.0]]
+        ["v100", True, "A (batch size 8)", 1, 10.0],
+        ["v100", True, "B", 2, 0.0],
+        ["v100", True, "E", 1, 3.0],
+        ["k80", False, "F", 1, 2.0],
+    ]
     assert iso["batch_size"].tolist() == [8, pd.NA, pd.NA, pd.NA]
     got = pairs[["job_a", "job_b", "norm_throughput_a", "norm_throughput_b", "feasible"]].values.tolist()
     assert got == [
@@ -107,7 +141,8 @@ def test_oracle_tuple_keys_and_bad_entries(tmp_path):
         ["F", "F", 0.5, 0.5, True],
     ]
     assert [(r.field, r.reason) for r in iso_rej] == [
-        ("v100/('D', 1)/null", "isolated throughput missing, negative or not a number")]
+        ("v100/('D', 1)/null", "isolated throughput missing, negative or not a number")
+    ]
     assert sorted((r.field, r.reason.split(" ")[0]) for r in pair_rej) == [
         ("v100/('A (batch size 8)', 1)/('B', 2) extra", "job"),
         ("v100/('A (batch size 8)', 1)/('C', 1)", "partner"),
@@ -129,9 +164,11 @@ def test_oracle_malformed_json_names_file_and_line(tmp_path):
 def test_colocated_rows_are_checked(tmp_path):
     folder = tmp_path / "interference" / "gavel"
     folder.mkdir(parents=True)
-    header = ("gpu_type,consolidated,job_a,scale_factor_a,job_b,scale_factor_b,steps_per_sec_a_colocated,"
-              "steps_per_sec_b_colocated,steps_per_sec_a_isolated,steps_per_sec_b_isolated,norm_throughput_a,"
-              "norm_throughput_b,feasible\n")
+    header = (
+        "gpu_type,consolidated,job_a,scale_factor_a,job_b,scale_factor_b,steps_per_sec_a_colocated,"
+        "steps_per_sec_b_colocated,steps_per_sec_a_isolated,steps_per_sec_b_isolated,norm_throughput_a,"
+        "norm_throughput_b,feasible\n"
+    )
     (folder / "gavel_phys_colocated_pairs.csv").write_text(
         header
         + "k80,1,A,1,B,1,1.0,2.0,2.0,4.0,0.5,0.5,1\n"
@@ -143,8 +180,11 @@ def test_colocated_rows_are_checked(tmp_path):
     assert batch.table == "raw.gavel_colocated" and len(batch.frame) == 1
     assert batch.frame["measurement_set"].tolist() == ["physical"]
     assert sorted((r.row_number, r.field, r.reason) for r in batch.rejections) == [
-        (3, "gpu_type,consolidated,job_a,scale_factor_a,job_b,scale_factor_b",
-         "duplicate key ['gpu_type', 'consolidated', 'job_a', 'scale_factor_a', 'job_b', 'scale_factor_b']"),
+        (
+            3,
+            "gpu_type,consolidated,job_a,scale_factor_a,job_b,scale_factor_b",
+            "duplicate key ['gpu_type', 'consolidated', 'job_a', 'scale_factor_a', 'job_b', 'scale_factor_b']",
+        ),
         (4, "consolidated", "not a boolean"),
         (5, "steps_per_sec_a_colocated", "below minimum 0"),
     ]

@@ -1,4 +1,5 @@
 """The model registry (warehouse.model_registry) on a temporary warehouse: versions, artifacts, checksums."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,11 @@ def store(tmp_warehouse, tmp_path, monkeypatch):
 def frame(request) -> pd.DataFrame:
     try:
         shared = request.getfixturevalue("grid_frame")
-        if set(REGIONS) <= set(shared["region"]) and shared["hour_utc"].min() <= pd.Timestamp("2021-05-01", tz="UTC") \
-                and shared["hour_utc"].max() >= pd.Timestamp("2021-07-10", tz="UTC"):
+        if (
+            set(REGIONS) <= set(shared["region"])
+            and shared["hour_utc"].min() <= pd.Timestamp("2021-05-01", tz="UTC")
+            and shared["hour_utc"].max() >= pd.Timestamp("2021-07-10", tz="UTC")
+        ):
             return shared[shared["region"].isin(REGIONS)].reset_index(drop=True)
     except pytest.FixtureLookupError:
         pass
@@ -56,12 +60,19 @@ def test_tables_created_idempotently(store):
 
 
 def test_register_and_latest_good_roundtrip(store, naive, frame):
-    first = model_registry.register_model(naive, "naive-24", "carbon_intensity", "2021-06-01", metrics={"mape": 7.5},
-                                    params={"period": 24, "nan": float("nan")})
+    first = model_registry.register_model(
+        naive,
+        "naive-24",
+        "carbon_intensity",
+        "2021-06-01",
+        metrics={"mape": 7.5},
+        params={"period": 24, "nan": float("nan")},
+    )
     second = model_registry.register_model(naive, "naive-24", "carbon_intensity", "2021-07-01", metrics={"mape": 7.0})
     again = model_registry.register_model(naive, "naive-24", "carbon_intensity", "2021-07-01", metrics={"mape": 6.9})
-    failed = model_registry.register_model(None, "naive-24", "carbon_intensity", "2021-08-01", status="failed",
-                                     metrics={"error": "boom"})
+    failed = model_registry.register_model(
+        None, "naive-24", "carbon_intensity", "2021-08-01", status="failed", metrics={"error": "boom"}
+    )
     assert first.version == "20210601T0000Z.1"
     assert (second.version, again.version) == ("20210701T0000Z.1", "20210701T0000Z.2")
     assert failed.status == "failed" and failed.artifact_path is None

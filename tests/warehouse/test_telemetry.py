@@ -1,4 +1,5 @@
 """GPU telemetry loader: nvidia-smi and DCGM-exporter CSV logs (fixtures in tests/fixtures/telemetry)."""
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,12 @@ def test_nvidia_smi_fixture_local_time_and_power_limit_change():
     assert batch.rejections == [] and len(frame) == 320 and list(frame.columns) == OUTPUT_COLUMNS
     assert batch.table == "raw.gpu_telemetry" and batch.source == "telemetry"
     assert set(frame["log_format"]) == {"nvidia-smi"} and set(frame["source_tz"]) == {"Europe/Berlin"}
-    assert set(frame["host"]) == {"node-a"} and frame.groupby("gpu_index").size().to_dict() == {0: 80, 1: 80, 2: 80,
-                                                                                                   3: 80}
+    assert set(frame["host"]) == {"node-a"} and frame.groupby("gpu_index").size().to_dict() == {
+        0: 80,
+        1: 80,
+        2: 80,
+        3: 80,
+    }
     # 13:00:00.117 in Berlin (CET, UTC+1) is 12:00:00.117 UTC
     assert frame["ts_utc"].min() == pd.Timestamp("2024-03-01 12:00:00.117", tz="UTC")
     assert set(frame["gpu_model"]) == {"NVIDIA A100-SXM4-80GB"} and frame["gpu_uuid"].str.startswith("GPU-").all()
@@ -105,8 +110,12 @@ def test_loaded_types_in_the_warehouse(tmp_warehouse):
         load_batch(con, load_telemetry_file(DCGM))
         load_batch(con, load_telemetry_file(NVSMI, tz="Europe/Berlin", host="node-a"))
     with reader() as con:
-        types = dict(con.execute("SELECT column_name, data_type FROM information_schema.columns "
-                                 "WHERE table_schema = 'raw' AND table_name = 'gpu_telemetry'").fetchall())
+        types = dict(
+            con.execute(
+                "SELECT column_name, data_type FROM information_schema.columns "
+                "WHERE table_schema = 'raw' AND table_name = 'gpu_telemetry'"
+            ).fetchall()
+        )
         hosts = dict(con.execute("SELECT host, count(*) FROM raw.gpu_telemetry GROUP BY 1").fetchall())
     assert types["ts_utc"] == "TIMESTAMP WITH TIME ZONE" and types["power_w"] == "DOUBLE"
     assert types["gpu_index"] == "BIGINT" and types["energy_source"] == "VARCHAR"
@@ -122,23 +131,29 @@ def test_source_reads_data_dir_telemetry_with_sidecar(tmp_warehouse, tmp_path, d
     shutil.copy(DCGM, folder / "node-b.csv")
     results = ingest(["telemetry"], data_dir=tmp_path, progress=False)
     assert sorted((r.batch_id, r.rows) for r in results) == [
-        ("telemetry:telemetry/rack1/node-a.csv", 320), ("telemetry:telemetry/rack1/node-b.csv", 242)]
+        ("telemetry:telemetry/rack1/node-a.csv", 320),
+        ("telemetry:telemetry/rack1/node-b.csv", 242),
+    ]
     with reader() as con:
-        first = con.execute("SELECT min(ts_utc), any_value(source_tz) FROM raw.gpu_telemetry WHERE host = 'node-a'"
-                            ).fetchone()
+        first = con.execute(
+            "SELECT min(ts_utc), any_value(source_tz) FROM raw.gpu_telemetry WHERE host = 'node-a'"
+        ).fetchone()
     assert first[0] == pd.Timestamp("2024-03-01 12:00:00.117", tz="UTC") and first[1] == "Europe/Berlin"
     assert all(r.skipped_unchanged for r in ingest(["telemetry"], data_dir=tmp_path, progress=False))
 
 
 def test_negative_power_and_bad_values_are_quarantined(tmp_path):
-    path = _write(tmp_path, NVSMI_HEADER
-                  + "2024/03/01 12:00:00.000, 0, GPU-a, 245.31 W, 1410 MHz, 87 %\n"
-                  + "2024/03/01 12:00:00.000, 1, GPU-b, -12.00 W, 1410 MHz, 87 %\n"
-                  + "2024/03/01 12:00:01.000, 0, GPU-a, lots W, 1410 MHz, 87 %\n"
-                  + "2024/03/01 12:00:01.000, 1, GPU-b, 245 mW, 1410 MHz, 87 %\n"
-                  + "2024/03/01 12:00:02.000, 0, GPU-a, [N/A], 1410 MHz, 87 %\n"
-                  + "2024/03/01 12:00:02.000, 1, GPU-b, 200.00 W, 1410 MHz, 187 %\n"
-                  + "2024/03/01 12:00:03.000, 0, GPU-a, 200.00 W, 1410 MHz, 87 %\n")
+    path = _write(
+        tmp_path,
+        NVSMI_HEADER
+        + "2024/03/01 12:00:00.000, 0, GPU-a, 245.31 W, 1410 MHz, 87 %\n"
+        + "2024/03/01 12:00:00.000, 1, GPU-b, -12.00 W, 1410 MHz, 87 %\n"
+        + "2024/03/01 12:00:01.000, 0, GPU-a, lots W, 1410 MHz, 87 %\n"
+        + "2024/03/01 12:00:01.000, 1, GPU-b, 245 mW, 1410 MHz, 87 %\n"
+        + "2024/03/01 12:00:02.000, 0, GPU-a, [N/A], 1410 MHz, 87 %\n"
+        + "2024/03/01 12:00:02.000, 1, GPU-b, 200.00 W, 1410 MHz, 187 %\n"
+        + "2024/03/01 12:00:03.000, 0, GPU-a, 200.00 W, 1410 MHz, 87 %\n",
+    )
     batch = load_telemetry_file(path)
     assert len(batch.frame) == 2
     assert _reasons(batch) == [
@@ -153,28 +168,39 @@ def test_negative_power_and_bad_values_are_quarantined(tmp_path):
 
 
 def test_duplicate_timestamp_per_gpu_is_quarantined(tmp_path):
-    path = _write(tmp_path, NVSMI_HEADER
-                  + "2024/03/01 12:00:00.000, 0, GPU-a, 245.31 W, 1410 MHz, 87 %\n"
-                  + "2024/03/01 12:00:00.000, 1, GPU-b, 245.31 W, 1410 MHz, 87 %\n"
-                  + "2024/03/01 12:00:00.000, 0, GPU-a, 250.00 W, 1410 MHz, 87 %\n")
+    path = _write(
+        tmp_path,
+        NVSMI_HEADER
+        + "2024/03/01 12:00:00.000, 0, GPU-a, 245.31 W, 1410 MHz, 87 %\n"
+        + "2024/03/01 12:00:00.000, 1, GPU-b, 245.31 W, 1410 MHz, 87 %\n"
+        + "2024/03/01 12:00:00.000, 0, GPU-a, 250.00 W, 1410 MHz, 87 %\n",
+    )
     batch = load_telemetry_file(path)
     assert len(batch.frame) == 2 and batch.frame["power_w"].tolist() == [245.31, 245.31]
     assert _reasons(batch) == [(4, "timestamp", "duplicate (timestamp, gpu) row")]
 
 
 def test_timezone_handling(tmp_path):
-    rows = ("2024/03/01 12:00:00.000, 0, GPU-a, 245.31 W, 1410 MHz, 87 %\n"
-            "2024/03/01 12:00:01.000, 0, GPU-a, 245.31 W, 1410 MHz, 87 %\n")
+    rows = (
+        "2024/03/01 12:00:00.000, 0, GPU-a, 245.31 W, 1410 MHz, 87 %\n"
+        "2024/03/01 12:00:01.000, 0, GPU-a, 245.31 W, 1410 MHz, 87 %\n"
+    )
     path = _write(tmp_path, NVSMI_HEADER + rows)
     strict = load_telemetry_file(path, tz=None)
     assert strict.frame.empty and _reasons(strict) == [
         (2, "timestamp", "timestamp has no time zone (pass tz=...)"),
-        (3, "timestamp", "timestamp has no time zone (pass tz=...)")]
+        (3, "timestamp", "timestamp has no time zone (pass tz=...)"),
+    ]
     ny = load_telemetry_file(path, tz="America/New_York").frame
     assert ny["ts_utc"].iloc[0] == pd.Timestamp("2024-03-01 17:00:00", tz="UTC")
     assert set(ny["source_tz"]) == {"America/New_York"}
-    mixed = _write(tmp_path, NVSMI_HEADER + "2024-03-01T12:00:00+01:00, 0, GPU-a, 245.31 W, 1410 MHz, 87 %\n"
-                   + "2024/03/01 12:00:01.000, 0, GPU-a, 245.31 W, 1410 MHz, 87 %\n", "mixed.csv")
+    mixed = _write(
+        tmp_path,
+        NVSMI_HEADER
+        + "2024-03-01T12:00:00+01:00, 0, GPU-a, 245.31 W, 1410 MHz, 87 %\n"
+        + "2024/03/01 12:00:01.000, 0, GPU-a, 245.31 W, 1410 MHz, 87 %\n",
+        "mixed.csv",
+    )
     batch = load_telemetry_file(mixed)
     assert batch.frame["ts_utc"].tolist() == [pd.Timestamp("2024-03-01 11:00:00", tz="UTC")]
     assert _reasons(batch) == [(3, "timestamp", "timestamp has no time zone while other rows of the file have one")]
@@ -183,27 +209,35 @@ def test_timezone_handling(tmp_path):
 
 
 def test_daylight_saving_gap_and_overlap_are_quarantined(tmp_path):
-    path = _write(tmp_path, NVSMI_HEADER
-                  + "2024/03/31 01:59:59.000, 0, GPU-a, 200 W, 1410 MHz, 87 %\n"
-                  + "2024/03/31 02:30:00.000, 0, GPU-a, 200 W, 1410 MHz, 87 %\n"  # does not exist in Berlin
-                  + "2024/03/31 03:00:01.000, 0, GPU-a, 200 W, 1410 MHz, 87 %\n"
-                  + "2024/10/27 02:30:00.000, 0, GPU-a, 200 W, 1410 MHz, 87 %\n")  # happens twice
+    path = _write(
+        tmp_path,
+        NVSMI_HEADER
+        + "2024/03/31 01:59:59.000, 0, GPU-a, 200 W, 1410 MHz, 87 %\n"
+        + "2024/03/31 02:30:00.000, 0, GPU-a, 200 W, 1410 MHz, 87 %\n"  # does not exist in Berlin
+        + "2024/03/31 03:00:01.000, 0, GPU-a, 200 W, 1410 MHz, 87 %\n"
+        + "2024/10/27 02:30:00.000, 0, GPU-a, 200 W, 1410 MHz, 87 %\n",
+    )  # happens twice
     batch = load_telemetry_file(path, tz="Europe/Berlin")
-    assert batch.frame["ts_utc"].tolist() == [pd.Timestamp("2024-03-31 00:59:59", tz="UTC"),
-                                              pd.Timestamp("2024-03-31 01:00:01", tz="UTC")]
+    assert batch.frame["ts_utc"].tolist() == [
+        pd.Timestamp("2024-03-31 00:59:59", tz="UTC"),
+        pd.Timestamp("2024-03-31 01:00:01", tz="UTC"),
+    ]
     assert [r[0] for r in _reasons(batch)] == [3, 5]
     assert all("daylight saving" in r.reason for r in batch.rejections)
 
 
 def test_dcgm_epoch_timestamps_counter_reset_and_gaps(tmp_path):
     header = "timestamp,gpu,UUID,modelName,Hostname,DCGM_FI_DEV_POWER_USAGE,DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION\n"
-    path = _write(tmp_path, header
-                  + "1709294400,0,GPU-a,H100,n1,100.0,5000000\n"
-                  + "1709294410,0,GPU-a,H100,n1,100.0,6000000\n"
-                  + "1709294420,0,GPU-a,H100,n1,100.0,400000\n"  # counter reset (driver reload)
-                  + "1709294400000,1,GPU-b,H100,n1,50.0,\n"  # ms epoch, GPU 1 has no counter: integrated
-                  + "1709294410000,1,GPU-b,H100,n1,70.0,\n"
-                  + "1709295410000,1,GPU-b,H100,n1,70.0,\n")  # 1000 s gap: not integrated
+    path = _write(
+        tmp_path,
+        header
+        + "1709294400,0,GPU-a,H100,n1,100.0,5000000\n"
+        + "1709294410,0,GPU-a,H100,n1,100.0,6000000\n"
+        + "1709294420,0,GPU-a,H100,n1,100.0,400000\n"  # counter reset (driver reload)
+        + "1709294400000,1,GPU-b,H100,n1,50.0,\n"  # ms epoch, GPU 1 has no counter: integrated
+        + "1709294410000,1,GPU-b,H100,n1,70.0,\n"
+        + "1709295410000,1,GPU-b,H100,n1,70.0,\n",
+    )  # 1000 s gap: not integrated
     frame = load_telemetry_file(path).frame
     gpu0, gpu1 = frame[frame["gpu_index"] == 0], frame[frame["gpu_index"] == 1]
     assert gpu0["ts_utc"].iloc[0] == gpu1["ts_utc"].iloc[0] == pd.Timestamp("2024-03-01 12:00:00", tz="UTC")

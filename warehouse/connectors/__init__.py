@@ -20,6 +20,7 @@ Entry points: `fetch_region`, `live_batches` (Batches for `warehouse.db.load_bat
 and `python -m warehouse.connectors`. Feeds and regions are configured in `feeds.yaml`; HTTP behaviour, caching
 and credentials live in `warehouse.connectors.http`.
 """
+
 from warehouse.connectors.base import Connector, FeedSettings
 from warehouse.connectors.feeds import (
     CONNECTORS,

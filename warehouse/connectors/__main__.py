@@ -6,6 +6,7 @@
 `fetch` without `--load` only reports what the feeds return; `--load` writes it into the warehouse.
 `--json` prints one JSON document on stdout and nothing else there (logs go to stderr).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,7 +36,9 @@ def _regions(args: argparse.Namespace) -> int:
         print(json.dumps({"regions": rows}, indent=2))
     else:
         for row in rows:
-            print(f"{row['region']:6s} primary={row['primary']:15s} fallback={row['fallback'] or '-':15s} extras={','.join(row['extras']) or '-'}")
+            print(
+                f"{row['region']:6s} primary={row['primary']:15s} fallback={row['fallback'] or '-':15s} extras={','.join(row['extras']) or '-'}"
+            )
     return 0
 
 
@@ -89,7 +92,9 @@ def _fetch(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m warehouse.connectors", description="Live grid feeds.")
-    parser.add_argument("--config", help="feed config YAML (default warehouse/connectors/feeds.yaml or LIVE_FEEDS_CONFIG)")
+    parser.add_argument(
+        "--config", help="feed config YAML (default warehouse/connectors/feeds.yaml or LIVE_FEEDS_CONFIG)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("regions", help="list regions and their feeds")
     p.add_argument("--json", action="store_true")

@@ -1,4 +1,5 @@
 """The connector interface: a feed's settings, its HTTP access and its credentials."""
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -48,7 +49,13 @@ class Connector(ABC):
     def get(self, path: str, *, params=None, headers=None, auth=None, use_cache: bool = True, cache_ttl_s=None) -> Any:
         ttl = cache_ttl_s if cache_ttl_s is not None else self.settings.cache_ttl_s
         return self.client.get_json(
-            self.url(path), params=params, headers=headers, auth=auth, use_cache=use_cache, cache_ttl_s=ttl, feed=self.name
+            self.url(path),
+            params=params,
+            headers=headers,
+            auth=auth,
+            use_cache=use_cache,
+            cache_ttl_s=ttl,
+            feed=self.name,
         )
 
     def payload_error(self, message: str) -> PayloadError:

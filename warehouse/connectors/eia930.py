@@ -21,6 +21,7 @@ arrive as numbers or as strings, both accepted).
   as 0: `signal_type=average`, `basis=production` (imports ignored), `scope` direct and lifecycle,
   `quality_flag=recomputed_from_mix`.
 """
+
 from __future__ import annotations
 
 import pandas as pd
@@ -108,7 +109,10 @@ class EIA930Connector(Connector):
         for number, record in enumerate(self._pages(code, start, end), start=1):
             where = f"eia930:{code}"
             if not isinstance(record, dict):
-                data.add_rejection(GENERATION, Rejection("record is not an object", where, number, None, None, {"record": repr(record)}))
+                data.add_rejection(
+                    GENERATION,
+                    Rejection("record is not an object", where, number, None, None, {"record": repr(record)}),
+                )
                 continue
             fueltype = str(record.get("fueltype", "")).upper()
             problem, field, value = None, None, None
@@ -133,7 +137,9 @@ class EIA930Connector(Connector):
                         if mw != mw:
                             problem, field, value = "value is NaN", "value", raw
             if problem:
-                data.add_rejection(GENERATION, Rejection(problem, where, number, field, None if value is None else str(value), record))
+                data.add_rejection(
+                    GENERATION, Rejection(problem, where, number, field, None if value is None else str(value), record)
+                )
                 continue
             rows.append({"hour_utc": hour, "fuel": FUEL_CODES[fueltype], "generation_mw": mw})
         if not rows:

@@ -18,6 +18,7 @@ Signal recorded with each value:
   generation and is left out (like interconnector flows). Values are MW; sub-hourly data (when
   `temporal_granularity` asks for it) is averaged to the hour.
 """
+
 from __future__ import annotations
 
 import pandas as pd
@@ -86,7 +87,10 @@ class ElectricityMapsConnector(Connector):
                 continue
             scope = record.get("emissionFactorType") or factor_type
             if scope not in ("direct", "lifecycle"):
-                data.add_rejection(CARBON_INTENSITY, _rejection(f"unknown emissionFactorType {scope!r}", number, record, "emissionFactorType", zone))
+                data.add_rejection(
+                    CARBON_INTENSITY,
+                    _rejection(f"unknown emissionFactorType {scope!r}", number, record, "emissionFactorType", zone),
+                )
                 continue
             rows.append(
                 {
@@ -130,14 +134,30 @@ class ElectricityMapsConnector(Connector):
                 if fuel is None:
                     data.add_rejection(
                         GENERATION,
-                        _rejection(f"unknown production source {source!r}", number, {"datetime": record["datetime"], source: value}, source, zone),
+                        _rejection(
+                            f"unknown production source {source!r}",
+                            number,
+                            {"datetime": record["datetime"], source: value},
+                            source,
+                            zone,
+                        ),
                     )
                     continue
-                rows.append({"hour_utc": hour, "stamp": record["datetime"], "fuel": fuel, "value": float(value), "estimated": estimated})
+                rows.append(
+                    {
+                        "hour_utc": hour,
+                        "stamp": record["datetime"],
+                        "fuel": fuel,
+                        "value": float(value),
+                        "estimated": estimated,
+                    }
+                )
         if not rows:
             return frame(GENERATION, [])
-        per_stamp = pd.DataFrame(rows).groupby(["hour_utc", "stamp", "fuel"], as_index=False).agg(
-            value=("value", "sum"), estimated=("estimated", "any")
+        per_stamp = (
+            pd.DataFrame(rows)
+            .groupby(["hour_utc", "stamp", "fuel"], as_index=False)
+            .agg(value=("value", "sum"), estimated=("estimated", "any"))
         )
         hourly = per_stamp.groupby(["hour_utc", "fuel"], as_index=False).agg(
             generation_mw=("value", "mean"), estimated=("estimated", "any")

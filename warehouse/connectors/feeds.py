@@ -16,6 +16,7 @@ same interval again replaces exactly its own rows. When the primary serves, an e
 id for the same interval is emitted too (`supersede`), so fallback rows from an earlier failed run are removed.
 The interval is always given; nothing here reads the wall clock (the forecast `as_of` is the interval end).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -131,7 +132,9 @@ class FeedConfig:
         return self.regions[name]
 
 
-def parse_feed_config(raw: Mapping[str, Any], *, origin: str = "<dict>", env: Mapping[str, str] | None = None) -> FeedConfig:
+def parse_feed_config(
+    raw: Mapping[str, Any], *, origin: str = "<dict>", env: Mapping[str, str] | None = None
+) -> FeedConfig:
     """Validate a config mapping (the YAML's shape). `env` (default os.environ) supplies <FEED>_BASE_URL."""
     env = os.environ if env is None else env
     if not isinstance(raw, Mapping):
@@ -249,7 +252,12 @@ class LiveFeeds:
                 expected = isinstance(exc, (ConnectorError, ValueError))
                 errors[feed] = redact(exc) if expected else f"{type(exc).__name__}: {redact(exc)}"
                 log.warning(
-                    "live feed %s failed for %s [%s, %s): %s", feed, region, iso_z(start), iso_z(end), errors[feed],
+                    "live feed %s failed for %s [%s, %s): %s",
+                    feed,
+                    region,
+                    iso_z(start),
+                    iso_z(end),
+                    errors[feed],
                     exc_info=not expected,  # an unexpected error is a bug: keep its traceback in the log
                 )
                 continue
@@ -333,7 +341,15 @@ def batches_for(data: FeedData, start: pd.Timestamp, end: pd.Timestamp, *, forec
         else:
             key = batch_id(data.feed, data.region, start, end)
         rows = data.frames.get(table)
-        out.append(Batch(table, key, data.feed, rows if rows is not None else frame(table, []), list(data.rejections.get(table, []))))
+        out.append(
+            Batch(
+                table,
+                key,
+                data.feed,
+                rows if rows is not None else frame(table, []),
+                list(data.rejections.get(table, [])),
+            )
+        )
     return out
 
 
@@ -343,7 +359,9 @@ def _empty_batches(feed: str, region: str, start: pd.Timestamp, end: pd.Timestam
 
 
 # -- module-level conveniences ----------------------------------------------------------------------------------
-def fetch_region(region: str, start, end, *, config: FeedConfig | None = None, client: HttpClient | None = None) -> RegionFetch:
+def fetch_region(
+    region: str, start, end, *, config: FeedConfig | None = None, client: HttpClient | None = None
+) -> RegionFetch:
     """Rows for `region` over [start, end) from its primary feed, or its fallback when the primary fails."""
     return LiveFeeds(config, client).fetch_region(region, start, end)
 

@@ -15,6 +15,7 @@
   secret values and the values of secret query parameters; a logging filter does the same for urllib3's debug
   lines (which print request URLs, and EIA puts its key in the URL).
 """
+
 from __future__ import annotations
 
 import email.utils
@@ -167,7 +168,9 @@ class CredentialSpec:
 
 
 CREDENTIALS: dict[str, CredentialSpec] = {
-    "electricitymaps": CredentialSpec("electricitymaps", ("api_key",), ("ELECTRICITYMAPS_API_KEY",), "electricitymaps_default"),
+    "electricitymaps": CredentialSpec(
+        "electricitymaps", ("api_key",), ("ELECTRICITYMAPS_API_KEY",), "electricitymaps_default"
+    ),
     "watttime": CredentialSpec(
         "watttime", ("username", "password"), ("WATTTIME_USERNAME", "WATTTIME_PASSWORD"), "watttime_default"
     ),
@@ -444,10 +447,14 @@ class HttpClient:
                     last_problem = "rate limited (429)"
                     if attempt < attempts:
                         delay = wait if wait is not None else self._backoff(attempt)
-                        log.warning("%s: 429 on %s; retrying in %.2f s (attempt %d/%d)", feed, shown, delay, attempt, attempts)
+                        log.warning(
+                            "%s: 429 on %s; retrying in %.2f s (attempt %d/%d)", feed, shown, delay, attempt, attempts
+                        )
                         self.sleep(delay)
                         continue
-                    raise RateLimitedError(f"{feed}: GET {shown} still rate limited (429) after {attempts} attempts", status, shown)
+                    raise RateLimitedError(
+                        f"{feed}: GET {shown} still rate limited (429) after {attempts} attempts", status, shown
+                    )
                 if status >= 500:
                     last_status = status
                     last_problem = f"HTTP {status}: {redact(response.text)[:200]!r}"
@@ -471,10 +478,20 @@ class HttpClient:
                     return body
             if attempt < attempts:
                 delay = self._backoff(attempt)
-                log.warning("%s: GET %s %s; retrying in %.2f s (attempt %d/%d)", feed, shown, last_problem, delay, attempt, attempts)
+                log.warning(
+                    "%s: GET %s %s; retrying in %.2f s (attempt %d/%d)",
+                    feed,
+                    shown,
+                    last_problem,
+                    delay,
+                    attempt,
+                    attempts,
+                )
                 self.sleep(delay)
         if last_status is not None:
-            raise HttpStatusError(f"{feed}: GET {shown} failed after {attempts} attempts: {last_problem}", last_status, shown)
+            raise HttpStatusError(
+                f"{feed}: GET {shown} failed after {attempts} attempts: {last_problem}", last_status, shown
+            )
         raise TransportError(f"{feed}: GET {shown} failed after {attempts} attempts: {last_problem}")
 
 
@@ -502,4 +519,3 @@ __all__ = [
     "redact_url",
     "register_secret",
 ]
-

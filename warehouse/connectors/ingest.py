@@ -1,4 +1,5 @@
 """Live feeds into the warehouse: the function an ingest DAG (or the CLI) calls for one interval."""
+
 from __future__ import annotations
 
 import logging

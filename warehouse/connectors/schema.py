@@ -16,6 +16,7 @@
 Every frame is sorted by its key and typed the same way on every run (strings as `str`, times as
 `datetime64[us, UTC]`, values as float64), so reloading identical data is a no-op in `load_batch`.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -117,7 +118,9 @@ def frame(table: str, rows: Iterable[dict] | pd.DataFrame) -> pd.DataFrame:
         out = out.sort_values(list(KEYS[table])).reset_index(drop=True)
         duplicated = out.duplicated(list(KEYS[table]), keep=False)
         if duplicated.any():
-            raise ValueError(f"{table}: duplicate keys {out.loc[duplicated, list(KEYS[table])].head(3).to_dict('records')}")
+            raise ValueError(
+                f"{table}: duplicate keys {out.loc[duplicated, list(KEYS[table])].head(3).to_dict('records')}"
+            )
     return out
 
 

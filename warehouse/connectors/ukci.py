@@ -17,6 +17,7 @@ The mix has no MW, only percent: it goes to `raw.grid_generation_share` (hourly 
 percentages) with `gas` → `nat_gas` and `imports` kept as its own row so the shares still sum to ~100. MW need
 a total from another source (`share_pct / 100 * total_mw`).
 """
+
 from __future__ import annotations
 
 import pandas as pd
@@ -85,7 +86,14 @@ class UKCarbonIntensityConnector(Connector):
             if value < 0:
                 data.add_rejection(
                     CARBON_INTENSITY,
-                    Rejection("actual is not a non-negative number", f"ukci:{data.region}", number, "intensity.actual", str(actual), record),
+                    Rejection(
+                        "actual is not a non-negative number",
+                        f"ukci:{data.region}",
+                        number,
+                        "intensity.actual",
+                        str(actual),
+                        record,
+                    ),
                 )
                 continue
             rows.append({"hour_utc": stamp.floor("h"), "from": stamp, "value": value})
@@ -110,7 +118,9 @@ class UKCarbonIntensityConnector(Connector):
             if not isinstance(mix, list):
                 data.add_rejection(
                     GENERATION_SHARE,
-                    Rejection("generationmix is not a list", f"ukci:{data.region}", number, "generationmix", None, record),
+                    Rejection(
+                        "generationmix is not a list", f"ukci:{data.region}", number, "generationmix", None, record
+                    ),
                 )
                 continue
             for item in mix:
@@ -120,10 +130,19 @@ class UKCarbonIntensityConnector(Connector):
                 except (KeyError, TypeError, ValueError):
                     data.add_rejection(
                         GENERATION_SHARE,
-                        Rejection("fuel or perc missing or malformed", f"ukci:{data.region}", number, "generationmix", str(item)[:200], record),
+                        Rejection(
+                            "fuel or perc missing or malformed",
+                            f"ukci:{data.region}",
+                            number,
+                            "generationmix",
+                            str(item)[:200],
+                            record,
+                        ),
                     )
                     continue
-                rows.append({"hour_utc": stamp.floor("h"), "from": stamp, "fuel": FUEL_NAMES.get(fuel, fuel), "share": share})
+                rows.append(
+                    {"hour_utc": stamp.floor("h"), "from": stamp, "fuel": FUEL_NAMES.get(fuel, fuel), "share": share}
+                )
         if not rows:
             return frame(GENERATION_SHARE, [])
         half_hours = pd.DataFrame(rows).groupby(["hour_utc", "from", "fuel"], as_index=False)["share"].sum()

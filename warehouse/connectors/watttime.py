@@ -19,6 +19,7 @@ the generators that respond to a change in load), `scope=direct` (stack CO2, no 
 3600 / `data_point_period_seconds` carries `quality_flag=partial_hour`. Historical values go to
 `raw.grid_carbon_intensity`; forecasts to `raw.grid_live_forecasts` with `issued_at` = `generated_at`.
 """
+
 from __future__ import annotations
 
 import time
@@ -81,7 +82,9 @@ class WattTimeConnector(Connector):
     def _signal(self) -> str:
         signal = self.settings.option("signal_type", "co2_moer")
         if signal not in SIGNALS:
-            raise ValueError(f"watttime: signal_type {signal!r} is not a carbon intensity; use one of {sorted(SIGNALS)}")
+            raise ValueError(
+                f"watttime: signal_type {signal!r} is not a carbon intensity; use one of {sorted(SIGNALS)}"
+            )
         return signal
 
     def _meta(self, body: dict, path: str) -> tuple[float, tuple[str, str, str], int]:

@@ -1,4 +1,5 @@
 """Registry of ingest sources. Each loader module exposes SOURCES: list[Source]."""
+
 from __future__ import annotations
 
 import importlib

@@ -4,6 +4,7 @@ A loader turns a file into a `Batch`. Problems with a whole file (missing, empty
 `LoadError` naming the file (and field); problems with single rows become `Rejection`s that go to
 `quarantine.rejected_rows` with file, row number (1-based line in the file, header = line 1), field and reason.
 """
+
 from __future__ import annotations
 
 import io
@@ -211,8 +212,10 @@ def _may_need_strip(text: str) -> bool:
         if space in text and (
             text.startswith(space)
             or text.endswith(space)
-            or any(edge in text for edge in (space + ",", "," + space, space + "\n", "\n" + space, space + "\r",
-                                             "\r" + space))
+            or any(
+                edge in text
+                for edge in (space + ",", "," + space, space + "\n", "\n" + space, space + "\r", "\r" + space)
+            )
         ):
             return True
     return False

@@ -12,6 +12,7 @@ openb/fixtures/ holds test fixtures of the FGD replay and is not loaded.
 
 This module also holds `csv_source`, the small factory the energy and interference loaders share.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
@@ -129,7 +130,7 @@ POD_PREFIX = "openb_pod_list_"
 
 
 def _variant(prefix: str) -> Constants:
-    return lambda path: {"variant": path.stem[len(prefix):] if path.stem.startswith(prefix) else path.stem}
+    return lambda path: {"variant": path.stem[len(prefix) :] if path.stem.startswith(prefix) else path.stem}
 
 
 openb_nodes = csv_source(

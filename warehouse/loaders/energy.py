@@ -10,6 +10,7 @@ Tables (one batch per file, batch_id = "<source>:<path relative to DATA_DIR>"):
 - raw.mlenergy_v3_configurations: ML.ENERGY benchmark v3 (H100/B200) configurations.
 - raw.acme_cluster_summary / raw.acme_utilization_cdfs: AcmeTrace (NSDI'24) summaries and CDFs.
 """
+
 from __future__ import annotations
 
 import re
@@ -72,8 +73,9 @@ def _sweep_batches(data_dir: Path) -> Iterator[Batch]:
             frame, rejections = read_checked_csv(path, SWEEP_SUMMARY_COLUMNS, key=SWEEP_KEY[1:])
             frame = with_constants(frame, {"gpu_type": _summary_gpu(path)})
             frame["energy_per_epoch_j"] = frame["time_per_epoch_s"] * frame["avg_power_w"]
-        yield Batch("raw.zeus_power_sweep", batch_id("zeus_power_sweep", path, data_dir), "zeus_power_sweep",
-                    frame, rejections)
+        yield Batch(
+            "raw.zeus_power_sweep", batch_id("zeus_power_sweep", path, data_dir), "zeus_power_sweep", frame, rejections
+        )
 
 
 zeus_power_sweep = Source(
@@ -110,13 +112,24 @@ def load_zeus_train_summary(path: Path, data_dir: Path) -> Batch:
     for idx in np.flatnonzero(bad.to_numpy()):
         row = frame.iloc[idx]
         rejections.append(
-            Rejection(str(reasons.iloc[idx]), str(path), int(row["_line"]), "target_epoch", str(raw.iloc[idx]),
-                      {k: str(v) for k, v in row.items() if k != "_line"})
+            Rejection(
+                str(reasons.iloc[idx]),
+                str(path),
+                int(row["_line"]),
+                "target_epoch",
+                str(raw.iloc[idx]),
+                {k: str(v) for k, v in row.items() if k != "_line"},
+            )
         )
     epoch = epoch.where(~bad & ~missing)
     frame = frame.assign(target_epoch=epoch.astype("Int64")).loc[~bad.to_numpy()].drop(columns="_line")
-    return Batch("raw.zeus_train_summary", batch_id("zeus_train_summary", path, data_dir), "zeus_train_summary",
-                 frame.reset_index(drop=True), rejections)
+    return Batch(
+        "raw.zeus_train_summary",
+        batch_id("zeus_train_summary", path, data_dir),
+        "zeus_train_summary",
+        frame.reset_index(drop=True),
+        rejections,
+    )
 
 
 def _train_files(data_dir: Path) -> list[Path]:
@@ -191,10 +204,23 @@ def load_zeus_profile(path: Path, data_dir: Path) -> Batch:
     long = with_constants(
         long, {"gpu_model": match["gpu"], "model_name": match["model"], "gpu_ids": ",".join(ids), "num_gpus": len(ids)}
     )
-    order = ["gpu_model", "model_name", "gpu_ids", "num_gpus", "window_index", "window_name", "power_limit_w",
-             "start_time_s", "elapsed_time_s", "gpu_index", "energy_j", "avg_power_w"]
-    return Batch("raw.zeus_profile_windows", batch_id("zeus_profiles", path, data_dir), "zeus_profiles",
-                 long[order], rejections)
+    order = [
+        "gpu_model",
+        "model_name",
+        "gpu_ids",
+        "num_gpus",
+        "window_index",
+        "window_name",
+        "power_limit_w",
+        "start_time_s",
+        "elapsed_time_s",
+        "gpu_index",
+        "energy_j",
+        "avg_power_w",
+    ]
+    return Batch(
+        "raw.zeus_profile_windows", batch_id("zeus_profiles", path, data_dir), "zeus_profiles", long[order], rejections
+    )
 
 
 def _profile_files(data_dir: Path) -> list[Path]:
@@ -264,14 +290,23 @@ def _v2_files(data_dir: Path) -> list[Path]:
 def _v2_batches(data_dir: Path) -> Iterator[Batch]:
     for path in _v2_files(data_dir):
         if path.name == "llm_runs.csv":
-            yield read_csv_batch("mlenergy_v2", "raw.mlenergy_v2_llm_runs", path, data_dir, LLM_RUN_COLUMNS,
-                                 key=RUN_KEY)
+            yield read_csv_batch(
+                "mlenergy_v2", "raw.mlenergy_v2_llm_runs", path, data_dir, LLM_RUN_COLUMNS, key=RUN_KEY
+            )
         elif path.name == "diffusion_runs.csv":
-            yield read_csv_batch("mlenergy_v2", "raw.mlenergy_v2_diffusion_runs", path, data_dir,
-                                 DIFFUSION_COLUMNS, key=RUN_KEY)
+            yield read_csv_batch(
+                "mlenergy_v2", "raw.mlenergy_v2_diffusion_runs", path, data_dir, DIFFUSION_COLUMNS, key=RUN_KEY
+            )
         else:
-            yield read_csv_batch("mlenergy_v2", "raw.mlenergy_v2_legacy", path, data_dir, LEGACY_COLUMNS,
-                                 key=["model"], constants=_legacy_constants)
+            yield read_csv_batch(
+                "mlenergy_v2",
+                "raw.mlenergy_v2_legacy",
+                path,
+                data_dir,
+                LEGACY_COLUMNS,
+                key=["model"],
+                constants=_legacy_constants,
+            )
 
 
 mlenergy_v2 = Source(
@@ -368,11 +403,18 @@ def _acme_files(data_dir: Path) -> list[Path]:
 def _acme_batches(data_dir: Path) -> Iterator[Batch]:
     for path in _acme_files(data_dir):
         if path.name == "cluster_summary.csv":
-            yield read_csv_batch("acmetrace", "raw.acme_cluster_summary", path, data_dir, ACME_SUMMARY_COLUMNS,
-                                 key=["cluster"])
+            yield read_csv_batch(
+                "acmetrace", "raw.acme_cluster_summary", path, data_dir, ACME_SUMMARY_COLUMNS, key=["cluster"]
+            )
         else:
-            yield read_csv_batch("acmetrace", "raw.acme_utilization_cdfs", path, data_dir, ACME_CDF_COLUMNS,
-                                 key=["cluster", "metric", "cdf_pct"])
+            yield read_csv_batch(
+                "acmetrace",
+                "raw.acme_utilization_cdfs",
+                path,
+                data_dir,
+                ACME_CDF_COLUMNS,
+                key=["cluster", "metric", "cdf_pct"],
+            )
 
 
 acmetrace = Source(

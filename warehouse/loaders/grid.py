@@ -73,6 +73,7 @@ quality_flag: NULL, one code, or several codes joined with ``;`` in a fixed orde
 ``scaled_div4;repeated_row``) — test with ``contains(quality_flag, 'repeated_row')``, not equality.
 Batches: ``batch_id = "<source>:<path relative to DATA_DIR>"``; one batch per (file, table).
 """
+
 from __future__ import annotations
 
 import re
@@ -568,8 +569,9 @@ def _dacf_batch(root: Path, path: Path) -> Batch:
     columns = [
         TIME_UTC,
         Column("carbon_intensity", min_value=0.0, max_value=MAX_CI_GCO2_PER_KWH, rename="carbon_intensity_actual"),
-        Column("carbon_from_src_forecasts", min_value=0.0, max_value=MAX_CI_GCO2_PER_KWH,
-               rename="carbon_intensity_direct"),
+        Column(
+            "carbon_from_src_forecasts", min_value=0.0, max_value=MAX_CI_GCO2_PER_KWH, rename="carbon_intensity_direct"
+        ),
     ] + [Column(f"avg_{f}_production_forecast", min_value=0.0, rename=f"{f}_mw") for f in fuels]
     read = _on_the_hour(_read(path, columns))
     frame = read.frame
@@ -610,7 +612,7 @@ def _gb_files(root: Path) -> list[Path]:
 def _sub_hourly(read: _Read) -> tuple[_Read, pd.DatetimeIndex, np.ndarray]:
     """Reject timestamps off the 15-minute grid; return each row's hour and its slot bit (1 << quarter)."""
     ts = read.frame["ts"]
-    off = ((ts.dt.minute % 15 != 0) | (ts.dt.second != 0) | (ts.dt.microsecond != 0) | (ts.dt.nanosecond != 0))
+    off = (ts.dt.minute % 15 != 0) | (ts.dt.second != 0) | (ts.dt.microsecond != 0) | (ts.dt.nanosecond != 0)
     read = _drop(read, off.to_numpy(), "ts", "timestamp is not on a 15-minute boundary")
     ts = read.frame["ts"]
     hours = _hours(ts.dt.floor("h"))

@@ -6,6 +6,7 @@ the files (RMSE 0.00), and `tests/warehouse/test_loaders_grid.py` re-checks that
 medians and per-country import factors that the Let's-Wait-Awhile repository used for `gb_ci.csv`
 (lifecycle, consumption-weighted: imports included, pumped storage excluded).
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping

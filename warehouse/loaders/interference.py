@@ -15,6 +15,7 @@ Sources of rows:
 The raw simulation/physical JSON files are not loaded: the derived CSVs hold the same values.
 Throughput unit: training steps (iterations) per second of the whole job.
 """
+
 from __future__ import annotations
 
 import ast
@@ -162,8 +163,17 @@ def parse_oracle(path: Path) -> tuple[pd.DataFrame, pd.DataFrame, list[Rejection
                 continue
             iso[(job, scale)] = value
             model, batch = split_job_type(job)
-            isolated.append(dict(gpu_type=gpu, consolidated=consolidated, job_type=job, model_family=model,
-                                 batch_size=batch, scale_factor=scale, steps_per_s=value))
+            isolated.append(
+                dict(
+                    gpu_type=gpu,
+                    consolidated=consolidated,
+                    job_type=job,
+                    model_family=model,
+                    batch_size=batch,
+                    scale_factor=scale,
+                    steps_per_s=value,
+                )
+            )
         for job_key, entry in jobs.items():
             if not isinstance(entry, dict):
                 continue
@@ -193,18 +203,25 @@ def parse_oracle(path: Path) -> tuple[pd.DataFrame, pd.DataFrame, list[Rejection
                     reject(field, partner_key, "partner job has no isolated throughput on this GPU type", pair=True)
                     continue
                 iso_a, iso_b = iso[(job, scale)], iso[(partner, partner_scale)]
-                pairs.append(dict(
-                    gpu_type=gpu, consolidated=consolidated, job_a=job, scale_factor_a=scale, job_b=partner,
-                    scale_factor_b=partner_scale, steps_per_s_a_colocated=a, steps_per_s_b_colocated=b,
-                    steps_per_s_a_isolated=iso_a, steps_per_s_b_isolated=iso_b,
-                    norm_throughput_a=a / iso_a if iso_a > 0 else None,
-                    norm_throughput_b=b / iso_b if iso_b > 0 else None,
-                    feasible=not (a == 0 and b == 0),
-                ))
-    iso_frame = _typed(pd.DataFrame(isolated, columns=[c.rename or c.name for c in ISOLATED_COLUMNS]),
-                       ISOLATED_COLUMNS)
-    pair_frame = _typed(pd.DataFrame(pairs, columns=[c.rename or c.name for c in COLOCATED_COLUMNS]),
-                        COLOCATED_COLUMNS)
+                pairs.append(
+                    dict(
+                        gpu_type=gpu,
+                        consolidated=consolidated,
+                        job_a=job,
+                        scale_factor_a=scale,
+                        job_b=partner,
+                        scale_factor_b=partner_scale,
+                        steps_per_s_a_colocated=a,
+                        steps_per_s_b_colocated=b,
+                        steps_per_s_a_isolated=iso_a,
+                        steps_per_s_b_isolated=iso_b,
+                        norm_throughput_a=a / iso_a if iso_a > 0 else None,
+                        norm_throughput_b=b / iso_b if iso_b > 0 else None,
+                        feasible=not (a == 0 and b == 0),
+                    )
+                )
+    iso_frame = _typed(pd.DataFrame(isolated, columns=[c.rename or c.name for c in ISOLATED_COLUMNS]), ISOLATED_COLUMNS)
+    pair_frame = _typed(pd.DataFrame(pairs, columns=[c.rename or c.name for c in COLOCATED_COLUMNS]), COLOCATED_COLUMNS)
     return iso_frame, pair_frame, iso_rejections, pair_rejections
 
 
@@ -222,8 +239,14 @@ def _typed(frame: pd.DataFrame, columns: list[Column]) -> pd.DataFrame:
 
 
 def _files(data_dir: Path) -> list[Path]:
-    return glob_files(data_dir, [f"{GAVEL_DIR}/gavel_*_isolated_throughputs.csv",
-                                 f"{GAVEL_DIR}/gavel_*_colocated_pairs.csv", f"{GAVEL_DIR}/{ORACLE_FILE}"])
+    return glob_files(
+        data_dir,
+        [
+            f"{GAVEL_DIR}/gavel_*_isolated_throughputs.csv",
+            f"{GAVEL_DIR}/gavel_*_colocated_pairs.csv",
+            f"{GAVEL_DIR}/{ORACLE_FILE}",
+        ],
+    )
 
 
 def _batches(data_dir: Path) -> Iterator[Batch]:
@@ -239,8 +262,15 @@ def _batches(data_dir: Path) -> Iterator[Batch]:
             table, columns, key_cols = ISOLATED_TABLE, ISOLATED_COLUMNS, ISOLATED_KEY
         else:
             table, columns, key_cols = COLOCATED_TABLE, COLOCATED_COLUMNS, COLOCATED_KEY
-        yield read_csv_batch(SOURCE, table, path, data_dir, columns, key=key_cols,
-                             constants=lambda _p, m=measurement: {"measurement_set": m})
+        yield read_csv_batch(
+            SOURCE,
+            table,
+            path,
+            data_dir,
+            columns,
+            key=key_cols,
+            constants=lambda _p, m=measurement: {"measurement_set": m},
+        )
 
 
 gavel = Source(

@@ -31,6 +31,7 @@ gpu_util_pct, energy_j, energy_source, energy_counter_j, power_limit_w, temperat
 `DATA_DIR/telemetry/**/*.csv` is the `telemetry` source (absent in the shared data: it yields nothing); a sidecar
 `<file>.json` may give {"tz": "...", "host": "..."} for a log.
 """
+
 from __future__ import annotations
 
 import csv
@@ -52,11 +53,33 @@ from warehouse.loaders.cluster import batch_id, glob_files
 TABLE = "raw.gpu_telemetry"
 SOURCE = "telemetry"
 OUTPUT_COLUMNS = [
-    "ts_utc", "host", "gpu_index", "gpu_uuid", "gpu_model", "power_w", "sm_clock_mhz", "gpu_util_pct", "energy_j",
-    "energy_source", "energy_counter_j", "power_limit_w", "temperature_c", "log_format", "source_tz",
+    "ts_utc",
+    "host",
+    "gpu_index",
+    "gpu_uuid",
+    "gpu_model",
+    "power_w",
+    "sm_clock_mhz",
+    "gpu_util_pct",
+    "energy_j",
+    "energy_source",
+    "energy_counter_j",
+    "power_limit_w",
+    "temperature_c",
+    "log_format",
+    "source_tz",
 ]
-NA_TOKENS = {"", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", "[insufficient permissions]",
-             "[gpu is lost]", "nan"}
+NA_TOKENS = {
+    "",
+    "n/a",
+    "[n/a]",
+    "[not supported]",
+    "not supported",
+    "[unknown error]",
+    "[insufficient permissions]",
+    "[gpu is lost]",
+    "nan",
+}
 _NUMBER_WITH_UNIT = re.compile(r"^([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z%]*)$")
 _HAS_ZONE = re.compile(r"(?:Z|[+-]\d\d:?\d\d|\bUTC|\bGMT)$")
 _HEADER_UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
@@ -82,17 +105,53 @@ FIELDS = [
     Field("gpu_uuid", "str", ("uuid", "gpu_uuid"), ("UUID", "uuid")),
     Field("gpu_model", "str", ("name", "gpu_name"), ("modelName",)),
     Field("host", "str", (), ("Hostname", "hostname", "host")),
-    Field("power_w", "float", ("power.draw", "power.draw.instant", "power.draw.average"), ("DCGM_FI_DEV_POWER_USAGE",),
-          required=True, units=("W",), min_value=0, max_value=5000),
-    Field("sm_clock_mhz", "float", ("clocks.sm", "clocks.current.sm"), ("DCGM_FI_DEV_SM_CLOCK",), units=("MHz",),
-          min_value=0, max_value=10000),
-    Field("gpu_util_pct", "float", ("utilization.gpu",), ("DCGM_FI_DEV_GPU_UTIL",), units=("%",), min_value=0,
-          max_value=100),
+    Field(
+        "power_w",
+        "float",
+        ("power.draw", "power.draw.instant", "power.draw.average"),
+        ("DCGM_FI_DEV_POWER_USAGE",),
+        required=True,
+        units=("W",),
+        min_value=0,
+        max_value=5000,
+    ),
+    Field(
+        "sm_clock_mhz",
+        "float",
+        ("clocks.sm", "clocks.current.sm"),
+        ("DCGM_FI_DEV_SM_CLOCK",),
+        units=("MHz",),
+        min_value=0,
+        max_value=10000,
+    ),
+    Field(
+        "gpu_util_pct",
+        "float",
+        ("utilization.gpu",),
+        ("DCGM_FI_DEV_GPU_UTIL",),
+        units=("%",),
+        min_value=0,
+        max_value=100,
+    ),
     Field("energy_mj", "float", (), ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",), units=("mJ",), min_value=0),
-    Field("power_limit_w", "float", ("power.limit", "enforced.power.limit"), ("DCGM_FI_DEV_POWER_MGMT_LIMIT",),
-          units=("W",), min_value=0, max_value=5000),
-    Field("temperature_c", "float", ("temperature.gpu",), ("DCGM_FI_DEV_GPU_TEMP",), units=("C",), min_value=-50,
-          max_value=150),
+    Field(
+        "power_limit_w",
+        "float",
+        ("power.limit", "enforced.power.limit"),
+        ("DCGM_FI_DEV_POWER_MGMT_LIMIT",),
+        units=("W",),
+        min_value=0,
+        max_value=5000,
+    ),
+    Field(
+        "temperature_c",
+        "float",
+        ("temperature.gpu",),
+        ("DCGM_FI_DEV_GPU_TEMP",),
+        units=("C",),
+        min_value=-50,
+        max_value=150,
+    ),
 ]
 
 
@@ -140,7 +199,7 @@ def _sidecar(path: Path) -> dict:
     except (OSError, json.JSONDecodeError) as exc:
         raise LoadError(side, f"unreadable sidecar: {exc}") from None
     if not isinstance(meta, dict):
-        raise LoadError(side, "sidecar must be a JSON object like {\"tz\": \"Europe/Berlin\", \"host\": \"node-a\"}")
+        raise LoadError(side, 'sidecar must be a JSON object like {"tz": "Europe/Berlin", "host": "node-a"}')
     return meta
 
 
@@ -164,15 +223,16 @@ class _Rows:
                     row_number=int(self.lines[idx]),
                     field=field,
                     value=None if pd.isna(value) else str(value),
-                    record={self.header_names.get(k, k): (None if pd.isna(v) else str(v))
-                            for k, v in self.raw.iloc[idx].items()},
+                    record={
+                        self.header_names.get(k, k): (None if pd.isna(v) else str(v))
+                        for k, v in self.raw.iloc[idx].items()
+                    },
                 )
             )
         self.bad |= mask
 
 
-def _numbers(rows: _Rows, field: Field, header_name: str, unit_in_header: str | None, values: pd.Series
-             ) -> pd.Series:
+def _numbers(rows: _Rows, field: Field, header_name: str, unit_in_header: str | None, values: pd.Series) -> pd.Series:
     """Parse '245.31 W' / '245.31' into floats, quarantining bad values; returns float64 with NaN for NULL."""
     text = values.astype("string").str.strip()
     missing = (text.isna() | text.str.lower().isin(NA_TOKENS)).to_numpy(dtype=bool)
@@ -186,27 +246,39 @@ def _numbers(rows: _Rows, field: Field, header_name: str, unit_in_header: str | 
     allowed = set(field.units) | {""}
     if unit_in_header:
         allowed.add(unit_in_header)
-    wrong_unit = (~missing & ~unparsable & ~unit.isin(allowed).to_numpy())
-    rows.reject(wrong_unit, header_name, values,
-                f"unexpected unit (expected {' or '.join(u for u in sorted(allowed) if u) or 'none'})")
+    wrong_unit = ~missing & ~unparsable & ~unit.isin(allowed).to_numpy()
+    rows.reject(
+        wrong_unit,
+        header_name,
+        values,
+        f"unexpected unit (expected {' or '.join(u for u in sorted(allowed) if u) or 'none'})",
+    )
     finite = np.isfinite(number.to_numpy())
     rows.reject(~missing & ~unparsable & ~finite, header_name, values, "not a finite number")
     if field.kind == "int":
-        rows.reject(finite & (number.to_numpy() != np.floor(np.where(finite, number, 0))), header_name, values,
-                    "not an integer")
+        rows.reject(
+            finite & (number.to_numpy() != np.floor(np.where(finite, number, 0))), header_name, values, "not an integer"
+        )
     if field.min_value is not None:
         below = finite & (number.to_numpy() < field.min_value)
-        rows.reject(below, header_name, values,
-                    "negative power" if field.target == "power_w" and field.min_value == 0
-                    else f"below minimum {field.min_value}")
+        rows.reject(
+            below,
+            header_name,
+            values,
+            "negative power"
+            if field.target == "power_w" and field.min_value == 0
+            else f"below minimum {field.min_value}",
+        )
     if field.max_value is not None:
-        rows.reject(finite & (number.to_numpy() > field.max_value), header_name, values,
-                    f"above maximum {field.max_value}")
+        rows.reject(
+            finite & (number.to_numpy() > field.max_value), header_name, values, f"above maximum {field.max_value}"
+        )
     return number.where(finite)
 
 
-def _timestamps(rows: _Rows, header_name: str, values: pd.Series, zone: ZoneInfo | None, log_format: str
-                ) -> tuple[pd.Series, np.ndarray]:
+def _timestamps(
+    rows: _Rows, header_name: str, values: pd.Series, zone: ZoneInfo | None, log_format: str
+) -> tuple[pd.Series, np.ndarray]:
     """Parse timestamps to UTC; also returns which rows were zone-less. Zone-less ones are local time in `zone`
     (quarantined when zone is None or when other rows of the file have a zone); Unix epochs (s/ms/us/ns by
     magnitude) are UTC."""
@@ -233,8 +305,9 @@ def _timestamps(rows: _Rows, header_name: str, values: pd.Series, zone: ZoneInfo
         if zone is None:
             rows.reject(zoneless, header_name, values, "timestamp has no time zone (pass tz=...)")
         elif has_zone.any() or is_epoch.any():
-            rows.reject(zoneless, header_name, values,
-                        "timestamp has no time zone while other rows of the file have one")
+            rows.reject(
+                zoneless, header_name, values, "timestamp has no time zone while other rows of the file have one"
+            )
         else:
             part = text[zoneless]
             fmt = "%Y/%m/%d %H:%M:%S.%f" if log_format == "nvidia-smi" else "ISO8601"
@@ -248,8 +321,12 @@ def _timestamps(rows: _Rows, header_name: str, values: pd.Series, zone: ZoneInfo
             local = naive.dt.tz_localize(zone, ambiguous="NaT", nonexistent="NaT")
             dst = pd.Series(False, index=values.index)
             dst.loc[part.index] = naive.notna() & local.isna()
-            rows.reject(dst.to_numpy(), header_name, values,
-                        f"local time does not exist or is ambiguous in {zone.key} (daylight saving change)")
+            rows.reject(
+                dst.to_numpy(),
+                header_name,
+                values,
+                f"local time does not exist or is ambiguous in {zone.key} (daylight saving change)",
+            )
             out.loc[part.index] = local.dt.tz_convert("UTC")
     rows.reject(~missing & out.isna().to_numpy(), header_name, values, "not a timestamp")
     return out, zoneless
@@ -329,12 +406,24 @@ def load_telemetry_file(
         if name not in frame:
             frame[name] = np.nan
     frame = frame[OUTPUT_COLUMNS].sort_values(["host", "gpu_index", "ts_utc"], kind="stable").reset_index(drop=True)
-    frame = frame.astype({
-        "host": "string", "gpu_index": "Int64", "gpu_uuid": "string", "gpu_model": "string", "power_w": "Float64",
-        "sm_clock_mhz": "Float64", "gpu_util_pct": "Float64", "energy_j": "Float64", "energy_source": "string",
-        "energy_counter_j": "Float64", "power_limit_w": "Float64", "temperature_c": "Float64",
-        "log_format": "string", "source_tz": "string",
-    })
+    frame = frame.astype(
+        {
+            "host": "string",
+            "gpu_index": "Int64",
+            "gpu_uuid": "string",
+            "gpu_model": "string",
+            "power_w": "Float64",
+            "sm_clock_mhz": "Float64",
+            "gpu_util_pct": "Float64",
+            "energy_j": "Float64",
+            "energy_source": "string",
+            "energy_counter_j": "Float64",
+            "power_limit_w": "Float64",
+            "temperature_c": "Float64",
+            "log_format": "string",
+            "source_tz": "string",
+        }
+    )
     root = Path(data_dir) if data_dir is not None else path.parent
     return Batch(TABLE, batch_id(SOURCE, path, root), SOURCE, frame, rows.rejections)
 

@@ -8,6 +8,7 @@ from leaking into its own held-out fold through its duplicate).
 Targets are logarithms: log steps/s for isolated throughput (spans 4 orders of magnitude, and a log error of e
 is a relative error of about e), log normalized throughput for a job co-located with a partner.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -102,8 +103,16 @@ def build_tables(throughput: pd.DataFrame, measurement_set: str = "simulation") 
     iso["log_y"] = np.log(iso["steps_per_s"].to_numpy())
     paired = frame[frame["partner_job_type"].notna() & frame["feasible"] & (frame["normalized_throughput"] > 0)]
     pairs = paired[
-        ["job_key", "job_type", "partner_job_type", "partner_scale_factor", "gpu_type", "steps_per_s",
-         "isolated_steps_per_s", "normalized_throughput"]
+        [
+            "job_key",
+            "job_type",
+            "partner_job_type",
+            "partner_scale_factor",
+            "gpu_type",
+            "steps_per_s",
+            "isolated_steps_per_s",
+            "normalized_throughput",
+        ]
     ].copy()
     pairs["partner_key"] = [
         job_key(t, int(s), True) for t, s in zip(pairs["partner_job_type"], pairs["partner_scale_factor"].fillna(1))
@@ -115,8 +124,14 @@ def build_tables(throughput: pd.DataFrame, measurement_set: str = "simulation") 
     if missing:
         extra = pd.DataFrame(
             [
-                dict(job_key=k, job_type=k.split("|")[0], model_family=parse_job_type(k.split("|")[0])[0],
-                     batch_size=parse_job_type(k.split("|")[0])[1], scale_factor=1, consolidated=True)
+                dict(
+                    job_key=k,
+                    job_type=k.split("|")[0],
+                    model_family=parse_job_type(k.split("|")[0])[0],
+                    batch_size=parse_job_type(k.split("|")[0])[1],
+                    scale_factor=1,
+                    consolidated=True,
+                )
                 for k in missing
             ]
         ).set_index("job_key")

@@ -9,6 +9,7 @@ Data quality: Gavel's oracle file reports Recommendation jobs in a different uni
 0.58-3.7). `flag_unit_mismatch` marks jobs whose median isolated observed/prior ratio is outside
 [1/UNIT_RATIO, UNIT_RATIO]; protocol 3 reports them separately instead of letting a unit error dominate a MAPE.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,8 +24,12 @@ UNIT_RATIO = 4.0
 
 def feedback_cells(throughput: pd.DataFrame, prior: PriorModel, measurement_set: str = "oracle") -> pd.DataFrame:
     """One row per feasible measured cell of `measurement_set`, 1-GPU jobs, with the prior attached."""
-    frame = throughput[(throughput["measurement_set"] == measurement_set) & throughput["feasible"]
-                       & throughput["gpu_type"].isin(GPU_TYPES) & (throughput["steps_per_s"] > 0)]
+    frame = throughput[
+        (throughput["measurement_set"] == measurement_set)
+        & throughput["feasible"]
+        & throughput["gpu_type"].isin(GPU_TYPES)
+        & (throughput["steps_per_s"] > 0)
+    ]
     frame = frame[(frame["scale_factor"] == 1) & frame["consolidated"].astype(bool)].copy()
     frame = frame[frame["partner_job_type"].isna() | (frame["partner_scale_factor"].fillna(1) == 1)]
     frame["job_key"] = [job_key(t, 1, True) for t in frame["job_type"]]
@@ -36,19 +41,26 @@ def attach_prior(cells: pd.DataFrame, prior: PriorModel) -> pd.DataFrame:
     """Add prior_log_iso, prior_log_norm (0 isolated), prior_log and, where steps_per_s is known, residual."""
     cells = cells.copy()
     jobs = cells[["job_type"]].copy()
-    for column, default in (("model_family", None), ("batch_size", np.nan), ("scale_factor", 1), ("consolidated", True)):
+    for column, default in (
+        ("model_family", None),
+        ("batch_size", np.nan),
+        ("scale_factor", 1),
+        ("consolidated", True),
+    ):
         jobs[column] = cells[column] if column in cells else default
     cells["prior_log_iso"] = prior.predict_log_isolated(jobs, cells["gpu_type"].tolist())
     co = cells["partner_job_type"].map(lambda p: isinstance(p, str) and p != "").to_numpy()
     cells["prior_log_norm"] = 0.0
     if co.any():
-        partners = pd.DataFrame({"job_type": cells.loc[co, "partner_job_type"].to_numpy(), "scale_factor": 1,
-                                 "consolidated": True})
+        partners = pd.DataFrame(
+            {"job_type": cells.loc[co, "partner_job_type"].to_numpy(), "scale_factor": 1, "consolidated": True}
+        )
 
         partners["model_family"] = [parse_job_type(p)[0] for p in partners.job_type]
         partners["batch_size"] = [parse_job_type(p)[1] for p in partners.job_type]
-        cells.loc[co, "prior_log_norm"] = prior.predict_log_norm(jobs[co].reset_index(drop=True), partners,
-                                                                 cells.loc[co, "gpu_type"].tolist())
+        cells.loc[co, "prior_log_norm"] = prior.predict_log_norm(
+            jobs[co].reset_index(drop=True), partners, cells.loc[co, "gpu_type"].tolist()
+        )
     cells["prior_log"] = cells["prior_log_iso"] + cells["prior_log_norm"]
     if "steps_per_s" in cells:
         cells["residual"] = np.log(cells["steps_per_s"].to_numpy(dtype=float)) - cells["prior_log"]

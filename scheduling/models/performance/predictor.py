@@ -9,6 +9,7 @@ Jobs are described by a frame (or a dict / list of dicts) with job_type and, opt
 batch_size, scale_factor (default 1) and consolidated (default True). Job types network 1 never saw still get a
 feature-based estimate.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,17 @@ from scheduling.models.performance.feedback import attach_prior, feedback_cells,
 from scheduling.models.performance.prior import PriorConfig, PriorModel
 from scheduling.models.performance.refiner import Refiner, RefinerConfig
 
-FEEDBACK_COLUMNS = ["job_key", "job_type", "model_family", "batch_size", "scale_factor", "consolidated", "gpu_type",
-                    "partner_job_type", "steps_per_s"]
+FEEDBACK_COLUMNS = [
+    "job_key",
+    "job_type",
+    "model_family",
+    "batch_size",
+    "scale_factor",
+    "consolidated",
+    "gpu_type",
+    "partner_job_type",
+    "steps_per_s",
+]
 
 
 def as_jobs(jobs) -> pd.DataFrame:
@@ -46,8 +56,13 @@ def as_jobs(jobs) -> pd.DataFrame:
 
 
 class PerformancePredictor:
-    def __init__(self, prior: PriorModel, refiner: Refiner | None = None, feedback: pd.DataFrame | None = None,
-                 metadata: dict | None = None):
+    def __init__(
+        self,
+        prior: PriorModel,
+        refiner: Refiner | None = None,
+        feedback: pd.DataFrame | None = None,
+        metadata: dict | None = None,
+    ):
         self.prior = prior
         self.refiner = refiner
         self.feedback = feedback if feedback is not None else pd.DataFrame(columns=FEEDBACK_COLUMNS)
@@ -55,8 +70,13 @@ class PerformancePredictor:
 
     # -- training ----------------------------------------------------------------------------------------------
     @classmethod
-    def train(cls, throughput: pd.DataFrame, prior_config: PriorConfig | None = None,
-              refiner_config: RefinerConfig | None = None, feedback_set: str = "oracle") -> PerformancePredictor:
+    def train(
+        cls,
+        throughput: pd.DataFrame,
+        prior_config: PriorConfig | None = None,
+        refiner_config: RefinerConfig | None = None,
+        feedback_set: str = "oracle",
+    ) -> PerformancePredictor:
         """Network 1 on the simulation set; network 2's kernel on the `feedback_set` measurements (jobs whose
         feedback is in another unit excluded). The feedback itself is not kept as observations: a fresh predictor
         starts from the prior and learns a job only from `observe`."""
@@ -68,11 +88,15 @@ class PerformancePredictor:
         cells = cells[~cells.job_key.isin(flags.index[flags])]
         if len(cells):
             refiner = Refiner(refiner_config).fit(cells)
-        meta = {"n_sim_iso": int(len(tables.iso)), "n_sim_pairs": int(len(tables.pairs)),
-                "n_feedback_cells_for_kernel": int(len(cells)), "feedback_set": feedback_set,
-                "excluded_feedback_jobs": sorted(flags.index[flags]) if len(flags) else [],
-                "prior_final_loss": [h[-1] for h in prior.history],
-                "kernel": refiner.kernel_summary() if refiner else None}
+        meta = {
+            "n_sim_iso": int(len(tables.iso)),
+            "n_sim_pairs": int(len(tables.pairs)),
+            "n_feedback_cells_for_kernel": int(len(cells)),
+            "feedback_set": feedback_set,
+            "excluded_feedback_jobs": sorted(flags.index[flags]) if len(flags) else [],
+            "prior_final_loss": [h[-1] for h in prior.history],
+            "kernel": refiner.kernel_summary() if refiner else None,
+        }
         return cls(prior, refiner, metadata=meta)
 
     # -- feedback ----------------------------------------------------------------------------------------------
@@ -83,7 +107,9 @@ class PerformancePredictor:
         frame = as_jobs(feedback)
         if "partner_job_type" not in frame:
             frame["partner_job_type"] = None
-        frame["partner_job_type"] = frame["partner_job_type"].astype(object).where(frame["partner_job_type"].notna(), None)
+        frame["partner_job_type"] = (
+            frame["partner_job_type"].astype(object).where(frame["partner_job_type"].notna(), None)
+        )
         frame["gpu_type"] = frame["gpu_type"].str.lower()
         bad = ~(pd.to_numeric(frame["steps_per_s"], errors="coerce") > 0)
         if bad.any():
@@ -186,7 +212,8 @@ class PerformancePredictor:
         refiner = Refiner.load(directory) if (directory / "refiner.pt").exists() else None
         feedback = pd.read_csv(directory / "feedback.csv") if (directory / "feedback.csv").exists() else None
         if feedback is not None:
-            feedback["partner_job_type"] = feedback["partner_job_type"].astype(object).where(
-                feedback["partner_job_type"].notna(), None)
+            feedback["partner_job_type"] = (
+                feedback["partner_job_type"].astype(object).where(feedback["partner_job_type"].notna(), None)
+            )
         meta = json.loads((directory / "predictor.json").read_text()) if (directory / "predictor.json").exists() else {}
         return cls(prior, refiner, feedback if feedback is not None and len(feedback) else None, meta)

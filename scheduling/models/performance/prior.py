@@ -15,6 +15,7 @@ Heads (each a small MLP), all in log space:
 Loss: mean squared log error of both heads (log errors are relative errors), plus L2 on the free embeddings.
 An ensemble of a few seeds is averaged in log space. Deterministic for a given seed (single-threaded).
 """
+
 from __future__ import annotations
 
 import copy
@@ -55,7 +56,9 @@ class PriorConfig:
 
 
 def _mlp(n_in: int, hidden: int, n_out: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(n_in, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU(), nn.Linear(hidden, n_out))
+    return nn.Sequential(
+        nn.Linear(n_in, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU(), nn.Linear(hidden, n_out)
+    )
 
 
 class PriorNet(nn.Module):
@@ -139,8 +142,10 @@ class _Vocab:
         try:
             return np.array([lookup[str(v).lower()] for v in values], dtype=np.int64)
         except KeyError as exc:
-            raise ValueError(f"unknown GPU type {exc.args[0]!r}; network 1 knows {self.gpus} "
-                             "(map other models with scheduling.domain.gpus.map_gpu_type)") from None
+            raise ValueError(
+                f"unknown GPU type {exc.args[0]!r}; network 1 knows {self.gpus} "
+                "(map other models with scheduling.domain.gpus.map_gpu_type)"
+            ) from None
 
 
 def _job_frame(jobs: pd.DataFrame) -> pd.DataFrame:
@@ -202,7 +207,9 @@ class PriorModel:
         self.nets, self.history = [], []
         for m in range(cfg.n_models):
             torch.manual_seed(cfg.seed * 1000 + m)
-            net = PriorNet(len(self.vocab.types), len(self.vocab.keys), len(self.vocab.gpus), cfg.dim, cfg.hidden, cfg.job_bias)
+            net = PriorNet(
+                len(self.vocab.types), len(self.vocab.keys), len(self.vocab.gpus), cfg.dim, cfg.hidden, cfg.job_bias
+            )
             opt = torch.optim.Adam(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
             sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=cfg.epochs, eta_min=cfg.lr * 0.02)
             losses = []
@@ -214,10 +221,12 @@ class PriorModel:
                     pred = net.log_norm_code(net.take(code, a_idx), net.take(code, b_idx), pair_gpu)
                     loss_pair = (pred - y_pair).pow(2).mean()
                     loss = loss + cfg.pair_weight * loss_pair
-                reg = (cfg.type_l2 * net.type_emb.weight.pow(2).sum(1).mean()
-                       + cfg.pair_type_l2 * net.pair_type_emb.weight.pow(2).sum(1).mean()
-                       + cfg.key_l2 * net.key_emb.weight.pow(2).sum(1).mean()
-                       + cfg.bias_l2 * (net.type_bias.weight.pow(2).mean() + net.key_bias.weight.pow(2).mean()))
+                reg = (
+                    cfg.type_l2 * net.type_emb.weight.pow(2).sum(1).mean()
+                    + cfg.pair_type_l2 * net.pair_type_emb.weight.pow(2).sum(1).mean()
+                    + cfg.key_l2 * net.key_emb.weight.pow(2).sum(1).mean()
+                    + cfg.bias_l2 * (net.type_bias.weight.pow(2).mean() + net.key_bias.weight.pow(2).mean())
+                )
                 (loss + reg).backward()
                 opt.step()
                 sched.step()
@@ -293,7 +302,9 @@ class PriorModel:
         states = torch.load(directory / "prior.pt", weights_only=True)
         cfg = model.config
         for state in states:
-            net = PriorNet(len(model.vocab.types), len(model.vocab.keys), len(model.vocab.gpus), cfg.dim, cfg.hidden, cfg.job_bias)
+            net = PriorNet(
+                len(model.vocab.types), len(model.vocab.keys), len(model.vocab.gpus), cfg.dim, cfg.hidden, cfg.job_bias
+            )
             net.load_state_dict(state)
             net.eval()
             model.nets.append(net)

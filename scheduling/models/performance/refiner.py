@@ -23,6 +23,7 @@ feedback only extends the set of observed cells, and the prediction for every un
 mean  mu0 + m + K_uo (K_oo + noise^2 I)^-1 (r_o - m_o),  with posterior variance for free. The kernel can be
 re-fitted from accumulated feedback (e.g. nightly) without touching network 1.
 """
+
 from __future__ import annotations
 
 import json
@@ -114,8 +115,9 @@ class RefinerNet(nn.Module):
     def __init__(self, config: RefinerConfig):
         super().__init__()
         if config.mean_hidden:
-            self.mean = nn.Sequential(nn.Linear(N_CELL_FEATURES, config.mean_hidden), nn.SiLU(),
-                                      nn.Linear(config.mean_hidden, 1))
+            self.mean = nn.Sequential(
+                nn.Linear(N_CELL_FEATURES, config.mean_hidden), nn.SiLU(), nn.Linear(config.mean_hidden, 1)
+            )
         else:
             self.mean = nn.Sequential(nn.Linear(N_CELL_FEATURES, 1))
         self.deep_dim = config.deep_dim
@@ -123,8 +125,9 @@ class RefinerNet(nn.Module):
         mask = torch.zeros(N_CELL_FEATURES)
         mask[: len(GPU_TYPES) + 1] = 1.0
         self.register_buffer("gpu_mode_mask", mask)
-        self.deep = nn.Sequential(nn.Linear(N_CELL_FEATURES, config.hidden), nn.SiLU(),
-                                  nn.Linear(config.hidden, max(config.deep_dim, 1)))
+        self.deep = nn.Sequential(
+            nn.Linear(N_CELL_FEATURES, config.hidden), nn.SiLU(), nn.Linear(config.hidden, max(config.deep_dim, 1))
+        )
         # log standard deviations: job, gpu, mode, partner, partner family, noise (co-located), noise (isolated)
         self.log_s = nn.Parameter(torch.tensor([-0.5, -1.5, -1.5, -2.0, -2.0, -2.0, -2.5]))
         nn.init.zeros_(self.mean[-1].weight)
@@ -190,8 +193,10 @@ class Refiner:
         torch.set_num_threads(1)
         torch.manual_seed(self.config.seed)
         self.net = RefinerNet(self.config)
-        groups = [(_Cells(g), torch.tensor(g["residual"].to_numpy(), dtype=torch.float32))
-                  for _, g in cells.groupby("job_key", sort=True)]
+        groups = [
+            (_Cells(g), torch.tensor(g["residual"].to_numpy(), dtype=torch.float32))
+            for _, g in cells.groupby("job_key", sort=True)
+        ]
         n_total = sum(c.n for c, _ in groups)
         opt = torch.optim.Adam(self.net.parameters(), lr=self.config.lr, weight_decay=self.config.weight_decay)
         self.history = []
@@ -224,8 +229,9 @@ class Refiner:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         torch.save(self.net.state_dict(), directory / "refiner.pt")
-        (directory / "refiner.json").write_text(json.dumps({"config": asdict(self.config),
-                                                            "kernel": self.kernel_summary()}, indent=2))
+        (directory / "refiner.json").write_text(
+            json.dumps({"config": asdict(self.config), "kernel": self.kernel_summary()}, indent=2)
+        )
         return directory
 
     @classmethod

@@ -12,6 +12,7 @@ module               policy          prefers
 ``random_fit``       Random          a feasible node uniformly at random (seeded)
 ===================  ==============  ==============================================================
 """
+
 from scheduling.packing.policies.bestfit import BestFit
 from scheduling.packing.policies.dotprod import DotProd
 from scheduling.packing.policies.fgd import FGD

@@ -6,6 +6,7 @@ min-max normalizes the scores over the nodes; that keeps their order, so it is s
 
 GPU devices: best fit (``best_fit_gpus``).
 """
+
 from __future__ import annotations
 
 import numpy as np

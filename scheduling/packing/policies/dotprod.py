@@ -6,6 +6,7 @@ over the devices) and pod = [cpu / 128000, gpu / 8000] (the pod's total request)
 
 GPU devices: best fit (``best_fit_gpus``).
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -11,6 +11,7 @@ own selection); whole-GPU pods take the first fully-free devices by index (``bes
 Scores are memoized per (node, pod shape): a node's score for a pod shape only changes when the node does
 (``cluster.version``), so each decision rescores only the nodes changed since that shape was last seen.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -103,8 +104,7 @@ class FGD(PackingPolicy):
             st.classes[pod.score_key] = cache
         return cache
 
-    def _compute(self, cluster: Cluster, st: _FgdState, pod: Pod, nodes: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray]:
+    def _compute(self, cluster: Cluster, st: _FgdState, pod: Pod, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """FGD scores (and, for shared pods, the device) of ``nodes`` computed afresh."""
         f_now = cluster.node_fragmentation(self.workload)[nodes]
         cpu_after = cluster.cpu_free[nodes] - pod.cpu_milli
@@ -137,8 +137,9 @@ class FGD(PackingPolicy):
         ver = cluster.version[nodes]
         stale = nodes[cache.version[nodes] != ver]
         if len(stale) > 32:  # many nodes (a pod shape not seen for a while): score each distinct state once
-            first, inverse = _distinct_rows(np.column_stack(
-                (cluster.cpu_free[stale], cluster.model_id[stale], cluster.gpu_free[stale])))
+            first, inverse = _distinct_rows(
+                np.column_stack((cluster.cpu_free[stale], cluster.model_id[stale], cluster.gpu_free[stale]))
+            )
             s, g = self._compute(cluster, st, pod, stale[first])
             s, g = s[inverse], g[inverse]
             cache.score[stale] = s

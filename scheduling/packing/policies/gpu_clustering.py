@@ -7,6 +7,7 @@ tags. CPU-only pods score 0 everywhere.
 
 GPU devices: best fit (``best_fit_gpus``).
 """
+
 from __future__ import annotations
 
 import numpy as np

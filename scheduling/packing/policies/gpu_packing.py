@@ -9,6 +9,7 @@ Node score, from the devices the pod would take (``ratio`` = sum of their free s
 
 CPU-only pods score 0 everywhere. GPU devices: best fit (``best_fit_gpus``).
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -6,6 +6,7 @@ GPU devices: a shared pod gets a fitting device drawn uniformly (reservoir sampl
 pods the first fully-free devices by index. The reference draws from Go's global math/rand, which cannot be
 replayed; this uses ``numpy.random.default_rng(seed)``.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -18,6 +18,7 @@ rolling-lp         (LP over the known jobs, hourly)  see `rolling_lp.py`: the ho
 optimum            (LP over all jobs)                see `optimum.py`: the bound, not an online policy
 =================  ================================  =====================================================
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -42,8 +43,16 @@ class PlacementPolicy(ABC):
     preemption: Preemption | None = None  # set: the policy may evict running checkpointing jobs (`evicted`)
 
     @abstractmethod
-    def plan(self, problem: PlanningProblem, agents=None, pods=None, now_hour: int | None = None, *,
-             explain: bool = True, tentative: bool = True) -> PlanOutcome:
+    def plan(
+        self,
+        problem: PlanningProblem,
+        agents=None,
+        pods=None,
+        now_hour: int | None = None,
+        *,
+        explain: bool = True,
+        tentative: bool = True,
+    ) -> PlanOutcome:
         """Decide start hour, cluster and power option for every job of `problem`."""
 
     def capacity_prices(self, context, now_h: int, hours: int):
@@ -82,8 +91,7 @@ class SequentialPolicy(PlacementPolicy):
         pass
 
     @abstractmethod
-    def score(self, problem: PlanningProblem, j: int, view, evaluator) -> np.ndarray:
-        ...
+    def score(self, problem: PlanningProblem, j: int, view, evaluator) -> np.ndarray: ...
 
     def assigned(self, j: int, c: int) -> None:
         pass

@@ -1,5 +1,6 @@
 """`carbon-time`: FIFO; maximise carbon saved per hour of waiting, (C_ref - C) / (wait + 1) (GAIA's Carbon-Time,
 extended to regions)."""
+
 from __future__ import annotations
 
 import numpy as np

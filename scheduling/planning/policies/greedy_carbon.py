@@ -1,4 +1,5 @@
 """`greedy-carbon`: FIFO; earliest start, and among those the region with the lowest intensity at that hour."""
+
 from __future__ import annotations
 
 from scheduling.planning.policies.base import BIG, SequentialPolicy

@@ -1,5 +1,6 @@
 """`optimum`: the LP bound behind the placement-policy interface (see `scheduling.planning.lp`). It knows every job
 and the actual intensity, so it is a reference for evaluation, never an online policy."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -35,13 +36,28 @@ class OptimumPolicy(PlacementPolicy):
         cost = np.where(placed, frac_cost, np.nan)
         late = lp.u > 1e-6
         prio = priority_parts(problem, PriorityWeights())
-        out = PlanOutcome(problem, self.name, np.arange(N), k, s, c, cost, late, placed,
-                          [None if p else "lp_late" for p in placed], [None] * N, [None] * N,
-                          ["dispatched" if (p and s[i] == 0) else "tentative" for i, p in enumerate(placed)],
-                          np.zeros(N, dtype=np.int64), prio)
+        out = PlanOutcome(
+            problem,
+            self.name,
+            np.arange(N),
+            k,
+            s,
+            c,
+            cost,
+            late,
+            placed,
+            [None if p else "lp_late" for p in placed],
+            [None] * N,
+            [None] * N,
+            ["dispatched" if (p and s[i] == 0) else "tentative" for i, p in enumerate(placed)],
+            np.zeros(N, dtype=np.int64),
+            prio,
+        )
         if explain:
-            out.explanations = [_lp_explanation(problem, prio, j, k[j], s[j], c[j], frac_cost[j], late[j])
-                                for j in np.flatnonzero(placed)]
+            out.explanations = [
+                _lp_explanation(problem, prio, j, k[j], s[j], c[j], frac_cost[j], late[j])
+                for j in np.flatnonzero(placed)
+            ]
         out.stats = {"lp": lp.summary(), "n_jobs": N, "n_placed": int(placed.sum())}
         return out
 
@@ -49,15 +65,28 @@ class OptimumPolicy(PlacementPolicy):
 def _lp_explanation(problem, prio, j, k, s, c, cost, late) -> dict:
     now = problem.now
     return {
-        "job_id": str(problem.jobs["job_id"].iat[j]), "priority": float(prio.priority[j]),
-        "urgency": float(prio.urgency[j]), "flexibility": float(prio.flexibility[j]),
-        "opportunity": float(prio.opportunity[j]), "weights": prio.weights.as_dict(),
-        "chosen": {"region": problem.regions[c], "cluster": problem.clusters[c], "zone": problem.zones[c],
-                   "start_time": (now + pd.Timedelta(hours=int(s))).isoformat(), "kgco2e": round(float(cost), 6),
-                   "late": bool(late)},
+        "job_id": str(problem.jobs["job_id"].iat[j]),
+        "priority": float(prio.priority[j]),
+        "urgency": float(prio.urgency[j]),
+        "flexibility": float(prio.flexibility[j]),
+        "opportunity": float(prio.opportunity[j]),
+        "weights": prio.weights.as_dict(),
+        "chosen": {
+            "region": problem.regions[c],
+            "cluster": problem.clusters[c],
+            "zone": problem.zones[c],
+            "start_time": (now + pd.Timedelta(hours=int(s))).isoformat(),
+            "kgco2e": round(float(cost), 6),
+            "late": bool(late),
+        },
         "alternatives": [],
-        "counterfactuals": {"run_now_kgco2e": None, "greedy_carbon_kgco2e": None,
-                            "optimum_kgco2e": round(float(cost), 6)},
-        "binding_constraints": ["none"], "forecast_version": problem.forecast_version,
-        "power": {"limit_w": float(problem.limit_w[k, c]), "saving_kgco2e": None}, "policy": "optimum",
+        "counterfactuals": {
+            "run_now_kgco2e": None,
+            "greedy_carbon_kgco2e": None,
+            "optimum_kgco2e": round(float(cost), 6),
+        },
+        "binding_constraints": ["none"],
+        "forecast_version": problem.forecast_version,
+        "power": {"limit_w": float(problem.limit_w[k, c]), "saving_kgco2e": None},
+        "policy": "optimum",
     }

@@ -1,5 +1,6 @@
 """`performance-first`: FIFO; each job takes the candidate that ends earliest (earliest start, fastest GPU) at
 the default power limit. The baseline every reduction is measured against."""
+
 from __future__ import annotations
 
 from scheduling.planning.policies.base import SequentialPolicy

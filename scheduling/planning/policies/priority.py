@@ -1,5 +1,6 @@
 """`priority` (ours): plan jobs in priority order P = 0.35 U + 0.40 F + 0.25 O (lowest first); each takes the
 (power option, start hour, cluster) with the least forecast carbon of its window, plus the learned capacity price."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,8 +21,7 @@ class PriorityCarbon(SequentialPolicy):
     def create(cls, seed=0, weights=None, learn_prices=True):
         return cls(weights, learn_prices=learn_prices)
 
-    def __init__(self, weights: PriorityWeights | None = None, learn_prices: bool = True,
-                 price_window_h: int = 72):
+    def __init__(self, weights: PriorityWeights | None = None, learn_prices: bool = True, price_window_h: int = 72):
         self.weights = weights or PriorityWeights()
         self.prices = PriceLearner(window_h=price_window_h) if learn_prices else None
 

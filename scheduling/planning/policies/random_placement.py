@@ -1,4 +1,5 @@
 """`random`: FIFO; earliest start, a random cluster among those where the job can start then."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -3,6 +3,7 @@
 Import-light on purpose (no numpy): DAG files read the names while Airflow parses them; a policy's module is
 imported the first time `make_policy` builds it.
 """
+
 from __future__ import annotations
 
 from common.registry import Registry
@@ -22,8 +23,15 @@ POLICIES.register("optimum", f"{_PACKAGE}.optimum:OptimumPolicy")
 POLICIES.register("priority-noprices", f"{_PACKAGE}.priority:PriorityCarbon", learn_prices=False)
 
 # The policies an evaluation runs by default (report order), and what the hourly plan and the DAG Params accept.
-ONLINE_POLICIES = ("priority", "rolling-lp", "performance-first", "greedy-carbon", "carbon-time", "round-robin",
-                   "random")
+ONLINE_POLICIES = (
+    "priority",
+    "rolling-lp",
+    "performance-first",
+    "greedy-carbon",
+    "carbon-time",
+    "round-robin",
+    "random",
+)
 POLICY_NAMES = ONLINE_POLICIES + ("optimum",)
 # The hourly plan's default: on all four evaluated scenarios (two periods x two loads) it emits less carbon and meets
 # more deadlines than `priority` (docs/results/planner/results.md).

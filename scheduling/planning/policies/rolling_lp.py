@@ -35,6 +35,7 @@ A capacity price on the problem (`problem.capacity_price`) is added to the inten
 The variants evaluated beside it (preemption, warm start, learned prices, clairvoyant arrivals, node holds, standby
 variants) are subclasses in `scheduling.evaluation.ablations` that override the hooks below.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -78,8 +79,19 @@ class Dispatch:
     def __init__(self, p, lp: LPResult, agents, pods, now_hour):
         self.p, self.lp, self.agents, self.pods, self.now_hour = p, lp, agents, pods, now_hour
         N = p.n_jobs
-        (self.k, self.s, self.c, self.cost, self.late, self.placed, self.reason, self.node, self.gpus, self.status,
-         self.rejections) = empty_decisions(N)
+        (
+            self.k,
+            self.s,
+            self.c,
+            self.cost,
+            self.late,
+            self.placed,
+            self.reason,
+            self.node,
+            self.gpus,
+            self.status,
+            self.rejections,
+        ) = empty_decisions(N)
         self.free = p.free.astype(np.int64).copy()
         self.ev = Evaluator(p)
         self.now_c = lp.s == 0
@@ -143,8 +155,9 @@ class Dispatch:
             kk, cst = self.power_now(j, kk, cc, cst, is_late)
             placement = None
             if self.agents is not None:
-                placement = self.agents[cc].offer(self.pods[j], self.now_hour + self.occupancy(j, kk, cc),
-                                                  open_standby=open_standby)
+                placement = self.agents[cc].offer(
+                    self.pods[j], self.now_hour + self.occupancy(j, kk, cc), open_standby=open_standby
+                )
                 if placement is None:
                     rejected.add(cc)
                     self.rejections[j] += 1
@@ -285,17 +298,41 @@ class RollingLP(PlacementPolicy):
                 reason[j] = "lp_late"
         self._after_dispatch(d, p_lp, lp_all)
         prio = priority_parts(p, PriorityWeights())
-        out = PlanOutcome(p, self.name, np.arange(N), k, s, c, cost, late, placed, reason, d.node, d.gpus, status,
-                          d.rejections, prio, evicted=d.evicted)
+        out = PlanOutcome(
+            p,
+            self.name,
+            np.arange(N),
+            k,
+            s,
+            c,
+            cost,
+            late,
+            placed,
+            reason,
+            d.node,
+            d.gpus,
+            status,
+            d.rejections,
+            prio,
+            evicted=d.evicted,
+        )
         t_explain = time.perf_counter()
         if explain:
             out.explanations.extend(self._explain(d, prio))
-        out.stats = {"lp": lp.summary(), "lp_s": round(t_lp, 4), "plan_s": round(time.perf_counter() - t0, 4),
-                     "explain_s": round(time.perf_counter() - t_explain, 4),
-                     "agent_rejections": int(d.rejections.sum()), "n_jobs": int(N),
-                     "n_started": int((placed & (s == 0)).sum()), "n_forced": int(forced.sum()),
-                     "n_late": int((late & placed).sum()), "horizon_h": int(p.hours), "n_evicted": len(d.evicted),
-                     "n_due_on_standby": len(d.on_standby)}
+        out.stats = {
+            "lp": lp.summary(),
+            "lp_s": round(t_lp, 4),
+            "plan_s": round(time.perf_counter() - t0, 4),
+            "explain_s": round(time.perf_counter() - t_explain, 4),
+            "agent_rejections": int(d.rejections.sum()),
+            "n_jobs": int(N),
+            "n_started": int((placed & (s == 0)).sum()),
+            "n_forced": int(forced.sum()),
+            "n_late": int((late & placed).sum()),
+            "horizon_h": int(p.hours),
+            "n_evicted": len(d.evicted),
+            "n_due_on_standby": len(d.on_standby),
+        }
         return out
 
     def _explain(self, d: Dispatch, prio) -> list[dict]:
@@ -315,8 +352,9 @@ class RollingLP(PlacementPolicy):
         records = []
         for b in ev.each_batch(order, d.free, n_starts[by_n]):
             J = b.J
-            records += explain_batch(p, self.name, b, b.cost, d.k[J], d.s[J], d.c[J], d.late[J], rejected[J], prio,
-                                     ev, optimum_kg=lp_kg[J])
+            records += explain_batch(
+                p, self.name, b, b.cost, d.k[J], d.s[J], d.c[J], d.late[J], rejected[J], prio, ev, optimum_kg=lp_kg[J]
+            )
         for j, record in zip(order, records):
             if j in d.on_standby:
                 record["chosen"]["standby_node"] = True
@@ -325,9 +363,15 @@ class RollingLP(PlacementPolicy):
     def _solve(self, p) -> LPResult:
         """The LP on `p` with its capacity price folded into the intensity and `capacity_factor` of the capacity."""
         o = self.options
-        return solve_lp(derated(_priced(p), o.capacity_factor), o.late_penalty_kg, o.time_limit_s,
-                        hourly_rows=o.hourly_rows, max_candidates=o.max_power_candidates, presolve=False,
-                        **self._solve_options())
+        return solve_lp(
+            derated(_priced(p), o.capacity_factor),
+            o.late_penalty_kg,
+            o.time_limit_s,
+            hourly_rows=o.hourly_rows,
+            max_candidates=o.max_power_candidates,
+            presolve=False,
+            **self._solve_options(),
+        )
 
     def _plan_head(self, p, agents, pods, now_hour, *, explain):
         """A backlog above `max_lp_jobs`: the LP plans the `max_lp_jobs` jobs first in priority order (P = 0.35 U +
@@ -335,12 +379,20 @@ class RollingLP(PlacementPolicy):
         (unplaced, reason `deferred_lp_budget`). Bounds the latency and memory of one plan."""
         prio = priority_parts(p, PriorityWeights())
         head = np.sort(np.argsort(prio.priority, kind="stable")[: self.options.max_lp_jobs])
-        part = self._plan_lp(_subset(p, head), agents, [pods[i] for i in head] if pods is not None else None,
-                             now_hour, explain=explain)
+        part = self._plan_lp(
+            _subset(p, head), agents, [pods[i] for i in head] if pods is not None else None, now_hour, explain=explain
+        )
         N = p.n_jobs
         k, s, c, cost, late, placed, reason, node, gpus, status, rejections = empty_decisions(N)
-        for arr, src in ((k, part.k), (s, part.s), (c, part.c), (cost, part.cost), (late, part.late),
-                         (placed, part.placed), (rejections, part.rejections)):
+        for arr, src in (
+            (k, part.k),
+            (s, part.s),
+            (c, part.c),
+            (cost, part.cost),
+            (late, part.late),
+            (placed, part.placed),
+            (rejections, part.rejections),
+        ):
             arr[head] = src
         for lst, src in ((reason, part.reason), (node, part.node), (gpus, part.gpus), (status, part.status)):
             for i, j in enumerate(head):
@@ -348,8 +400,25 @@ class RollingLP(PlacementPolicy):
         tail = np.setdiff1d(np.arange(N), head)
         for j in tail:
             reason[int(j)] = "deferred_lp_budget"
-        out = PlanOutcome(p, self.name, np.arange(N), k, s, c, cost, late, placed, reason, node, gpus, status,
-                          rejections, prio, part.explanations, evicted=part.evicted)
+        out = PlanOutcome(
+            p,
+            self.name,
+            np.arange(N),
+            k,
+            s,
+            c,
+            cost,
+            late,
+            placed,
+            reason,
+            node,
+            gpus,
+            status,
+            rejections,
+            prio,
+            part.explanations,
+            evicted=part.evicted,
+        )
         out.stats = {**part.stats, "n_jobs": int(N), "n_deferred": int(len(tail))}
         return out
 
@@ -395,9 +464,13 @@ class RollingLP(PlacementPolicy):
             cl = agent.cluster
             cap = int(cl.gpu_count[nodes].sum()) * 1000
             # the standby part hosts only the jobs one of its nodes can hold (GPUs, CPU, memory)
-            fits_b.append(((num_gpu[:, None] <= cl.gpu_count[nodes][None, :])
-                           & (cpu[:, None] <= cl.cpu_capacity[nodes][None, :])
-                           & (mem[:, None] <= cl.mem_capacity[nodes][None, :])).any(axis=1))
+            fits_b.append(
+                (
+                    (num_gpu[:, None] <= cl.gpu_count[nodes][None, :])
+                    & (cpu[:, None] <= cl.cpu_capacity[nodes][None, :])
+                    & (mem[:, None] <= cl.mem_capacity[nodes][None, :])
+                ).any(axis=1)
+            )
             cs.append(c)
             cap_b.append(cap)
             free_b.append(np.maximum(cap - agent.node_usage(nodes, now_hour, H), 0))
@@ -416,16 +489,24 @@ class RollingLP(PlacementPolicy):
             return None if a is None else np.concatenate([a, np.take(a, cs_arr, axis=axis)], axis=axis)
 
         split = dataclasses.replace(
-            p, clusters=list(p.clusters) + [f"{p.clusters[c]}/standby" for c in cs],
-            regions=list(p.regions) + [p.regions[c] for c in cs], zones=list(p.zones) + [p.zones[c] for c in cs],
+            p,
+            clusters=list(p.clusters) + [f"{p.clusters[c]}/standby" for c in cs],
+            regions=list(p.regions) + [p.regions[c] for c in cs],
+            zones=list(p.zones) + [p.zones[c] for c in cs],
             gpu_models=list(p.gpu_models) + [p.gpu_models[c] for c in cs],
-            capacity=np.concatenate([capacity, cap_b]), forecast=more(p.forecast, 1),
-            free=np.concatenate([free, fb], axis=1), dur=more(p.dur, 2), kw=more(p.kw, 2),
-            limit_w=more(p.limit_w, 1), allowed=np.concatenate([allowed, p.allowed[:, cs_arr] & multi[:, None]
-                                                                   & np.stack(fits_b, axis=1)], 1),
-            transfer_kwh=more(p.transfer_kwh, 1), renewable=more(p.renewable, 1),
-            capacity_price=more(p.capacity_price, 1), release_c=more(p.release_c, 1),
-            free_other=more(p.free_other, 2))
+            capacity=np.concatenate([capacity, cap_b]),
+            forecast=more(p.forecast, 1),
+            free=np.concatenate([free, fb], axis=1),
+            dur=more(p.dur, 2),
+            kw=more(p.kw, 2),
+            limit_w=more(p.limit_w, 1),
+            allowed=np.concatenate([allowed, p.allowed[:, cs_arr] & multi[:, None] & np.stack(fits_b, axis=1)], 1),
+            transfer_kwh=more(p.transfer_kwh, 1),
+            renewable=more(p.renewable, 1),
+            capacity_price=more(p.capacity_price, 1),
+            release_c=more(p.release_c, 1),
+            free_other=more(p.free_other, 2),
+        )
         return split, np.concatenate([np.arange(C), cs_arr])
 
 
@@ -440,18 +521,22 @@ def _with_expected(p):
         per_job["req_other"] = np.concatenate([p.req_other, e.req_other])
     if p.release_c is not None:
         per_job["release_c"] = np.concatenate([p.release_c, np.repeat(e.release[:, None], p.n_clusters, 1)])
-    return dataclasses.replace(p, jobs=pd.concat([p.jobs, e.jobs], ignore_index=True), pods=None, expected=None,
-                               **per_job)
+    return dataclasses.replace(
+        p, jobs=pd.concat([p.jobs, e.jobs], ignore_index=True), pods=None, expected=None, **per_job
+    )
 
 
 def _only_jobs(lp, n: int):
     """The LP result restricted to its first `n` jobs (the real ones; expected jobs come after them)."""
     keep = lp.job < n
     per_cand = {f: getattr(lp, f)[keep] for f in ("x", "job", "k", "s", "c", "cost", "energy_kwh", "renewable_kwh")}
-    per_job = {f: getattr(lp, f)[:n] for f in ("u", "late_cost", "late_energy_kwh", "late_renewable_kwh",
-                                                "late_start")}
-    return dataclasses.replace(lp, objective_kg=float(per_cand["x"] @ per_cand["cost"] + per_job["u"] @
-                                                      per_job["late_cost"]), **per_cand, **per_job)
+    per_job = {f: getattr(lp, f)[:n] for f in ("u", "late_cost", "late_energy_kwh", "late_renewable_kwh", "late_start")}
+    return dataclasses.replace(
+        lp,
+        objective_kg=float(per_cand["x"] @ per_cand["cost"] + per_job["u"] @ per_job["late_cost"]),
+        **per_cand,
+        **per_job,
+    )
 
 
 def _subset(p, idx: np.ndarray):

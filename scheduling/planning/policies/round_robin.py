@@ -1,4 +1,5 @@
 """`round-robin`: FIFO; earliest start, clusters tried in a rotating order."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Rolling-origin backtests, scoring and the published baselines."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -55,8 +56,9 @@ def test_published_baseline_reproduces_the_dacf_paper(grid_dir):
 
 def test_run_backtest_metrics_and_baseline(grid_dir):
     data, published = backtest.load_inputs(["DE"], source="files")
-    res = backtest.run_backtest(SeasonalNaive(24), "carbon_intensity", ["DE"], data, published,
-                                start="2021-07-01", end="2021-07-14", horizon=24)
+    res = backtest.run_backtest(
+        SeasonalNaive(24), "carbon_intensity", ["DE"], data, published, start="2021-07-01", end="2021-07-14", horizon=24
+    )
     doc = res[0].to_json()
     assert doc["region"] == "DE" and doc["baseline_dacf_mape"] is not None
     assert set(doc["by_horizon"]) == {"1-6", "7-24"}
@@ -72,8 +74,9 @@ def test_ensemble_backtest_is_reproducible(grid_frame):
     runs = []
     for _ in range(2):
         model = make_model("ensemble", "carbon_intensity", tiny=True, horizon=48)
-        res = backtest.run_backtest(model, "carbon_intensity", ["DE"], grid_frame, start="2021-04-01",
-                                    end="2021-04-03", horizon=48)
+        res = backtest.run_backtest(
+            model, "carbon_intensity", ["DE"], grid_frame, start="2021-04-01", end="2021-04-03", horizon=48
+        )
         runs.append(res[0].issued.reset_index(drop=True))
     assert len(runs[0]) == 3 * 48
     pd.testing.assert_frame_equal(runs[0], runs[1])

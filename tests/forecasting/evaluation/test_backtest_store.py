@@ -1,5 +1,6 @@
 """`python -m forecasting backtest --store`: the issued forecasts land in forecast.forecasts (every horizon,
 labelled), and the planner's warehouse provider replays the latest issue at or before each planning hour."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,26 @@ def test_backtest_store_writes_every_issue_and_the_planner_reads_them(grid_dir, 
     from forecasting.cli import main
     from forecasting.store import read_forecasts
 
-    rc = main(["backtest", "--region", "SE", "--model", "naive-24", "--start", "2021-07-01", "--end", "2021-07-03",
-               "--horizon", "48", "--source", "files", "--no-plot", "--json", "--store"])
+    rc = main(
+        [
+            "backtest",
+            "--region",
+            "SE",
+            "--model",
+            "naive-24",
+            "--start",
+            "2021-07-01",
+            "--end",
+            "2021-07-03",
+            "--horizon",
+            "48",
+            "--source",
+            "files",
+            "--no-plot",
+            "--json",
+            "--store",
+        ]
+    )
     assert rc == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["stored"] == {"model": "naive-24", "model_version": "backtest-2021-07-01", "rows": 3 * 48}

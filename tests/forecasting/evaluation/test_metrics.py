@@ -1,4 +1,5 @@
 """Metric definitions: MAPE, error as % of mean output, coverage, horizon buckets, summaries."""
+
 from __future__ import annotations
 
 import numpy as np

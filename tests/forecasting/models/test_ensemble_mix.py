@@ -1,4 +1,5 @@
 """Ensemble weights and conformal calibration, the mix composite, the operator blend: real tiny fits, no leakage."""
+
 from __future__ import annotations
 
 import copy
@@ -96,15 +97,30 @@ class Constant(Forecaster):
         rows = []
         for region, m in self.mean.items():
             h = np.arange(1, horizon + 1)
-            rows.append(pd.DataFrame({"region": region, "issued_at": T, "target_time": T + (h - 1) * pd.Timedelta(hours=1),
-                                      "horizon_h": h, "p10": m * 0.9, "p50": m, "p90": m * 1.1, "model": self.name}))
+            rows.append(
+                pd.DataFrame(
+                    {
+                        "region": region,
+                        "issued_at": T,
+                        "target_time": T + (h - 1) * pd.Timedelta(hours=1),
+                        "horizon_h": h,
+                        "p10": m * 0.9,
+                        "p50": m,
+                        "p90": m * 1.1,
+                        "model": self.name,
+                    }
+                )
+            )
         return pd.concat(rows, ignore_index=True)
 
 
 @pytest.fixture(scope="module")
 def fitted_ensemble(grid_frame):
-    members = [LGBMForecaster(horizon=24, n_estimators=30, learning_rate=0.2, issue_hours=(0, 12)), SeasonalNaive(24),
-               Constant()]
+    members = [
+        LGBMForecaster(horizon=24, n_estimators=30, learning_rate=0.2, issue_hours=(0, 12)),
+        SeasonalNaive(24),
+        Constant(),
+    ]
     model = ens.EnsembleForecaster(members, validation_days=14, rolling_days=7, horizon=24)
     return model.fit(grid_frame[grid_frame["hour_utc"] < TRAIN_END], "carbon_intensity")
 
@@ -120,8 +136,12 @@ def test_ensemble_backtest_is_calibrated_and_beats_naive(fitted_ensemble, grid_f
     f = rolling_forecasts(fitted_ensemble, grid_frame, "2021-04-01", "2021-04-21", horizon=24, context_days=20)
     s = score(f, grid_frame, "carbon_intensity", "2021-04-21")
     naive = SeasonalNaive(24).fit(grid_frame[grid_frame["hour_utc"] < TRAIN_END], "carbon_intensity")
-    n = score(rolling_forecasts(naive, grid_frame, "2021-04-01", "2021-04-21", 24, context_days=10), grid_frame,
-              "carbon_intensity", "2021-04-21")
+    n = score(
+        rolling_forecasts(naive, grid_frame, "2021-04-01", "2021-04-21", 24, context_days=10),
+        grid_frame,
+        "carbon_intensity",
+        "2021-04-21",
+    )
     assert mape(s["actual"], s["p50"]) < mape(n["actual"], n["p50"])
     assert 65 <= coverage(s["actual"], s["p10"], s["p90"]) <= 95
     assert (s["p10"] <= s["p50"]).all() and (s["p50"] <= s["p90"]).all()
@@ -149,8 +169,12 @@ def test_mix_composes_from_the_sources_and_beats_naive(fitted_mix, grid_frame):
     f = rolling_forecasts(fitted_mix, de, "2021-04-01", "2021-04-20", horizon=24, context_days=20)
     s = score(f, de, "carbon_intensity", "2021-04-20")
     naive = SeasonalNaive(24).fit(de[de["hour_utc"] < TRAIN_END], "carbon_intensity")
-    n = score(rolling_forecasts(naive, de, "2021-04-01", "2021-04-20", 24, context_days=10), de,
-              "carbon_intensity", "2021-04-20")
+    n = score(
+        rolling_forecasts(naive, de, "2021-04-01", "2021-04-20", 24, context_days=10),
+        de,
+        "carbon_intensity",
+        "2021-04-20",
+    )
     assert mape(s["actual"], s["p50"]) < mape(n["actual"], n["p50"])
 
 
@@ -174,13 +198,19 @@ def test_operator_blend_uses_the_published_forecast(operator_setup, summer_frame
     f = rolling_forecasts(operator_setup, summer_frame, "2021-07-01", "2021-07-21", horizon=24, context_days=50)
     s = score(f, summer_frame, "wind", "2021-07-21").merge(
         summer_frame[["region", "hour_utc", "published_wind_mw"]].rename(columns={"hour_utc": "target_time"}),
-        on=["region", "target_time"])
-    base = score(rolling_forecasts(operator_setup.base, summer_frame, "2021-07-01", "2021-07-21", 24, context_days=50),
-                 summer_frame, "wind", "2021-07-21")
+        on=["region", "target_time"],
+    )
+    base = score(
+        rolling_forecasts(operator_setup.base, summer_frame, "2021-07-01", "2021-07-21", 24, context_days=50),
+        summer_frame,
+        "wind",
+        "2021-07-21",
+    )
     de = s[s["region"] == "DE"]
     # Far better than the weather-only base; about as good as the published forecast itself.
     assert error_pct_of_mean(de["actual"], de["p50"]) < 0.6 * error_pct_of_mean(
-        base[base["region"] == "DE"]["actual"], base[base["region"] == "DE"]["p50"])
+        base[base["region"] == "DE"]["actual"], base[base["region"] == "DE"]["p50"]
+    )
     assert error_pct_of_mean(de["actual"], de["p50"]) < 1.25 * error_pct_of_mean(de["actual"], de["published_wind_mw"])
 
 
@@ -192,8 +222,10 @@ def test_operator_blend_no_leakage_of_unpublished_forecasts(operator_setup, summ
     # The DE/SE forecast for the next CET day (from 22:00 UTC) is not published at 00:00 UTC: garbage it.
     late = dirty["hour_utc"] >= pd.Timestamp("2021-07-20 22:00", tz="UTC")
     dirty.loc[late & (dirty["region"] == "DE"), "published_wind_mw"] = 1e6
-    dirty.loc[(dirty["hour_utc"] >= pd.Timestamp("2021-07-21 07:00", tz="UTC")) & (dirty["region"] == "CISO"),
-              "published_wind_mw"] = 1e6
+    dirty.loc[
+        (dirty["hour_utc"] >= pd.Timestamp("2021-07-21 07:00", tz="UTC")) & (dirty["region"] == "CISO"),
+        "published_wind_mw",
+    ] = 1e6
     pd.testing.assert_frame_equal(clean, fresh(operator_setup).predict(T, 24, dirty))
 
 
@@ -221,19 +253,27 @@ def test_ensemble_takes_an_offered_member_fitted_on_the_same_history(fitted_ense
         return model
 
     def ensemble(offers):
-        model = ens.EnsembleForecaster([LGBMForecaster(**lgbm_params), SeasonalNaive(24), Constant()],
-                                       validation_days=14, rolling_days=7, horizon=24)
+        model = ens.EnsembleForecaster(
+            [LGBMForecaster(**lgbm_params), SeasonalNaive(24), Constant()],
+            validation_days=14,
+            rolling_days=7,
+            horizon=24,
+        )
         model.offer_fitted(offers)
         return model.fit(history, "carbon_intensity")
 
     reused = ensemble([(offered(), "carbon_intensity", end)])
     assert getattr(reused._fitted[0], "offered_", False)
     T = TRAIN_END + pd.Timedelta(days=3)
-    pd.testing.assert_frame_equal(fresh(reused).predict(T, 24, grid_frame), fresh(fitted_ensemble).predict(T, 24, grid_frame))
+    pd.testing.assert_frame_equal(
+        fresh(reused).predict(T, 24, grid_frame), fresh(fitted_ensemble).predict(T, 24, grid_frame)
+    )
     assert not hasattr(reused, "_offered") or reused._offered == []  # the offers are not kept in the artifact
-    for offers in ([(offered(), "carbon_intensity", end - pd.Timedelta(hours=1))],  # another history
-                   [(offered(), "solar", end)],  # another target
-                   [(offered(n_estimators=31), "carbon_intensity", end)]):  # other parameters
+    for offers in (
+        [(offered(), "carbon_intensity", end - pd.Timedelta(hours=1))],  # another history
+        [(offered(), "solar", end)],  # another target
+        [(offered(n_estimators=31), "carbon_intensity", end)],
+    ):  # other parameters
         assert not getattr(ensemble(offers)._fitted[0], "offered_", False)
 
 

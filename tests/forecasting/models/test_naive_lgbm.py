@@ -1,4 +1,5 @@
 """Seasonal naive and LightGBM: real (tiny) training, beating naive on a short window, no look-ahead."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -105,8 +106,9 @@ def test_lgbm_no_leakage(history, grid_frame, target):
 def test_naive_no_leakage(history, grid_frame):
     model = SeasonalNaive(24).fit(history, "solar")
     T = pd.Timestamp("2021-04-12", tz="UTC")
-    pd.testing.assert_frame_equal(model.predict(T, 96, grid_frame),
-                                  model.predict(T, 96, _garbage_future(grid_frame, T)))
+    pd.testing.assert_frame_equal(
+        model.predict(T, 96, grid_frame), model.predict(T, 96, _garbage_future(grid_frame, T))
+    )
 
 
 def test_feature_builder_refuses_to_read_the_future(history):
@@ -124,5 +126,6 @@ def test_feature_builder_refuses_to_read_the_future(history):
 
 def test_masked_input_gives_the_same_forecast(fitted_lgbm, grid_frame):
     T = pd.Timestamp("2021-04-15", tz="UTC")
-    pd.testing.assert_frame_equal(fitted_lgbm.predict(T, 24, grid_frame),
-                                  fitted_lgbm.predict(T, 24, mask_known(grid_frame, T)))
+    pd.testing.assert_frame_equal(
+        fitted_lgbm.predict(T, 24, grid_frame), fitted_lgbm.predict(T, 24, mask_known(grid_frame, T))
+    )

@@ -1,4 +1,5 @@
 """ProphetForecaster: trained for real on a few regions of the shared grid files (seconds)."""
+
 from __future__ import annotations
 
 import logging
@@ -53,8 +54,10 @@ def _day_ahead(model, frame) -> pd.DataFrame:
 
     out = []
     for issued in ISSUES:
-        window = frame[(frame["hour_utc"] >= issued - pd.Timedelta(days=10))
-                       & (frame["hour_utc"] < issued + pd.Timedelta(hours=24))]
+        window = frame[
+            (frame["hour_utc"] >= issued - pd.Timedelta(days=10))
+            & (frame["hour_utc"] < issued + pd.Timedelta(hours=24))
+        ]
         out.append(model.predict(issued, 24, mask_known(window, issued)))
     scored = pd.concat(out, ignore_index=True)
     actual = frame[["region", "hour_utc", COLUMN]].rename(columns={"hour_utc": "target_time", COLUMN: "actual"})
@@ -107,8 +110,9 @@ def test_sane_and_correction_helps(fitted, frame):
 
     history = frame[frame["hour_utc"] < CUTOFF]
     corrected = _day_ahead(fitted, frame)
-    plain = _day_ahead(ProphetForecaster(history_days=180, residual_correction=False).fit(history, "carbon_intensity"),
-                       frame)
+    plain = _day_ahead(
+        ProphetForecaster(history_days=180, residual_correction=False).fit(history, "carbon_intensity"), frame
+    )
     naive = _day_ahead(SeasonalNaive(period=24).fit(history, "carbon_intensity"), frame)
     m_corr, m_plain, m_naive = _mape(corrected), _mape(plain), _mape(naive)
     logging.getLogger(__name__).info("day-ahead MAPE corrected %.2f plain %.2f naive %.2f", m_corr, m_plain, m_naive)

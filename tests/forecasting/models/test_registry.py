@@ -1,4 +1,5 @@
 """The forecaster factory: every model by name, and a clear error for an unknown one."""
+
 from __future__ import annotations
 
 import pytest

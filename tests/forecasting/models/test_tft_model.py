@@ -2,6 +2,7 @@
 
 DE and ERCO: the two regions of the six where the day-ahead persistence (seasonal naive) is weakest, so a tiny
 model can show within a minute that it forecasts better than the naive baseline, not only that it runs."""
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,15 @@ COLUMN = TARGET_COLUMNS["carbon_intensity"]
 def _settings(**overrides):
     from forecasting.models.tft_model import TFTSettings
 
-    base = dict(max_encoder_length=72, max_prediction_length=48, max_epochs=4, limit_train_batches=8,
-                history_days=60, normalizer="encoder", seed=7)
+    base = dict(
+        max_encoder_length=72,
+        max_prediction_length=48,
+        max_epochs=4,
+        limit_train_batches=8,
+        history_days=60,
+        normalizer="encoder",
+        seed=7,
+    )
     base.update(overrides)
     return TFTSettings.tiny(**base)
 
@@ -32,8 +40,11 @@ def _settings(**overrides):
 def frame(request) -> pd.DataFrame:
     try:
         shared = request.getfixturevalue("grid_frame")
-        if set(REGIONS) <= set(shared["region"]) and shared["hour_utc"].min() <= pd.Timestamp("2021-04-01", tz="UTC") \
-                and shared["hour_utc"].max() >= pd.Timestamp("2021-07-12", tz="UTC"):
+        if (
+            set(REGIONS) <= set(shared["region"])
+            and shared["hour_utc"].min() <= pd.Timestamp("2021-04-01", tz="UTC")
+            and shared["hour_utc"].max() >= pd.Timestamp("2021-07-12", tz="UTC")
+        ):
             return shared[shared["region"].isin(REGIONS)].reset_index(drop=True)
     except pytest.FixtureLookupError:
         pass
