@@ -2,11 +2,12 @@
 
 Manual trigger. Params choose the policies (add `optimum` for the LP bound), the period (start date, days), the
 number of jobs, the regions (a count of fleet regions or their names) and the target load. The simulator
-(scheduling/evaluation/simulator.py) plans every hour from the forecast known then and charges the actual intensity; the report
-(scheduling/evaluation/report.py) is HTML with PNG charts -- carbon per policy against the optimum, deadline satisfaction,
-unallocated GPUs, the plan's timeline against the forecast band, savings per region -- and an explanation card per
-job (at most `max_cards`). It is written to var/reports/evaluate/<run id>/index.html; the path is in the task log
-and the task's return value. Reads the warehouse only (no pool needed).
+(scheduling/evaluation/simulator.py) plans every hour from the forecast known then and charges the actual
+intensity; the report (scheduling/evaluation/report.py) is HTML with PNG charts -- carbon per policy against the
+optimum, deadline satisfaction, unallocated GPUs, the plan's timeline against the forecast band, savings per
+region -- and an explanation card per job (at most `max_cards`). It is written to
+var/reports/evaluate/<run id>/index.html; the path is in the task log and the task's return value. Reads the
+warehouse only (no pool needed). Logic: scheduling/tasks.py (resolve_evaluation_run, evaluate).
 """
 
 from __future__ import annotations

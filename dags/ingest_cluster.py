@@ -1,4 +1,5 @@
-"""Airflow DAG: ingest cluster traces into raw.*: openb pods (24 variants) and nodes, Alibaba PAI machine specs, Philly durations.
+"""Airflow DAG: ingest cluster traces into raw.*: openb pods (24 variants) and nodes, Alibaba PAI machine specs,
+Philly durations.
 
 Trigger by hand; Params choose sources and the data folder. Updates the Asset `warehouse://raw/cluster`.
 """

@@ -188,8 +188,8 @@ def _fleet(regions: Iterable[str] | None, data_dir=None):
 
 
 # In-process caches of static inputs (grid actuals per day window; power options are cached per fleet and power
-# model version by scheduling.planning.power_options.load_power_table): a CLI run or an Airflow task plans one hour; tests
-# and replays that plan several hours in one process reuse them (the marts and files they come from change only
+# model version by scheduling.planning.power_options.load_power_table): a CLI run or an Airflow task plans one hour;
+# tests and replays that plan several hours in one process reuse them (the marts and files they come from change only
 # when dbt or an ingest runs, not between the hours of one process).
 _GRID_CACHE: dict = {}
 

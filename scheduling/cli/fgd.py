@@ -103,7 +103,7 @@ def _print_table(report: dict) -> None:
     print(f"trace {report['trace']} ({report['order']} order), seeds {report['seeds']}, tune {report['tune']}")
     print("unallocated GPU % (mean over seeds) at arrived workload %:")
     print(f"{'policy':<14}" + "".join(f"{x:>8}" for x in pts) + f"{'failed':>9}{'wall s':>8}")
-    for p, e in pol.items():
+    for e in pol.values():
         vals = e["unallocated_pct"]["mean"]
         failed = sum(e["failed_pods"].values()) / len(e["failed_pods"])
         print(f"{e['name']:<14}" + "".join(f"{vals[x]:>8.2f}" for x in pts) + f"{failed:>9.1f}{e['wall_s_mean']:>8.2f}")

@@ -454,7 +454,8 @@ def results_markdown(out: dict) -> str:
             "the job's mean observed log residual; matrix factorization = rank-2 residual matrix (jobs × cells) "
             "with the new job folded in by ridge; LightGBM = residual regression on cell features + summaries of "
             "the job's observed residuals, meta-trained on the other families. "
-            f"Excluded (feedback in another unit: median isolated oracle/prior ratio outside [1/4, 4]): {', '.join(r['excluded_unit_mismatch']) or 'none'}."
+            "Excluded (feedback in another unit: median isolated oracle/prior ratio outside [1/4, 4]): "
+            f"{', '.join(r['excluded_unit_mismatch']) or 'none'}."
         )
     if "targets" in out:
         lines.append("- Targets: " + json.dumps(out["targets"]))

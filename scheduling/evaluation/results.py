@@ -103,7 +103,7 @@ def evaluate(
     if opt is not None:
         per_job = opt.pop(PER_JOB_KEY)
         gaps = {name: gap_by_job_shape(sc, rec, per_job, base) for name, rec in records.items()}
-    for name, m in results.items():
+    for m in results.values():
         m["reduction_vs_performance_first_pct"] = 100.0 * (base - m["kgco2e"]) / base if base else None
         if opt is not None and base - opt["kgco2e"] > 1e-9:
             m["share_of_optimum_reduction_pct"] = 100.0 * (base - m["kgco2e"]) / (base - opt["kgco2e"])

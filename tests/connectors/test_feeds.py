@@ -143,7 +143,8 @@ def _counts(path) -> dict:
         tables = [
             r[0]
             for r in con.execute(
-                "SELECT table_schema || '.' || table_name FROM information_schema.tables WHERE table_schema IN ('raw', 'quarantine') ORDER BY 1"
+                "SELECT table_schema || '.' || table_name FROM information_schema.tables "
+                "WHERE table_schema IN ('raw', 'quarantine') ORDER BY 1"
             ).fetchall()
         ]
         return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}
@@ -169,7 +170,8 @@ def test_idempotent_reload_into_a_tmp_warehouse(api, config, client, keys, tmp_w
         ).fetchone()[0]
         types = dict(
             con.execute(
-                "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'grid_carbon_intensity'"
+                "SELECT column_name, data_type FROM information_schema.columns "
+                "WHERE table_name = 'grid_carbon_intensity'"
             ).fetchall()
         )
         sources = dict(con.execute("SELECT data_source, count(*) FROM raw.grid_carbon_intensity GROUP BY 1").fetchall())

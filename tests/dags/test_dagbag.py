@@ -25,9 +25,12 @@ _PROBE = r"""
 import json, sys, time
 from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder=sys.argv[1])
-stats = [{"file": str(s.file), "duration_s": s.duration.total_seconds() if hasattr(s.duration, "total_seconds") else float(s.duration)} for s in bag.dagbag_stats]
+def seconds(d):
+    return d.total_seconds() if hasattr(d, "total_seconds") else float(d)
+stats = [{"file": str(s.file), "duration_s": seconds(s.duration)} for s in bag.dagbag_stats]
 pools = sorted({t.pool for d in bag.dags.values() for t in d.tasks})
-print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": sorted(bag.dag_ids), "stats": stats, "pools": pools}))
+errors = {k: str(v) for k, v in bag.import_errors.items()}
+print(json.dumps({"errors": errors, "dags": sorted(bag.dag_ids), "stats": stats, "pools": pools}))
 """
 
 

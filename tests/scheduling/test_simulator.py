@@ -52,7 +52,7 @@ def test_report_shape_and_metrics(report, scenario):
     assert report["forecasts"]["used"] == "dacf"
     assert report["signal"].startswith("average, production-based, direct")
     assert len(report["fleet"]["clusters"]) == 6
-    for name, m in pol.items():
+    for m in pol.values():
         assert m["jobs_started"] + m["jobs_never_started"] == len(scenario.jobs)
         assert 0 <= m["deadline_satisfaction"] <= 1
         assert 0 <= m["renewable_share"] <= 1

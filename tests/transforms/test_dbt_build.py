@@ -30,7 +30,8 @@ def test_grid_hourly_has_every_hour_of_2020_2021_per_ensembleci_region(query):
     rows = dict(
         query(
             "SELECT region, count(*) FROM marts.grid_hourly "
-            "WHERE hour_utc >= TIMESTAMPTZ '2020-01-01 00:00:00+00' AND hour_utc < TIMESTAMPTZ '2022-01-01 00:00:00+00' "
+            "WHERE hour_utc >= TIMESTAMPTZ '2020-01-01 00:00:00+00' "
+            "AND hour_utc < TIMESTAMPTZ '2022-01-01 00:00:00+00' "
             "GROUP BY region"
         )
     )

@@ -23,7 +23,11 @@ if dag is not None:
         tasks=sorted(t.task_id for t in dag.tasks),
         pools=sorted({t.pool for t in dag.tasks}),
         groups=sorted(dag.task_group.children),
-        schedule=sorted(a.uri for a in dag.timetable.asset_condition.objects) if hasattr(dag.timetable, "asset_condition") else None,
+        schedule=(
+            sorted(a.uri for a in dag.timetable.asset_condition.objects)
+            if hasattr(dag.timetable, "asset_condition")
+            else None
+        ),
         outlets=sorted(o.uri for t in dag.tasks for o in (t.outlets or [])),
         roots=sorted(t.task_id for t in dag.roots),
     )

@@ -84,7 +84,7 @@ def test_dcgm_fixture_measured_energy_matches_power():
     assert set(frame["energy_source"]) == {"measured"}
     assert frame["source_tz"].isna().all()  # ISO timestamps with Z: no zone was assumed
     assert frame["ts_utc"].min() == pd.Timestamp("2024-03-01 12:00:00", tz="UTC")
-    for gpu, sub in frame.groupby("gpu_index"):
+    for _, sub in frame.groupby("gpu_index"):
         sub = sub.sort_values("ts_utc")
         t = (sub["ts_utc"] - sub["ts_utc"].iloc[0]).dt.total_seconds().to_numpy()
         integrated = np.trapezoid(sub["power_w"].to_numpy(dtype=float), t)

@@ -37,7 +37,8 @@ def _regions(args: argparse.Namespace) -> int:
     else:
         for row in rows:
             print(
-                f"{row['region']:6s} primary={row['primary']:15s} fallback={row['fallback'] or '-':15s} extras={','.join(row['extras']) or '-'}"
+                f"{row['region']:6s} primary={row['primary']:15s} fallback={row['fallback'] or '-':15s} "
+                f"extras={','.join(row['extras']) or '-'}"
             )
     return 0
 

@@ -82,7 +82,7 @@ class PayloadError(ConnectorError):
 _SECRETS: set[str] = set()
 _SECRETS_LOCK = threading.Lock()
 _SECRET_QUERY_RE = re.compile(
-    r"(?P<name>(?:%s))=(?P<value>[^&\s'\"#]+)" % "|".join(re.escape(n) for n in sorted(SECRET_PARAM_NAMES)),
+    r"(?P<name>(?:" + "|".join(re.escape(n) for n in sorted(SECRET_PARAM_NAMES)) + r"))=(?P<value>[^&\s'\"#]+)",
     re.IGNORECASE,
 )
 
@@ -427,7 +427,10 @@ class HttpClient:
                 )
             except requests.Timeout as exc:
                 last_status = None
-                last_problem = f"timed out ({type(exc).__name__}; connect {settings.connect_timeout_s:g} s, read {settings.read_timeout_s:g} s)"
+                last_problem = (
+                    f"timed out ({type(exc).__name__}; connect {settings.connect_timeout_s:g} s, "
+                    f"read {settings.read_timeout_s:g} s)"
+                )
             except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
                 last_status = None
                 last_problem = f"connection failed ({type(exc).__name__}: {redact(exc)[:300]})"
