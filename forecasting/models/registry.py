@@ -15,8 +15,8 @@ libraries (LightGBM, Prophet, torch) are imported only when a model is fitted or
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
+from common.registry import Registry, UnknownNameError
 from forecasting.base import Forecaster
 from forecasting.models.blend import PublishedBlendForecaster
 from forecasting.models.ensemble import EnsembleForecaster
@@ -26,13 +26,12 @@ from forecasting.models.naive import SeasonalNaive
 from forecasting.models.prophet_model import ProphetForecaster
 from forecasting.models.tft_model import TFTForecaster, TFTSettings
 
-MODEL_NAMES = ("naive-24", "naive-168", "lgbm", "mix", "ensemble", "prophet", "tft")
 ALIASES = {"naive": "naive-24", "seasonal-naive-24": "naive-24", "seasonal-naive-168": "naive-168"}
 CI_ONLY_MODELS = ("mix",)  # models that forecast carbon intensity only
 TINY = {"n_estimators": 60}  # the boosted models' tiny setting
 
 
-class ModelUnavailable(RuntimeError):
+class ModelUnavailable(UnknownNameError):
     """A model name that `make_model` does not know."""
 
 
@@ -96,28 +95,23 @@ def _tft(target: str = "carbon_intensity", tiny: bool = False, settings=None, **
     return TFTForecaster(settings)
 
 
-_FACTORIES: dict[str, Callable[..., Any]] = {
-    "naive-24": _naive(24),
-    "naive-168": _naive(168),
-    "lgbm": _lgbm,
-    "mix": _mix,
-    "ensemble": _ensemble,
-    "prophet": _prophet,
-    "tft": _tft,
-}
-
-
-def register_factory(name: str, factory: Callable[..., Any]) -> None:
-    """Make `make_model(name, ...)` build models with `factory(target=..., tiny=..., **kwargs)`."""
-    _FACTORIES[name] = factory
+FORECASTERS = Registry("forecaster")
+FORECASTERS.register("naive-24", _naive(24))
+FORECASTERS.register("naive-168", _naive(168))
+FORECASTERS.register("lgbm", _lgbm)
+FORECASTERS.register("mix", _mix)
+FORECASTERS.register("ensemble", _ensemble)
+FORECASTERS.register("prophet", _prophet)
+FORECASTERS.register("tft", _tft)
+MODEL_NAMES = FORECASTERS.names
 
 
 def make_model(name: str, target: str = "carbon_intensity", tiny: bool = False, **kwargs) -> Forecaster:
     """A fresh, unfitted forecaster by name (MODEL_NAMES, or an alias in ALIASES).
 
     `horizon` (hours) sizes the models that train per horizon; the naive ones ignore it. Raises ModelUnavailable
-    for an unknown name."""
-    factory = _FACTORIES.get(ALIASES.get(name, name))
-    if factory is None:
-        raise ModelUnavailable(f"unknown model {name!r}; known: {', '.join(MODEL_NAMES)}")
-    return factory(target=target, tiny=tiny, **kwargs)
+    (an UnknownNameError) for an unknown name."""
+    name = ALIASES.get(name, name)
+    if name not in FORECASTERS:
+        raise ModelUnavailable(f"unknown forecaster {name!r}; known: {', '.join(MODEL_NAMES)}")
+    return FORECASTERS.create(name, target=target, tiny=tiny, **kwargs)

@@ -148,7 +148,7 @@ def register(subparsers) -> None:
     b.add_argument("--hours", type=int, default=168)
     b.add_argument("--regions", type=int, default=10)
     b.add_argument("--repeats", type=int, default=3)
-    b.add_argument("--policy", default="priority", help="placement policy to time (default priority)")
+    b.add_argument("--policy", default=DEFAULT_POLICY, help=f"placement policy to time (default {DEFAULT_POLICY})")
     b.add_argument(
         "--recent",
         type=int,
@@ -162,8 +162,7 @@ def register(subparsers) -> None:
     b.add_argument(
         "--out",
         default=None,
-        help="also write bench_plan.json (bench_plan_<policy>.json for "
-        "another policy) there (default var/reports/planner)",
+        help="also write bench_plan_<policy>.json there (default var/reports/planner)",
     )
     b.add_argument("--data-dir", default=None)
     b.set_defaults(func=cmd_bench)
@@ -394,7 +393,7 @@ def _bench_one(
     seed: int,
     repeats: int,
     data_dir,
-    policy: str = "priority",
+    policy: str = DEFAULT_POLICY,
     recent: int = 0,
 ) -> dict:
     t = pd.Timestamp(plan_time)
@@ -524,7 +523,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         "environment": environment(),
     }
     out = Path(args.out) if args.out else DEFAULT_REPORT_DIR
-    name = "bench_plan.json" if args.policy == "priority" else f"bench_plan_{args.policy}.json"
+    name = f"bench_plan_{args.policy}.json"
     _write_json(out / name, payload)
     print(json.dumps(payload, indent=2))
     return 0

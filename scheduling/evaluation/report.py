@@ -52,7 +52,7 @@ from scheduling.evaluation.scenario import build_scenario
 from scheduling.evaluation.simulator import simulate
 from scheduling.explain.registry import make_explainer
 from scheduling.explain.template import TemplateExplainer
-from scheduling.planning.policies.registry import POLICY_NAMES, make_policy
+from scheduling.planning.policies.registry import DEFAULT_POLICY, POLICY_NAMES, make_policy
 from scheduling.planning.problem import abs_hours
 from scheduling.planning.session import HourlyPlanner
 from warehouse.config import var_dir
@@ -641,7 +641,7 @@ def forecast_band(sc, start=None, hours: int | None = None, history_days: int = 
     return pd.concat(frames, ignore_index=True)
 
 
-def explained_run(sc, policy: str = "priority", seed: int = 0) -> list[dict]:
+def explained_run(sc, policy: str = DEFAULT_POLICY, seed: int = 0) -> list[dict]:
     """The explanation record of the decision that started each job, from a replay of `sc` with explanations
     on (the same loop as `scheduling.evaluation.simulator.simulate`, which does not keep them)."""
     hp = HourlyPlanner(

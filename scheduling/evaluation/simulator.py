@@ -27,7 +27,7 @@ import pandas as pd
 
 from scheduling.planning.forecasts import ForecastProvider
 from scheduling.planning.policies.base import PlacementPolicy
-from scheduling.planning.policies.registry import make_policy
+from scheduling.planning.policies.registry import DEFAULT_POLICY, make_policy
 from scheduling.planning.problem import PriorityWeights, abs_hours
 from scheduling.planning.session import HourlyPlanner
 
@@ -116,7 +116,7 @@ def execute(
 
 def simulate(
     sc: Scenario,
-    policy: str | PlacementPolicy = "priority",
+    policy: str | PlacementPolicy = DEFAULT_POLICY,
     *,
     seed: int = 0,
     weights: PriorityWeights | None = None,

@@ -15,7 +15,7 @@ from scheduling.packing import Pod
 from scheduling.planning.agents import default_workload, job_pods, make_agents
 from scheduling.planning.forecasts import ForecastProvider, GridSeries, make_forecasts
 from scheduling.planning.policies.base import PlacementPolicy
-from scheduling.planning.policies.registry import make_policy
+from scheduling.planning.policies.registry import DEFAULT_POLICY, make_policy
 from scheduling.planning.problem import JobTable, PriorityWeights, abs_hours, horizon_for
 
 
@@ -30,7 +30,7 @@ class HourlyPlanner:
         self,
         fleet,
         jobs: pd.DataFrame | None = None,
-        policy: str | PlacementPolicy = "priority",
+        policy: str | PlacementPolicy = DEFAULT_POLICY,
         forecasts: ForecastProvider | None = None,
         *,
         table: JobTable | None = None,
@@ -332,7 +332,7 @@ def plan_hour(
     jobs: pd.DataFrame,
     *,
     fleet=None,
-    policy: str | PlacementPolicy = "priority",
+    policy: str | PlacementPolicy = DEFAULT_POLICY,
     forecasts: str | ForecastProvider = "auto",
     running: pd.DataFrame | None = None,
     weights: PriorityWeights | None = None,

@@ -318,7 +318,7 @@ def test_dacf_published_forecasts(grid_wh):
     assert sorted(p.region.unique()) == ["CISO", "DE", "ERCO", "ISNE", "PJM", "SE"]
     assert (p.groupby(["region", "target"]).hour_utc.nunique() == 4416).all()
     targets = p.groupby("region").target.agg(set)
-    for ts in targets.values():
+    for ts in targets:
         assert {"carbon_intensity_actual", "carbon_intensity_direct", "wind_mw"} <= ts
         assert all(t.endswith("_mw") or t.startswith("carbon_intensity_") for t in ts)
     assert "solar_mw" not in targets["SE"] and "solar_mw" in targets["CISO"]
