@@ -112,9 +112,7 @@ def train_models(db_path=None, as_of=None, evaluate: bool = True, eval_config=No
 
     torch.set_num_threads(1)
     log = log or (lambda message: None)
-    trained_at = pd.Timestamp(as_of) if as_of is not None else _now_utc()
-    if trained_at.tzinfo is None:
-        trained_at = trained_at.tz_localize("UTC")
+    trained_at = utc(as_of) if as_of is not None else _now_utc()
     result: dict = {}
 
     # --- predictor ---

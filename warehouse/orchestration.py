@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from common.timeutil import utc
 from warehouse.connectors.ingest import ingest_live as fetch_and_load
 from warehouse.ingest import ingest, summarize
 from warehouse.loaders import all_sources
@@ -85,8 +86,7 @@ def validate_live_window(start, end) -> tuple[str, str]:
         start_ts, end_ts = pd.Timestamp(start), pd.Timestamp(end)
     except (ValueError, TypeError) as exc:
         raise ValueError(f"live window start/end must be ISO timestamps, got {start!r}, {end!r}: {exc}") from None
-    start_ts = start_ts.tz_localize("UTC") if start_ts.tzinfo is None else start_ts.tz_convert("UTC")
-    end_ts = end_ts.tz_localize("UTC") if end_ts.tzinfo is None else end_ts.tz_convert("UTC")
+    start_ts, end_ts = utc(start_ts), utc(end_ts)
     if end_ts == start_ts:  # a manual run's data interval is a point: take the hour before it
         start_ts = end_ts - pd.Timedelta(hours=1)
     if end_ts < start_ts:

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from common.timeutil import utc
+from common.timeutil import utc, utc_hour
 from scheduling.domain.fleet import load_fleet
 from scheduling.domain.jobs import generate_jobs
 from scheduling.evaluation.bounds import replay_optimum, solve_optimum, solve_preemptive_optimum
@@ -616,8 +616,7 @@ def cmd_preemption_bound(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    t = pd.Timestamp(args.as_of)
-    t = (t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")).floor("h")
+    t = utc_hour(args.as_of)
     fleet = load_fleet(regions=args.regions, data_dir=args.data_dir)
     jobs = generate_jobs(args.jobs, t, 1, fleet, seed=args.seed, data_dir=args.data_dir, arrival="all-at-start")
     plan = plan_hour(

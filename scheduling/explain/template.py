@@ -8,6 +8,8 @@ from typing import Any
 
 import pandas as pd
 
+from common.timeutil import utc
+
 
 def _num(value: Any, digits: int = 2) -> str:
     if value is None:
@@ -35,8 +37,7 @@ def _time(value: Any) -> str:
         return str(value)
     if ts is pd.NaT:
         return "n/a"
-    ts = ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
-    return ts.strftime("%Y-%m-%d %H:%M UTC")
+    return utc(ts).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _place(entry: dict) -> str:

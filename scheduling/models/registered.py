@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from common.timeutil import utc
 from warehouse import model_registry
 
 PREDICTOR_NAME = "gpu-predictor"
@@ -39,9 +40,7 @@ def resolve_registered(name: str, as_of=None, db_path=None) -> tuple[object | No
     except Exception as exc:  # noqa: BLE001 - an unreadable registry must not stop the plan; the caller falls back
         info["reason"] = f"registry unreadable ({type(exc).__name__}: {exc})"
         return None, info
-    cutoff = None if as_of is None else pd.Timestamp(as_of)
-    if cutoff is not None and cutoff.tzinfo is None:
-        cutoff = cutoff.tz_localize("UTC")
+    cutoff = None if as_of is None else utc(as_of)
     for record in records:
         if cutoff is not None and record.trained_at > cutoff:
             continue

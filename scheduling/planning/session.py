@@ -273,11 +273,8 @@ class HourlyPlanner:
         may use that node only if they end by then. Without it, whole-node jobs wait for days while small jobs
         keep refilling every node and the GPU count says "free". Earliest latest start first; one node per
         cluster; only for jobs that cannot wait another hour (`reserve_lead_h`). Returns {job id: node}.
-
-        Off by default (`reserve_nodes=False`), measured on 2999 jobs, July 2021: at load 0.5 it helps the
-        priority policy (deadlines 94.5 -> 96-97 %, less carbon) but at load 0.8, where a V100 cluster has two
-        nodes, holding one costs the rolling-lp policy 11-22 points of deadlines -- 8-GPU jobs (0.6 % of the
-        trace) are late either way, since a node takes longer to drain than their slack."""
+        Off by default (`reserve_nodes=False`): at high load a held node costs more deadlines than it saves
+        (docs/experiments.md, "Levers tried and not adopted")."""
         for agent in self.agents:
             agent.reserved.clear()
         tbl = self.table

@@ -117,7 +117,7 @@ def test_cache_hit_skips_the_server_and_expires(api, config, sleeps, tmp_path):
 
 
 def test_cache_is_shared_by_connectors_and_keyed_without_secrets(api, feeds):
-    from warehouse.connectors.schema import to_utc
+    from common.timeutil import utc as to_utc
 
     connector = feeds.connector("eia930")
     connector.fetch("CISO", "CISO", to_utc(START), to_utc(END))
@@ -129,7 +129,7 @@ def test_cache_is_shared_by_connectors_and_keyed_without_secrets(api, feeds):
 
 
 def test_secret_never_in_logs_errors_or_cache(api, feeds, caplog, tmp_path):
-    from warehouse.connectors.schema import to_utc
+    from common.timeutil import utc as to_utc
 
     caplog.set_level(logging.DEBUG)
     feeds.connector("eia930").fetch("CISO", "CISO", to_utc(START), to_utc(END))
@@ -167,8 +167,8 @@ def test_missing_key_names_env_var_and_connection():
 
 
 def test_missing_key_surfaces_from_a_fetch(api, config, client):
+    from common.timeutil import utc as to_utc
     from warehouse.connectors.feeds import LiveFeeds
-    from warehouse.connectors.schema import to_utc
 
     with pytest.raises(MissingCredentialError, match="EIA_API_KEY"):
         LiveFeeds(config, client).connector("eia930").fetch("CISO", "CISO", to_utc(START), to_utc(END))

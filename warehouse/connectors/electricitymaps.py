@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from common.timeutil import iso_z
 from warehouse.connectors.base import Connector
-from warehouse.connectors.schema import CARBON_INTENSITY, GENERATION, FeedData, chunks, frame, iso_z, within
+from warehouse.connectors.schema import CARBON_INTENSITY, GENERATION, FeedData, chunks, frame, within
 from warehouse.db import Rejection
 
 SOURCE_TO_FUEL = {

@@ -31,6 +31,8 @@ import pandas as pd
 import yaml
 
 from common.registry import Registry
+from common.timeutil import iso_z
+from common.timeutil import utc as to_utc
 from warehouse.connectors.base import Connector, FeedSettings
 from warehouse.connectors.eia930 import EIA930Connector
 from warehouse.connectors.electricitymaps import ElectricityMapsConnector
@@ -42,9 +44,7 @@ from warehouse.connectors.schema import (
     LIVE_FORECASTS,
     FeedData,
     frame,
-    iso_z,
     normalize_interval,
-    to_utc,
 )
 from warehouse.connectors.ukci import UKCarbonIntensityConnector
 from warehouse.connectors.watttime import WattTimeConnector

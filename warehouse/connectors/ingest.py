@@ -7,9 +7,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.timeutil import iso_z
 from warehouse.connectors.feeds import FeedConfig, FeedFailure, LiveFeeds
 from warehouse.connectors.http import ConnectorError, HttpClient
-from warehouse.connectors.schema import iso_z, normalize_interval
+from warehouse.connectors.schema import normalize_interval
 from warehouse.db import LoadResult, load_batch, writer
 
 log = logging.getLogger("warehouse.connectors")

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
 
 import pandas as pd
 
+from common.timeutil import utc as to_utc
 from warehouse.db import Rejection
 
 CARBON_INTENSITY = "raw.grid_carbon_intensity"
@@ -71,23 +71,12 @@ BASES = ("production", "consumption")
 SCOPES = ("direct", "lifecycle")
 
 
-def to_utc(value: str | datetime | pd.Timestamp) -> pd.Timestamp:
-    """A UTC Timestamp; naive input is taken as UTC."""
-    ts = pd.Timestamp(value)
-    return ts.tz_localize("UTC") if ts.tzinfo is None else ts.tz_convert("UTC")
-
-
 def normalize_interval(start, end) -> tuple[pd.Timestamp, pd.Timestamp]:
     """[start, end) in UTC, widened to whole hours (hourly data is keyed by the hour's start)."""
     s, e = to_utc(start).floor("h"), to_utc(end).ceil("h")
     if e <= s:
         raise ValueError(f"empty interval: start {s.isoformat()} is not before end {e.isoformat()}")
     return s, e
-
-
-def iso_z(ts: pd.Timestamp) -> str:
-    """2021-07-01T00:00:00Z"""
-    return to_utc(ts).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def chunks(start: pd.Timestamp, end: pd.Timestamp, max_span: pd.Timedelta) -> list[tuple[pd.Timestamp, pd.Timestamp]]:

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from common.timeutil import utc as to_utc
 from warehouse.connectors.base import Connector
-from warehouse.connectors.schema import CARBON_INTENSITY, GENERATION_SHARE, FeedData, chunks, frame, to_utc, within
+from warehouse.connectors.schema import CARBON_INTENSITY, GENERATION_SHARE, FeedData, chunks, frame, within
 from warehouse.db import Rejection
 
 FUEL_NAMES = {"gas": "nat_gas"}  # the others (coal, biomass, nuclear, hydro, solar, wind, other, imports) keep theirs

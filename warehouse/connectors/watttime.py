@@ -26,9 +26,11 @@ import time
 
 import pandas as pd
 
+from common.timeutil import iso_z
+from common.timeutil import utc as to_utc
 from warehouse.connectors.base import Connector
 from warehouse.connectors.http import HttpStatusError, register_secret
-from warehouse.connectors.schema import CARBON_INTENSITY, LIVE_FORECASTS, FeedData, chunks, frame, iso_z, to_utc, within
+from warehouse.connectors.schema import CARBON_INTENSITY, LIVE_FORECASTS, FeedData, chunks, frame, within
 from warehouse.db import Rejection
 
 LBS_PER_MWH_TO_G_PER_KWH = 0.45359237
