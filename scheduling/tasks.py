@@ -13,10 +13,8 @@ import pandas as pd
 
 from common.timeutil import iso_z, utc
 from scheduling.evaluation.power_eval import power_eval
-from scheduling.evaluation.predictor_eval import EvalConfig, environment, run_all
 from scheduling.evaluation.report import run_evaluation, safe_run_id, validate_evaluation_params
 from scheduling.models.measured import load_energy_profiles, load_throughput
-from scheduling.models.performance.predictor import PerformancePredictor
 from scheduling.models.power import PowerModel
 from scheduling.models.registered import POWER_NAME, POWER_TARGET, PREDICTOR_NAME, PREDICTOR_TARGET
 from scheduling.planning.policies.registry import DEFAULT_POLICY
@@ -108,7 +106,10 @@ def train_models(db_path=None, as_of=None, evaluate: bool = True, eval_config=No
     model.registry (artifacts under MODELS_DIR). A failing training is registered with status 'failed' and the
     error in its metrics. Returns {name: {version, status, artifact_path, trained_at, headline}}."""
     # torch loads only for training: an hourly plan task, which imports this module too, need not pay for it
-    import torch  # noqa: PLC0415 - torch loads in seconds; only training/prediction paths need it
+    import torch  # noqa: PLC0415
+
+    from scheduling.evaluation.predictor_eval import EvalConfig, environment, run_all  # noqa: PLC0415
+    from scheduling.models.performance.predictor import PerformancePredictor  # noqa: PLC0415
 
     torch.set_num_threads(1)
     log = log or (lambda message: None)

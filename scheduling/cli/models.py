@@ -5,12 +5,10 @@ progress goes to stderr."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 from scheduling.evaluation.power_eval import power_eval, power_eval_markdown
-from scheduling.evaluation.predictor_eval import EvalConfig, results_markdown, run_all
 from scheduling.models.measured import (
     energy_profiles_from_files,
     load_energy_profiles,
@@ -19,8 +17,6 @@ from scheduling.models.measured import (
 )
 from scheduling.tasks import train_models
 from warehouse.config import REPO_ROOT
-
-os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 DEFAULT_REPORT = Path("var/reports/predictor/results.md")
 DEFAULT_POWER_REPORT = Path("var/reports/predictor/power.md")
@@ -43,7 +39,10 @@ def _resolve(path: str | Path) -> Path:
 
 
 def cmd_predictor_eval(args) -> int:
-    import torch  # noqa: PLC0415 - torch loads in seconds; only training/prediction paths need it
+    # torch (seconds and ~200 MB on import) loads only for this command, not for every `python -m scheduling`
+    import torch  # noqa: PLC0415
+
+    from scheduling.evaluation.predictor_eval import EvalConfig, results_markdown, run_all  # noqa: PLC0415
 
     torch.set_num_threads(1)
     throughput = throughput_from_files(args.data_dir) if args.from_files else load_throughput(args.db)
