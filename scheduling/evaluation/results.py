@@ -206,7 +206,7 @@ How to read this:
   allocation inside the period: lower, since the fleet starts empty and late arrivals run after the period.
 * Carbon: energy = GPU share x average board power at the chosen power limit x run time x PUE (+ network energy
   when a job leaves its home region), charged at the actual hourly intensity of the cluster's zone.
-* `priority` = the priority order of the issue (P = 0.35 U + 0.40 F + 0.25 O, lowest P planned first), minimum
+* `priority` = the specified priority order (P = 0.35 U + 0.40 F + 0.25 O, lowest P planned first), minimum
   forecast carbon over (power limit, start hour, region), plus capacity prices learned each day from the LP duals
   of the previous 72 h of arrivals; `priority-noprices` is the same without the prices.
 * `rolling-lp` = model-predictive control with the optimum's own LP: every hour the LP over the jobs known then,
