@@ -196,40 +196,27 @@ def cmd_bench(args) -> int:
 def cmd_report(args) -> int:
     out = _out_dir(args.out)
     show = not args.no_progress
-    default_path = out / "replay_default_fixture.json"
-    if args.rerun or not default_path.exists():
-        report, results = fr.experiment(
-            fr.DEFAULT_TRACE,
-            list(fr.POLICY_NAMES),
-            list(fr.FIXTURE_SEEDS),
-            1.3,
-            True,
-            jobs=args.jobs,
-            data_dir=args.data_dir,
-            show_progress=show,
-        )
-        _write_json(default_path, report)
-        fr.plot_unallocated(
-            results, out / "unallocated_default_fixture.png", title="default (fixture order), seeds 42-51"
-        )
-    default_report = json.loads(default_path.read_text())
-    shuffle_path = out / "replay_default_shuffle.json"
-    if args.rerun or not shuffle_path.exists():
-        report, results = fr.experiment(
-            fr.DEFAULT_TRACE,
-            list(fr.POLICY_NAMES),
-            list(fr.FIXTURE_SEEDS),
-            1.3,
-            False,
-            jobs=args.jobs,
-            data_dir=args.data_dir,
-            show_progress=show,
-        )
-        _write_json(shuffle_path, report)
-        fr.plot_unallocated(
-            results, out / "unallocated_default_shuffle.png", title="default (own seeded shuffle), seeds 42-51"
-        )
-    shuffle_report = json.loads(shuffle_path.read_text())
+    reports = {}
+    for order, fixture_order, title in (
+        ("fixture", True, "default (fixture order), seeds 42-51"),
+        ("shuffle", False, "default (own seeded shuffle), seeds 42-51"),
+    ):
+        path = out / f"replay_default_{order}.json"
+        if args.rerun or not path.exists():
+            report, results = fr.experiment(
+                fr.DEFAULT_TRACE,
+                list(fr.POLICY_NAMES),
+                list(fr.FIXTURE_SEEDS),
+                1.3,
+                fixture_order,
+                jobs=args.jobs,
+                data_dir=args.data_dir,
+                show_progress=show,
+            )
+            _write_json(path, report)
+            fr.plot_unallocated(results, out / f"unallocated_default_{order}.png", title=title)
+        reports[order] = json.loads(path.read_text())
+    default_report, shuffle_report = reports["fixture"], reports["shuffle"]
     fam_path = out / "families.json"
     if args.rerun or not fam_path.exists():
         fam = fr.families_experiment(

@@ -111,24 +111,9 @@ def build_scenario(
     hours = int(round(days * 24))
     fleet = load_fleet(fleet_path, regions=regions, data_dir=data_dir)
     speed = SpeedModel(data_dir)
-    jobs = generate_jobs(
-        n_jobs,
-        start,
-        hours,
-        fleet,
-        seed=seed,
-        data_dir=data_dir,
-        pod_list=pod_list,
-        max_duration_h=max_duration_h,
-        speed_model=speed,
-    )
-    power = load_power_table(fleet, data_dir=data_dir, db_path=db_path, as_of=start)
-    table = JobTable(jobs, fleet, speed, power)
-    if load is not None:
-        need = demand_gpu_hours(jobs, table) / (load * hours)
-        fleet = fleet.scaled(need)
-        # The same draws again on the re-sized fleet: home cluster, home run time and so the deadline must refer
-        # to clusters that exist (and can host the job) in the fleet the jobs run on.
+
+    def draw(fleet, power):
+        """The trace's jobs (same seed, same draws) on `fleet`, and their static arrays."""
         jobs = generate_jobs(
             n_jobs,
             start,
@@ -140,8 +125,16 @@ def build_scenario(
             max_duration_h=max_duration_h,
             speed_model=speed,
         )
+        return jobs, JobTable(jobs, fleet, speed, power)
+
+    power = load_power_table(fleet, data_dir=data_dir, db_path=db_path, as_of=start)
+    jobs, table = draw(fleet, power)
+    if load is not None:
+        fleet = fleet.scaled(demand_gpu_hours(jobs, table) / (load * hours))
+        # The same draws again on the re-sized fleet: home cluster, home run time and so the deadline must refer
+        # to clusters that exist (and can host the job) in the fleet the jobs run on.
         power = load_power_table(fleet, data_dir=data_dir, db_path=db_path, as_of=start)
-        table = JobTable(jobs, fleet, speed, power)
+        jobs, table = draw(fleet, power)
     end = start + (hours + tail_days * 24 + 24 * 8) * HOUR
     grid = GridSeries.load(fleet.zones, start, end, source=grid_source, data_dir=data_dir, db_path=db_path)
     if grid.t0 > start - 24 * HOUR:
@@ -180,19 +173,8 @@ def build_scenario(
                 break
             target_gpus = target_gpus * placed / load
             fleet = fleet.scaled(target_gpus)
-            jobs = generate_jobs(
-                n_jobs,
-                start,
-                hours,
-                fleet,
-                seed=seed,
-                data_dir=data_dir,
-                pod_list=pod_list,
-                max_duration_h=max_duration_h,
-                speed_model=speed,
-            )
+            jobs, table = draw(fleet, power)
             workload = default_workload(job_pods(jobs))
-            table = JobTable(jobs, fleet, speed, power)
     config = {
         "start": start.isoformat(),
         "days": days,
