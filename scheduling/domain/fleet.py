@@ -349,7 +349,7 @@ def load_fleet(
     models = {}
     for name, m in spec["gpu_models"].items():
         try:
-            if "power_profile" in m:  # the curve mapping has one home (scheduling/models/power.py GPU_MAP)
+            if "power_profile" in m:  # the curve mapping has one home (scheduling/domain/gpus.py GPU_MAP)
                 raise ValueError(
                     "power_profile is not read from the fleet file; the GPU -> power-curve mapping "
                     "is scheduling.domain.gpus.GPU_MAP"
