@@ -16,8 +16,8 @@ import pendulum
 from airflow.sdk import DAG, Param, get_current_context, task
 
 from dagutils.assets import FORECASTS, MARTS
-from dagutils.params import FLEET_REGIONS as REGIONS
 from dagutils.params import POLICIES
+from dagutils.params import SIMULATOR_REGIONS as REGIONS
 
 with DAG(
     dag_id="evaluate",
@@ -45,7 +45,7 @@ with DAG(
             minimum=1,
             maximum=len(REGIONS),
             items={"type": "string", "enum": REGIONS},
-            description="A count (the first N fleet regions) or a list of region names.",
+            description="A count (the first N regions of the reference fleet) or a list of region names.",
         ),
         "load": Param(0.5, type="number", enum=[0.5, 0.8], description="Target average GPU load of the fleet."),
         "max_cards": Param(50, type="integer", minimum=0, maximum=500, description="Explanation cards at most."),

@@ -20,8 +20,8 @@ to the hour. Inputs, all as known at that time:
   history, plans only the jobs that arrived in the planning hour instead of a day of backlog). Jobs dispatched
   earlier whose planned end is after T are *running*: their GPUs stay committed (and bound on their nodes).
   Re-running the same T therefore gives the same job set, as long as the plans before T are unchanged.
-* **Cluster state**: the fleet (`scheduling/domain/fleet.yaml`; `regions` selects a subset, default every region but
-  those without grid data at T, i.e. GB) plus the running jobs above.
+* **Cluster state**: the fleet (the file `FLEET_PATH` names, default `scheduling/domain/fleet.yaml`; `regions`
+  selects a subset, default every region but those without grid data at T, i.e. GB) plus the running jobs above.
 * **Forecasts**: `forecast.forecasts` (target carbon_intensity, p50 of the latest issue at or before T, through
   the planner's `WarehouseForecast`); the planner's seasonal naive from actuals where none exist.
 
@@ -46,10 +46,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from common.timeutil import iso_z, utc
-from scheduling.domain.fleet import DEFAULT_FLEET_PATH, load_fleet
+from scheduling.domain.fleet import load_fleet
+from scheduling.domain.fleet_file import fleet_path, fleet_regions
 from scheduling.domain.jobs import JOB_COLUMNS, SpeedModel, generate_jobs
 from scheduling.domain.plan import Plan
 from scheduling.explain.registry import make_explainer
@@ -181,7 +181,8 @@ def pending_and_running(
 
 
 def _fleet(regions: Iterable[str] | None, data_dir=None):
-    fleet = load_fleet(data_dir=data_dir)
+    """The configured fleet (FLEET_PATH), restricted to `regions` or to the zones with grid data."""
+    fleet = load_fleet(fleet_path(), data_dir=data_dir)
     if regions:
         return fleet.select(list(regions))
     return fleet.select([r for r, z in zip(fleet.cluster_regions, fleet.cluster_zones) if z != "GB"])
@@ -316,10 +317,10 @@ def validate_inputs(as_of, policy: str, regions=None, horizon_hours: int = DEFAU
     ):
         raise ValueError(f"horizon_hours {horizon_hours!r} must be an integer in [{MIN_HORIZON_H}, {MAX_HORIZON_H}]")
     if regions:
-        known = list(yaml.safe_load(DEFAULT_FLEET_PATH.read_text())["regions"])
+        known = fleet_regions()
         bad = [r for r in regions if r not in known]
         if bad:
-            raise ValueError(f"region(s) {bad} not in the fleet; choose from {known}")
+            raise ValueError(f"region(s) {bad} not in the fleet ({fleet_path()}); choose from {known}")
     return {
         "as_of": iso_z(ts.floor("h")),
         "policy": policy,

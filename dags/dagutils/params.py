@@ -5,20 +5,19 @@ Kept free of numpy/pandas imports: DAG files must parse fast (tests/dags/test_da
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import yaml
 from airflow.sdk import Param
 
+from scheduling.domain.fleet_file import DEFAULT_FLEET_PATH, fleet_regions
 from scheduling.planning.policies.registry import DEFAULT_POLICY, POLICY_NAMES  # noqa: F401 - DAG files import both from here
 
 # Empty, or an ISO date/time (the DAG's first task parses it; the pattern only lets Airflow reject free text).
 ISO_TIME_PATTERN = r"^$|^\d{4}-\d{2}-\d{2}([T ]\d{2}(:\d{2}(:\d{2}(\.\d+)?)?)?)?(Z|[+-]\d{2}(:?\d{2})?)?$"
 # Grid zones in the warehouse (the forecasters' regions).
 GRID_REGIONS = ["CISO", "ERCO", "PJM", "ISNE", "MISO", "DE", "ES", "NL", "PL", "SE", "GB"]
-# Regions with clusters in the fleet configuration.
-FLEET_YAML = Path(__file__).resolve().parents[2] / "scheduling" / "domain" / "fleet.yaml"
-FLEET_REGIONS = list(yaml.safe_load(FLEET_YAML.read_text())["regions"])
+# Regions of the fleet the hourly plan uses (the file FLEET_PATH names, default scheduling/domain/fleet.yaml), and of
+# the reference fleet the simulator (evaluate DAG) samples and re-sizes. Read with yaml only: no numpy/pandas here.
+FLEET_REGIONS = fleet_regions()
+SIMULATOR_REGIONS = fleet_regions(DEFAULT_FLEET_PATH)
 # The planner's policies come from its registry, which imports no numpy/pandas (DAG files must parse fast).
 POLICIES = POLICY_NAMES
 
