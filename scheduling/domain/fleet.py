@@ -462,12 +462,14 @@ def fleet_from_spec(
     """The fleet of an already parsed YAML document (`path` only names it in errors and in Fleet.source_path)."""
     where = str(path)
     spec = _mapping(spec, where)
-    _check_keys(spec, TOP_KEYS, where)
+    for key in spec:
+        if key not in TOP_KEYS:
+            raise ValueError(f"{where}: {key}: unknown section (known: {', '.join(TOP_KEYS)})")
     for key in ("regions", "gpu_models", "clusters"):
         if key not in spec:
             raise ValueError(f"{where}: missing section {key!r}")
     if spec.get("version", 1) != 1:
-        raise ValueError(f"{where}.version: must be 1, got {_show(spec['version'])}")
+        raise ValueError(f"{where}: version: must be 1, got {_show(spec['version'])}")
     region_zone = _regions(spec["regions"], f"{where}: regions")
     models = _gpu_models(spec["gpu_models"], f"{where}: gpu_models")
     transfer = _mapping(spec.get("transfer", {}), f"{where}: transfer")
@@ -532,26 +534,24 @@ def _require(entry: dict, keys: tuple[str, ...], where: str) -> None:
 def _int(value: Any, where: str, lo: int = 1, hi: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value > hi):
         want = "a positive integer" if lo == 1 else f"an integer >= {lo}"
-        if hi is not None:
-            want += f" (at most {hi})"
+        if hi is not None and isinstance(value, int) and not isinstance(value, bool) and value > hi:
+            want += f" of at most {hi}"
         raise ValueError(f"{where}: must be {want}, got {_show(value)}")
     return int(value)
 
 
 def _number(value: Any, where: str, lo: float = 0.0, hi: float | None = None, positive: bool = False) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value > lo if positive else value >= lo) and (hi is None or value <= hi)
-    if not ok:
-        if positive and hi is None:
-            want = "a positive number"
-        elif positive:
-            want = f"a positive number (at most {hi:g})"
-        elif hi is None:
-            want = f"a number >= {lo:g}"
-        else:
-            want = f"a number in [{lo:g}, {hi:g}]"
-        raise ValueError(f"{where}: must be {want}, got {_show(value)}")
-    return float(value)
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    number = number and (isinstance(value, int) or math.isfinite(value))  # math.isfinite overflows on huge ints
+    if number and (value > lo if positive else value >= lo) and (hi is None or value <= hi):
+        return float(value)
+    if positive:
+        want = "a positive number" + (f" of at most {hi:g}" if number and hi is not None and value > hi else "")
+    elif hi is None:
+        want = f"a number >= {lo:g}"
+    else:
+        want = f"a number in [{lo:g}, {hi:g}]"
+    raise ValueError(f"{where}: must be {want}, got {_show(value)}")
 
 
 def _name(value: Any, where: str) -> str:

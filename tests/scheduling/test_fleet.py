@@ -1,12 +1,34 @@
-"""Fleet configuration and the job trace generator (real DATA_DIR files)."""
+"""Fleet configuration (sampled and declared clusters, the file's checks, FLEET_PATH) and the job trace generator
+(real DATA_DIR files)."""
 
 from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from scheduling.domain.fleet import DEFAULT_FLEET_PATH, load_fleet, node_pool, sample_nodes
+from scheduling.domain.fleet import (
+    CLUSTER_KEYS,
+    DEFAULT_FLEET_PATH,
+    EXECUTOR_KINDS,
+    NAME_PATTERN,
+    NODE_COLUMNS,
+    SECRET_WORDS,
+    ExecutorConfig,
+    fleet_from_spec,
+    load_fleet,
+    node_pool,
+    sample_nodes,
+)
+from scheduling.domain.fleet_file import fleet_path, fleet_regions
+from scheduling.domain.gpus import DEFAULT_CURVE, map_gpu_type
 from scheduling.domain.jobs import (
     GAVEL_JOB_TYPES,
     JOB_COLUMNS,
@@ -172,3 +194,398 @@ def test_read_pods_bad_value(tmp_path, data_dir):
     path.write_text("\n".join([head, ",".join(row)] + src[2:10]) + "\n")
     with pytest.raises(ValueError, match="row 2.*cpu_milli"):
         read_pods(str(path))
+
+
+# ------------------------------------------------------------------------------------------------ declared fleets
+EXAMPLE_FLEET = Path(__file__).resolve().parents[2] / "docs" / "examples" / "fleet.yaml"
+
+
+def _declared_spec() -> dict:
+    """A valid two-cluster fleet with declared nodes only (no DATA_DIR needed to build it)."""
+    return {
+        "version": 1,
+        "regions": {"us-west": {"zone": "CISO"}, "eu-north": {"zone": "SE"}},
+        "gpu_models": {
+            "A100": {"idle_w": 50, "peak_w": 400, "relative_speed": 1.7},
+            "V100": {"idle_w": 40, "peak_w": 300, "gavel": "v100"},
+        },
+        "clusters": [
+            {
+                "name": "usw-a100",
+                "region": "us-west",
+                "gpu_model": "A100",
+                "pue": 1.15,
+                "nodes": [
+                    {"name": f"dgx-{k}", "gpus": 8, "cpus": 96, "memory_gib": 1024, "gpu_model": "A100"}
+                    for k in range(4)
+                ],
+            },
+            {
+                "name": "eun-v100",
+                "region": "eu-north",
+                "gpu_model": "V100",
+                "nodes": [{"name": "big", "gpus": 8, "cpu_milli": 64500, "memory_mib": 500000}],
+                "node_groups": [
+                    {"count": 3, "name_prefix": "v4", "gpus": 4, "cpus": 47.5, "memory_gib": 384},
+                    {"count": 2, "gpus": 2, "cpus": 16, "memory_gib": 128.5},
+                    {"count": 1, "name_prefix": "v4", "gpus": 4, "cpus": 48, "memory_gib": 384},
+                ],
+                "executor": {"kind": "slurm", "partition": "gpu", "token_env": "SLURM_JWT", "conn_id": "slurm_eun"},
+            },
+        ],
+    }
+
+
+def test_declared_clusters_build_the_nodes_they_list(fleet):
+    f = fleet_from_spec(_declared_spec(), "fleet.yaml")
+    usw, eun = f.clusters
+    assert usw.declared and eun.declared and usw.config.source == "declared"
+    assert list(usw.nodes["sn"]) == ["dgx-0", "dgx-1", "dgx-2", "dgx-3"]
+    assert (usw.nodes["cpu_milli"] == 96000).all() and (usw.nodes["memory_mib"] == 1024 * 1024).all()
+    # node_groups: <cluster>-<prefix>-<i>, numbered on across groups sharing a prefix; <cluster>-<i> without one
+    assert list(eun.nodes["sn"]) == [
+        "big",
+        "eun-v100-v4-1",
+        "eun-v100-v4-2",
+        "eun-v100-v4-3",
+        "eun-v100-1",
+        "eun-v100-2",
+        "eun-v100-v4-4",
+    ]
+    assert list(eun.nodes["gpu"]) == [8, 4, 4, 4, 2, 2, 4] and eun.n_gpus == eun.config.gpus == 28
+    assert list(eun.nodes["cpu_milli"]) == [64500, 47500, 47500, 47500, 16000, 16000, 48000]
+    assert list(eun.nodes["memory_mib"]) == [500000] + [384 * 1024] * 3 + [int(128.5 * 1024)] * 2 + [384 * 1024]
+    assert (eun.nodes["model"] == "V100").all()
+    # the same frame as sampled clusters: columns and dtypes, so packing and planning take it unchanged
+    sampled = fleet.clusters[0].nodes
+    assert list(eun.nodes.columns) == list(sampled.columns) == NODE_COLUMNS
+    assert eun.nodes.dtypes.to_dict() == sampled.dtypes.to_dict()
+    packing = f.packing_cluster(1)
+    assert packing.n_nodes == 7 and int(packing.gpu_count.sum()) == 28
+    # executors: recorded, default replay
+    assert usw.executor == ExecutorConfig("replay", {})
+    assert eun.executor.kind == "slurm"
+    assert eun.executor.settings == {"partition": "gpu", "token_env": "SLURM_JWT", "conn_id": "slurm_eun"}
+    assert f.executors() == {"usw-a100": usw.executor, "eun-v100": eun.executor}
+    table = f.capacity_table()
+    assert list(table["source"]) == ["declared"] * 2 and list(table["executor"]) == ["replay", "slurm"]
+    assert list(table["node_shapes"]) == ["4x8GPU", "2x2GPU, 4x4GPU, 1x8GPU"]
+
+
+def test_scaled_refuses_declared_clusters(fleet, data_dir):
+    declared = fleet_from_spec(_declared_spec(), "fleet.yaml")
+    with pytest.raises(ValueError, match=r"usw-a100, eun-v100 declare their nodes"):
+        declared.scaled(48)
+    spec = _declared_spec()  # a mixed fleet: one sampled, one declared cluster
+    spec["gpu_models"]["T4"] = {"idle_w": 10, "peak_w": 70, "relative_speed": 0.45}
+    spec["clusters"][0] = {"name": "usw-t4", "region": "us-west", "gpu_model": "T4", "source": "openb", "gpus": 16}
+    mixed = fleet_from_spec(spec, "fleet.yaml", data_dir=data_dir)
+    assert [c.declared for c in mixed.clusters] == [False, True] and mixed.clusters[0].n_gpus >= 16
+    with pytest.raises(ValueError, match=r"cluster\(s\) eun-v100 declare their nodes.*source: openb\|pai"):
+        mixed.scaled(48)
+    assert fleet.select(2).scaled(16).total_gpus > 0  # sampled fleets re-size as before
+
+
+def _broken(edit) -> dict:
+    spec = _declared_spec()
+    edit(spec)
+    return spec
+
+
+def _set(path: str, value):
+    """An edit setting spec[path] (dotted keys, list indices as ints) to value."""
+
+    def edit(spec):
+        *head, last = [int(p) if p.isdigit() else p for p in path.split(".")]
+        node = spec
+        for key in head:
+            node = node[key]
+        node[last] = value
+
+    return edit
+
+
+def _drop(path: str):
+    def edit(spec):
+        *head, last = [int(p) if p.isdigit() else p for p in path.split(".")]
+        node = spec
+        for key in head:
+            node = node[key]
+        del node[last]
+
+    return edit
+
+
+A100 = r"fleet\.yaml: clusters\[0\] \(usw-a100\)"
+V100 = r"fleet\.yaml: clusters\[1\] \(eun-v100\)"
+BAD_FLEETS = {
+    "zero gpus": (
+        _set("clusters.0.nodes.3.gpus", 0),
+        rf"^{A100}\.nodes\[3\]\.gpus: must be a positive integer, got 0$",
+    ),
+    "float gpus": (_set("clusters.0.nodes.1.gpus", 8.0), rf"{A100}\.nodes\[1\]\.gpus: must be a positive integer"),
+    "huge gpus": (
+        _set("clusters.0.nodes.1.gpus", 800),
+        rf"{A100}\.nodes\[1\]\.gpus: must be a positive integer of at most 64, got 800",
+    ),
+    "zero count": (_set("clusters.1.node_groups.0.count", 0), rf"{V100}\.node_groups\[0\]\.count: must be a positive"),
+    "negative cpus": (_set("clusters.0.nodes.0.cpus", -2), rf"{A100}\.nodes\[0\]\.cpus: must be a positive number"),
+    "zero memory": (_set("clusters.1.nodes.0.memory_mib", 0), rf"{V100}\.nodes\[0\]\.memory_mib: must be a positive"),
+    "unknown cluster key": (_set("clusters.1.colour", "red"), rf"{V100}\.colour: unknown key \(known: name, region"),
+    "unknown node key": (_set("clusters.0.nodes.2.rack", 4), rf"{A100}\.nodes\[2\]\.rack: unknown key"),
+    "unknown group key": (_set("clusters.1.node_groups.1.size", 4), rf"{V100}\.node_groups\[1\]\.size: unknown key"),
+    "unknown top key": (_set("clusterz", []), r"^fleet\.yaml: clusterz: unknown section"),
+    "missing region": (_drop("clusters.1.region"), rf"{V100}: missing key 'region'"),
+    "missing name": (_drop("clusters.1.name"), r"fleet\.yaml: clusters\[1\]: missing key 'name'"),
+    "missing node gpus": (_drop("clusters.0.nodes.2.gpus"), rf"{A100}\.nodes\[2\]: missing key 'gpus'"),
+    "missing node cpus": (
+        _drop("clusters.0.nodes.2.cpus"),
+        rf"{A100}\.nodes\[2\]: missing key 'cpus' \(or 'cpu_milli'\)",
+    ),
+    "missing count": (_drop("clusters.1.node_groups.0.count"), rf"{V100}\.node_groups\[0\]: missing key 'count'"),
+    "both cpus": (
+        _set("clusters.0.nodes.0.cpu_milli", 96000),
+        rf"{A100}\.nodes\[0\]: give cpus or cpu_milli, not both",
+    ),
+    "source and nodes": (_set("clusters.0.source", "openb"), rf"{A100}: gives both source and nodes"),
+    "gpus and groups": (_set("clusters.1.gpus", 64), rf"{V100}: gives both gpus and nodes \+ node_groups"),
+    "neither": (
+        lambda s: s["clusters"][1].pop("nodes") and s["clusters"][1].pop("node_groups"),
+        rf"{V100}: has no nodes",
+    ),
+    "sampled without gpus": (
+        lambda s: s["clusters"][0].update(source="openb", nodes=None) or s["clusters"][0].pop("nodes"),
+        rf"{A100}: missing key 'gpus'",
+    ),
+    "empty nodes": (_set("clusters.0.nodes", []), rf"{A100}\.nodes: must be a non-empty list, got \[\]"),
+    "node not a mapping": (_set("clusters.0.nodes.1", "dgx-9"), rf"{A100}\.nodes\[1\]: must be a mapping, got 'dgx-9'"),
+    "duplicate cluster": (
+        _set("clusters.1.name", "usw-a100"),
+        r"clusters\[1\] \(usw-a100\)\.name: duplicate cluster name \(also clusters\[0\]\)",
+    ),
+    "duplicate node": (
+        _set("clusters.0.nodes.3.name", "dgx-1"),
+        rf"{A100}\.nodes\[3\]\.name: duplicate node name 'dgx-1' \(also nodes\[1\]\)",
+    ),
+    "group name clash": (
+        _set("clusters.1.nodes.0.name", "eun-v100-v4-2"),
+        rf"{V100}\.node_groups\[0\]: duplicate node name 'eun-v100-v4-2' \(also nodes\[0\]\)",
+    ),
+    "bad node name": (
+        _set("clusters.0.nodes.0.name", "dgx 0"),
+        rf"{A100}\.nodes\[0\]\.name: must be a name of letters",
+    ),
+    "bad cluster name": (_set("clusters.0.name", "us/west"), r"clusters\[0\]\.name: must be a name of letters"),
+    "unknown region": (
+        _set("clusters.1.region", "mars"),
+        rf"{V100}\.region: 'mars' is not a region of this file \(us-west, eu-north\)",
+    ),
+    "unknown gpu_model": (
+        _set("clusters.1.gpu_model", "H200"),
+        rf"{V100}\.gpu_model: 'H200' is not a model of this file's gpu_models",
+    ),
+    "other node model": (
+        _set("clusters.0.nodes.2.gpu_model", "V100"),
+        rf"{A100}\.nodes\[2\]\.gpu_model: 'V100' differs from the cluster's gpu_model 'A100'; "
+        "a cluster holds one GPU model",
+    ),
+    "pue low": (_set("clusters.0.pue", 0.5), rf"{A100}\.pue: must be a number in \[1, 3\], got 0\.5"),
+    "pue high": (_set("clusters.0.pue", 3.5), rf"{A100}\.pue: must be a number in \[1, 3\], got 3\.5"),
+    "pue text": (_set("clusters.0.pue", "low"), rf"{A100}\.pue: must be a number in \[1, 3\], got 'low'"),
+    "weight": (_set("clusters.0.weight", 0), rf"{A100}\.weight: must be a positive number"),
+    "executor kind": (
+        _set("clusters.1.executor.kind", "ssh"),
+        rf"{V100}\.executor\.kind: 'ssh' is not an executor kind \(replay, files, slurm, kubernetes\)",
+    ),
+    "executor not a mapping": (
+        _set("clusters.0.executor", "slurm"),
+        rf"{A100}\.executor: must be a mapping, got 'slurm'",
+    ),
+    "password": (
+        _set("clusters.1.executor.password", "hunter2"),
+        rf"{V100}\.executor\.password: looks like a secret.*environment variable \(password_env: PASSWORD\)"
+        ".*Airflow Connection id",
+    ),
+    "nested token": (
+        _set("clusters.1.executor.auth", {"Bearer-Token": "x"}),
+        rf"{V100}\.executor\.auth\.Bearer-Token: looks like a secret",
+    ),
+    "api key": (_set("clusters.1.executor.API_KEY", "k"), rf"{V100}\.executor\.API_KEY: looks like a secret"),
+    "secret in a list": (
+        _set("clusters.1.executor.hosts", [{"ssh_key": "..."}]),
+        rf"{V100}\.executor\.hosts\[0\]\.ssh_key: looks like a secret",
+    ),
+    "env holding a value": (
+        _set("clusters.1.executor.token_env", "eyJhbGciOi.J9"),
+        rf"{V100}\.executor\.token_env: must name an environment variable",
+    ),
+    "power_profile": (_set("gpu_models.A100.power_profile", "a40"), r"gpu_models\.A100\.power_profile: .*GPU_MAP"),
+    "model without speed": (
+        _drop("gpu_models.A100.relative_speed"),
+        r"gpu_models\.A100: needs gavel or relative_speed",
+    ),
+    "gavel type": (_set("gpu_models.V100.gavel", "a100"), r"gpu_models\.V100\.gavel: 'a100' is not a Gavel GPU type"),
+    "region without zone": (_set("regions.eu-north", {}), r"regions\.eu-north: missing key 'zone'"),
+    "version": (_set("version", 2), r"fleet\.yaml: version: must be 1, got 2"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_FLEETS))
+def test_bad_fleet_names_file_cluster_and_field(case):
+    edit, message = BAD_FLEETS[case]
+    with pytest.raises(ValueError, match=message):
+        fleet_from_spec(_broken(edit), "fleet.yaml")
+
+
+def test_executor_references_to_secrets_are_allowed():
+    spec = _declared_spec()
+    spec["clusters"][0]["executor"] = {
+        "kind": "kubernetes",
+        "namespace": "gpu-jobs",
+        "token_file": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+        "kubeconfig_path": "~/.kube/config",
+        "password_env": "K8S_PASSWORD",
+        "api_conn_id": "k8s_default",
+    }
+    f = fleet_from_spec(spec, "fleet.yaml")
+    assert f.clusters[0].executor.kind == "kubernetes" and f.clusters[0].executor.settings["namespace"] == "gpu-jobs"
+    for kind in EXECUTOR_KINDS:
+        spec["clusters"][0]["executor"] = {"kind": kind}
+        assert fleet_from_spec(spec, "fleet.yaml").clusters[0].executor.kind == kind
+
+
+def test_bad_fleet_file_is_named(tmp_path):
+    path = tmp_path / "ops-fleet.yaml"
+    spec = _declared_spec()
+    spec["clusters"][1]["node_groups"][0]["gpus"] = 0
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(ValueError, match=re.escape(f"{path}: clusters[1] (eun-v100).node_groups[0].gpus: must be")):
+        load_fleet(path)
+    path.write_text("clusters: [\n")
+    with pytest.raises(ValueError, match=re.escape(f"{path}: not valid YAML")):
+        load_fleet(path)
+
+
+# Values that are wrong wherever they go (no valid name, region, model, kind, count or number among them).
+_JUNK = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(max_value=0),
+        st.integers(min_value=10**13),
+        st.floats(max_value=0.0),
+        st.floats(min_value=1e13),
+        st.just(float("nan")),
+        st.text(max_size=6).filter(lambda s: not NAME_PATTERN.fullmatch(s)),
+    ),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3),
+    max_leaves=6,
+)
+
+
+def _positive(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 and value == value
+
+
+_BAD_PUE = st.one_of(st.floats(max_value=0.999), st.floats(min_value=3.001), _JUNK)
+_SECRET_KEY = st.tuples(st.sampled_from(["", "db_", "x-"]), st.sampled_from(SECRET_WORDS)).map("".join)
+# (where in cluster 1, key, bad value): where is "cluster", "node" (nodes[0]), "group" (node_groups[0]), "executor"
+_MUTATIONS = st.one_of(
+    st.tuples(st.just("cluster"), st.sampled_from(["name", "region", "gpu_model"]), _JUNK),
+    st.tuples(st.just("cluster"), st.just("weight"), _JUNK.filter(lambda v: not _positive(v))),
+    st.tuples(st.just("cluster"), st.just("pue"), _BAD_PUE),
+    st.tuples(st.just("cluster"), st.sampled_from(["nodes", "node_groups"]), _JUNK | st.just([])),
+    st.tuples(st.just("cluster"), st.sampled_from(["source", "gpus"]), _JUNK | st.just("openb") | st.just(64)),
+    st.tuples(st.just("cluster"), st.text(min_size=1, max_size=8).filter(lambda k: k not in CLUSTER_KEYS), _JUNK),
+    st.tuples(st.just("cluster"), st.just("executor"), _JUNK.filter(lambda v: not isinstance(v, dict))),
+    st.tuples(st.just("node"), st.sampled_from(["name", "gpus", "cpu_milli", "memory_mib", "gpu_model"]), _JUNK),
+    st.tuples(st.just("node"), st.sampled_from(["cpus", "memory_gib", "rack"]), _JUNK),
+    st.tuples(st.just("group"), st.sampled_from(["count", "name_prefix", "gpus", "cpus", "memory_gib"]), _JUNK),
+    st.tuples(st.just("executor"), st.just("kind"), _JUNK),
+    st.tuples(st.just("executor"), _SECRET_KEY, _JUNK),
+    st.tuples(st.just("drop"), st.sampled_from(["name", "region", "gpu_model"]), st.none()),
+    st.tuples(st.just("drop-node"), st.sampled_from(["name", "gpus", "cpu_milli", "memory_mib"]), st.none()),
+    st.tuples(st.just("replace"), st.just("cluster"), _JUNK.filter(lambda v: not isinstance(v, dict))),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutation=_MUTATIONS)
+def test_malformed_clusters_fail_with_a_value_error_naming_the_cluster(mutation):
+    spec = copy.deepcopy(_declared_spec())
+    cluster = spec["clusters"][1]
+    where, key, value = mutation
+    if where == "cluster":
+        cluster[key] = value
+    elif where == "node":
+        cluster["nodes"][0][key] = value
+    elif where == "group":
+        cluster["node_groups"][0][key] = value
+    elif where == "executor":
+        cluster["executor"][key] = value
+    elif where == "drop":
+        del cluster[key]
+    elif where == "drop-node":
+        del cluster["nodes"][0][key]
+    else:
+        spec["clusters"][1] = value
+    with pytest.raises(ValueError) as err:  # any other exception type fails the test
+        fleet_from_spec(spec, "fleet.yaml")
+    assert str(err.value).startswith("fleet.yaml: clusters[1]"), str(err.value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(entry=st.dictionaries(st.sampled_from(CLUSTER_KEYS) | st.text(max_size=6), _JUNK, max_size=8) | _JUNK)
+def test_random_cluster_entries_fail_with_a_value_error(entry):
+    spec = _declared_spec()
+    spec["clusters"].insert(1, entry)
+    with pytest.raises(ValueError, match=r"^fleet\.yaml: clusters\[1\]"):
+        fleet_from_spec(spec, "fleet.yaml")
+
+
+def test_example_operator_fleet_plans_end_to_end(data_dir):
+    from scheduling.planning.session import plan_hour
+
+    fleet = load_fleet(EXAMPLE_FLEET, data_dir=data_dir)
+    assert fleet.names == ["usw-a100", "eun-v100", "euc-t4"] and fleet.zones == ["CISO", "SE", "DE"]
+    assert all(c.declared and c.executor.kind == "replay" for c in fleet.clusters)
+    shapes = {
+        c.name: (len(c.nodes), c.max_node_gpus, c.max_node_cpu_milli, c.max_node_memory_mib) for c in fleet.clusters
+    }
+    assert shapes == {
+        "usw-a100": (4, 8, 96000, 1024 * 1024),
+        "eun-v100": (16, 4, 48000, 384 * 1024),
+        "euc-t4": (8, 8, 64000, 512 * 1024),
+    }
+    for name in fleet.gpu_models:
+        assert map_gpu_type(name).curve != DEFAULT_CURVE, name  # every model borrows a profiled power curve
+    t = pd.Timestamp("2021-07-15T12:00Z")
+    jobs = generate_jobs(12, t, 1, fleet, seed=1, data_dir=data_dir, arrival="all-at-start")
+    plan = plan_hour(t, jobs, fleet=fleet, forecasts="naive", data_dir=data_dir)
+    a = plan.assignments
+    assert plan.summary()["n_assigned"] == len(jobs) and len(plan.unplaced) == 0
+    assert set(a["cluster"]) <= set(fleet.names) and a["expected_kgco2e"].notna().all()
+    started = a[a["node"].notna()]
+    assert len(started) > 0
+    for cluster, node in zip(started["cluster"], started["node"]):
+        assert node in set(fleet.clusters[fleet.index(cluster)].nodes["sn"])  # placed on a declared node
+
+
+def test_fleet_path_selects_the_hourly_plans_fleet(monkeypatch, tmp_warehouse, data_dir):
+    from scheduling.service import make_plan_for, validate_inputs
+
+    monkeypatch.delenv("FLEET_PATH", raising=False)
+    assert fleet_path() == DEFAULT_FLEET_PATH
+    assert fleet_regions()[:2] == ["us-west", "us-south"]
+    monkeypatch.setenv("FLEET_PATH", "docs/examples/fleet.yaml")  # relative: from the checkout root
+    assert fleet_path() == EXAMPLE_FLEET
+    assert fleet_regions() == ["us-west", "eu-north", "eu-central"]
+    assert validate_inputs("2021-07-15T12:00Z", "rolling-lp", ["eu-north"])["regions"] == ["eu-north"]
+    with pytest.raises(ValueError, match=r"region\(s\) \['us-south'\] not in the fleet .*docs/examples/fleet\.yaml"):
+        validate_inputs("2021-07-15T12:00Z", "rolling-lp", ["us-south"])
+    plan, info = make_plan_for("2021-07-15T12:00Z", data_dir=data_dir, n_per_day=96)
+    assert info["pending"] > 0 and len(plan.assignments) > 0
+    assert set(plan.assignments["cluster"]) <= {"usw-a100", "eun-v100", "euc-t4"}
+    monkeypatch.setenv("FLEET_PATH", str(EXAMPLE_FLEET.with_name("missing.yaml")))
+    with pytest.raises(ValueError, match="missing.yaml"):
+        fleet_regions()
