@@ -73,18 +73,33 @@ def test_dags_parse_quickly_and_are_wired(bag):
 
 
 def test_policy_and_region_enums_match_the_planner_and_fleet(bag):
-    import yaml
-
+    from scheduling.domain.fleet_file import DEFAULT_FLEET_PATH, fleet_regions
     from scheduling.planning.policies.registry import DEFAULT_POLICY, POLICY_NAMES
 
-    regions = list(yaml.safe_load((REPO_ROOT / "scheduling" / "domain" / "fleet.yaml").read_text())["regions"])
     plan = bag["dags"]["plan_hourly"]["params"]
     assert plan["policy"]["enum"] == list(POLICY_NAMES)
     assert bag["dags"]["plan_hourly"]["defaults"]["policy"] == DEFAULT_POLICY
-    assert plan["regions"]["items"]["enum"] == regions
+    assert plan["regions"]["items"]["enum"] == fleet_regions()  # the configured fleet (FLEET_PATH)
     evaluate = bag["dags"]["evaluate"]["params"]
     assert evaluate["policies"]["items"]["enum"] == list(POLICY_NAMES)
-    assert evaluate["regions"]["items"]["enum"] == regions
+    assert evaluate["regions"]["items"]["enum"] == fleet_regions(DEFAULT_FLEET_PATH)  # the simulator's fleet
+
+
+def test_fleet_path_sets_the_plan_regions_without_numpy_at_parse_time(tmp_path):
+    probe = (
+        "import json, sys; import dagutils.params as p; heavy = [m for m in ('numpy', 'pandas') if m in sys.modules]; "
+        "print(json.dumps([p.FLEET_REGIONS, p.SIMULATOR_REGIONS, heavy]))"
+    )
+    env = airflow_env(tmp_path / "home", tmp_path / "wh.duckdb")
+    env["FLEET_PATH"] = "docs/examples/fleet.yaml"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    plan_regions, simulator_regions, heavy = json.loads(out.stdout.strip().splitlines()[-1])
+    assert plan_regions == ["us-west", "eu-north", "eu-central"]
+    assert simulator_regions[:6] == ["us-west", "us-south", "us-east", "us-northeast", "eu-north", "eu-central"]
+    assert heavy == []
 
 
 def _dags_test(env: dict, dag_id: str, conf: dict | None = None, date: str = "2021-07-15T12:00:00+00:00"):
