@@ -427,7 +427,7 @@ def sample_nodes(pool: pd.DataFrame, gpus: int, cluster: str, seed: int = 7) -> 
                 str(row["model"]),
             )
         )
-    return pd.DataFrame(rows, columns=["sn", "cpu_milli", "memory_mib", "gpu", "model"])
+    return pd.DataFrame(rows, columns=NODE_COLUMNS)
 
 
 def _stable_hash(text: str) -> int:
@@ -498,11 +498,10 @@ def fleet_from_spec(
             )
         first_at[cfg.name] = i
         parsed.append((cfg, nodes))
-    root = _data_dir(data_dir)
     for cfg, nodes in parsed:
         key = (cfg.source, cfg.gpu_model)
         if nodes is None and key not in fleet._pools:
-            fleet._pools[key] = node_pool(cfg.source, cfg.gpu_model, root)
+            fleet._pools[key] = node_pool(cfg.source, cfg.gpu_model, _data_dir(data_dir))
     fleet.clusters = [FleetCluster(cfg, fleet._sample_nodes(cfg) if nodes is None else nodes) for cfg, nodes in parsed]
     return fleet.select(regions)
 
