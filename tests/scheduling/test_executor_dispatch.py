@@ -145,6 +145,46 @@ def test_sigkill_at_any_step_dispatches_nothing_twice_and_loses_nothing(tmp_ware
     _assert_exactly_once(tmp_warehouse)
 
 
+_RACING_DISPATCHER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    sys.path.insert(0, {root!r})
+    from scheduling.executors.dispatch_log import dispatch
+    from scheduling.executors.replay import ReplayExecutor
+    from tests.scheduling.executor_samples import sample_items
+    marker = Path({marker!r})
+    def pause(stage):
+        if stage == "intent" and {first!r}:
+            marker.write_text(stage)
+            time.sleep(1.5)  # the other dispatcher starts meanwhile and waits for the dispatch lock
+    result = dispatch({plan_id!r}, sample_items(20), ReplayExecutor(db_path={db!r}), db_path={db!r}, batch_size=5,
+                      _fault=pause)
+    print(len(result.sent), len(result.reconciled), len(result.skipped))
+""")
+
+
+def test_two_dispatchers_at_once_submit_each_job_once(tmp_warehouse, tmp_path):
+    marker = tmp_path / "first-has-intents"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def start(first: bool) -> subprocess.Popen:
+        script = _RACING_DISPATCHER.format(
+            root=str(REPO_ROOT), marker=str(marker), db=str(tmp_warehouse), plan_id=PLAN_ID, first=first
+        )
+        return subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
+
+    first = start(True)
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert first.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    second = start(False)
+    outs = [p.communicate(timeout=120)[0].split() for p in (first, second)]
+    assert first.returncode == 0 and second.returncode == 0
+    assert outs == [["20", "0", "0"], ["0", "0", "20"]]  # the second waited for the lock, then skipped all
+    _assert_exactly_once(tmp_warehouse)
+
+
 # ------------------------------------------------------------------------------------------------ failures
 
 
