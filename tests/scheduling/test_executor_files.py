@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from scheduling.domain.plan import Plan
 from scheduling.executors.base import DuplicateDispatchError
@@ -99,3 +100,19 @@ def test_cancel_hands_off_a_request_and_reports_it(tmp_path):
     assert by_job["globex/job-0001"] == ["dispatched", "unconfirmed", "cancelled"]
     assert set(executor.running(PLAN_TIME + 0.75 * H)["job_id"]) == {"acme/job-0000"}
     verify_schedule_dir(tmp_path / "2021-07-15T12-00Z")  # the plan directory itself is untouched
+
+
+def test_the_job_command_goes_into_the_pod_and_the_slurm_script(tmp_path):
+    items = sample_items(2)
+    items.loc[1, "command"] = None
+    items.loc[0, "command"] = "python train.py --lr '0.1'"
+    FilesExecutor(root=tmp_path).dispatch(PLAN_ID, items)
+    directory = tmp_path / "2021-07-15T12-00Z"
+    pod = yaml.safe_load(next((directory / "k8s" / "usw-t4").glob("acme_job-0000*.yaml")).read_text())
+    assert pod["spec"]["containers"][0]["command"] == ["/bin/sh", "-c", "python train.py --lr '0.1'"]
+    sbatch = next((directory / "slurm" / "usw-t4").glob("acme_job-0000*.sbatch")).read_text()
+    assert sbatch.rstrip().endswith("srun /bin/sh -c 'python train.py --lr '\"'\"'0.1'\"'\"''")
+    other = yaml.safe_load(next((directory / "k8s" / "eun-v100m32").glob("globex_job-0001*.yaml")).read_text())
+    assert "command" not in other["spec"]["containers"][0]  # the image's own entry point
+    plain = next((directory / "slurm" / "eun-v100m32").glob("globex_job-0001*.sbatch")).read_text()
+    assert plain.rstrip().endswith('srun "${JOB_COMMAND:?set JOB_COMMAND to the job command}"')
