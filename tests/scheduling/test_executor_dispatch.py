@@ -20,9 +20,11 @@ from common.registry import UnknownNameError
 from scheduling.executors.base import DuplicateDispatchError
 from scheduling.executors.dispatch_log import DispatchError, dispatch, read_log
 from scheduling.executors.files import FilesExecutor
+from scheduling.executors.items import dispatch_items
 from scheduling.executors.registry import EXECUTORS, make_executor
 from scheduling.executors.replay import ReplayExecutor
 from tests.scheduling.executor_samples import plan_id_at, sample_items
+from tests.scheduling.test_plan_store import sample_plan
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PLAN_ID = plan_id_at()
@@ -263,3 +265,32 @@ def test_registry_builds_executors_and_names_its_errors(tmp_warehouse, tmp_path)
         make_executor("replay", {"kind": "files"})
     with pytest.raises(ValueError, match="'failure_rate' must be in \\[0, 1\\]"):
         make_executor("replay", {"failure_rate": 2})
+
+
+def test_dispatch_items_are_the_plans_starting_assignments_with_the_payload():
+    plan = sample_plan(n_jobs=12)
+    starting = plan.dispatched()
+    assert 0 < len(starting) < 12
+    jobs = pd.DataFrame(
+        {
+            "job_id": plan.assignments["job_id"],
+            "tenant": "acme",
+            "queue_job_id": plan.assignments["job_id"].str.upper(),
+            "image": "registry.example/x:1",
+            "attempt": 2,
+            "est_duration_h": 1.5,
+            "owner": "not a payload column",
+        }
+    )
+    items = dispatch_items(plan, jobs)
+    assert sorted(items["job_id"]) == sorted(starting["job_id"])
+    assert (
+        (items["tenant"] == "acme").all() and (items["attempt"] == 2).all() and (items["est_duration_h"] == 1.5).all()
+    )
+    assert (items["queue_job_id"] == items["job_id"].str.upper()).all() and "owner" not in items.columns
+    bare = dispatch_items(plan)  # no jobs frame: defaults from the assignments
+    assert (bare["attempt"] == 1).all() and bare["tenant"].isna().all()
+    expected = (bare["end_time"] - bare["start_time"]).dt.total_seconds() / 3600
+    assert (bare["est_duration_h"] == expected).all()
+    with pytest.raises(ValueError, match="appears more than once"):
+        dispatch_items(plan, pd.concat([jobs, jobs]))
