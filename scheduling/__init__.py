@@ -4,6 +4,7 @@ cli            `python -m scheduling ...`
 tasks          what the Airflow DAGs call
 service        the hourly plan: warehouse inputs -> planner -> plan store + schedule files
 evaluation     trace-driven simulator, bounds, ablations, FGD replay, predictor/power evaluation, reports
+executors      one executor interface (replay, files), exactly-once dispatch log, job events
 output         plan store (plan.*) and schedule files; explain: explanation texts
 planning       problem, candidates, cluster agents, forecasts, LP, session, placement policies
 models         performance/interference predictor, GPU power model, measured data

@@ -116,6 +116,23 @@ def plan_id_for(policy: str, plan_time, dry_run: bool = False) -> str:
     return f"{policy}@{iso_z(plan_time)}" + (DRY_RUN_SUFFIX if dry_run else "")
 
 
+def parse_plan_id(plan_id: str) -> tuple[str, pd.Timestamp, bool]:
+    """(policy, plan time, dry run) of a key made by `plan_id_for`; ValueError naming the key otherwise."""
+    text = str(plan_id)
+    dry_run = text.endswith(DRY_RUN_SUFFIX)
+    body = text[: -len(DRY_RUN_SUFFIX)] if dry_run else text
+    policy, sep, stamp = body.partition("@")
+    try:
+        if not sep or not policy:
+            raise ValueError
+        plan_time = utc(stamp)
+    except ValueError:
+        raise ValueError(
+            f"bad plan_id {plan_id!r}: expected <policy>@<UTC time>, e.g. priority@2021-07-15T12:00:00Z"
+        ) from None
+    return policy, plan_time, dry_run
+
+
 # ------------------------------------------------------------------------------------------------ the Plan object
 
 

@@ -30,6 +30,10 @@ the planned start to the job's deadline when the plan carries one. The GPU power
 ``carbonplanner.io/power-limit-w`` and the container env ``GPU_POWER_LIMIT_W`` (applied by the node's agent, e.g.
 ``nvidia-smi -pl``, which needs privileges a job does not have).
 
+The job's command, when the assignment carries one (`command`, from the job's payload), runs through ``/bin/sh -c``:
+the Pod's container command, and the Slurm script's ``srun`` line (otherwise ``srun "$JOB_COMMAND"``, set by whoever
+submits the script).
+
 Slurm headers: ``--begin`` (planned start, UTC), ``--time`` (planned duration, rounded up to a minute),
 ``--deadline`` (when the plan carries a deadline), ``--nodelist`` (the planned node), ``--gres=gpu:<n>`` for whole
 GPUs or ``--gres=shard:<n>`` for shares (``SHARDS_PER_GPU`` = 10 shards per GPU, so 1 shard = 100 milli-GPU,
@@ -56,6 +60,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -279,6 +284,8 @@ def k8s_manifest(row: dict, meta: dict, record: dict | None = None) -> dict:
             }
         ],
     }
+    if _value(row, "command") is not None:
+        spec["containers"][0]["command"] = ["/bin/sh", "-c", str(_value(row, "command"))]
     host = node_hostname(_value(row, "node"), cluster)
     if host:
         spec["nodeSelector"] = {"kubernetes.io/hostname": host}
@@ -375,7 +382,11 @@ def slurm_header(row: dict, meta: dict, record: dict | None = None) -> str:
         )
     if devices:
         lines.append(f"export PLANNED_GPU_DEVICES={','.join(str(d) for d in devices)}")
-    lines.append('srun "${JOB_COMMAND:?set JOB_COMMAND to the job command}"')
+    command = _value(row, "command")
+    if command is not None:
+        lines.append(f"srun /bin/sh -c {shlex.quote(str(command))}")
+    else:
+        lines.append('srun "${JOB_COMMAND:?set JOB_COMMAND to the job command}"')
     return "\n".join(lines) + "\n"
 
 

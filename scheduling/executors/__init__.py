@@ -1,0 +1,10 @@
+"""Executors: what runs the dispatched part of a plan, behind one interface, and what it reports back.
+
+base          the `Executor` interface, event/running/record frames, the plan-time clock
+items         what a dispatch carries: the plan's assignments that start now + each job's payload
+registry      `make_executor(kind, settings)`: replay (the embedded default), files
+dispatch_log  exactly-once dispatch through `plan.dispatch_log` (intent -> sent | failed)
+replay        runs jobs in replayed time with true run times and failures (`executor.replay_runs`)
+files         hands schedule files (JSON, Kubernetes, Slurm) to another system
+events        `raw.job_events`: what executors report, loaded per window
+"""

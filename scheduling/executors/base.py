@@ -1,0 +1,189 @@
+"""The one executor interface (DESIGN.md, "Operating loop"): what every executor does and the frames it speaks.
+
+An executor runs what a plan dispatched and reports what happened. The planner never asks a plan what is running;
+it asks the executor (`running`), and what happened becomes data through `sync` -> `raw.job_events`.
+
+* ``dispatch(plan_id, items) -> records``: hand over the plan's assignments that start now (`items`, see
+  `scheduling.executors.items`). Returns one record per job (`RECORD_COLUMNS`): the executor's reference for the
+  submission, or the error that kept it out. Exactly-once is the dispatch log's job
+  (`scheduling.executors.dispatch_log`); an executor only has to make one call atomic per job and answer `lookup`.
+* ``lookup(plan_id, job_id) -> executor_ref | None``: did a submission with this idempotency key reach the
+  executor? The dispatch log asks after a crash left an `intent` row behind.
+* ``sync(now, since=None) -> events``: the events (`EVENT_COLUMNS`) whose time is in ``(since, now]`` (all up to
+  `now` when `since` is None). A pure function of what the executor holds and the window, so consecutive windows
+  partition the events and re-running an hour returns the same events.
+* ``cancel(job_id, now) -> bool``: end the job's live run at `now` (True when there was one to end).
+* ``running(now) -> frame``: the jobs the executor reports as running at `now` (`RUNNING_COLUMNS`), with their
+  node, devices and expected end so that the planner keeps those GPUs bound.
+
+Clock: every time is a UTC timestamp on the executor's clock, and plan time maps onto it explicitly. A dispatch
+happens at its plan's time (`plan_time_of(plan_id)`), which for `replay` is the executor's clock itself.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import pandas as pd
+
+from common.timeutil import utc
+from scheduling.output.plan_store import parse_plan_id
+
+# Event types of raw.job_events. `unconfirmed`: the planned start passed and the executor cannot say whether the
+# job started (an executor that went silent is reported, not assumed).
+EVENT_TYPES = ("dispatched", "started", "finished", "failed", "cancelled", "unconfirmed")
+# Order of events at the same instant (a run is dispatched before it starts, and starts before it ends).
+EVENT_RANK = {"dispatched": 0, "started": 1, "unconfirmed": 1, "finished": 2, "failed": 2, "cancelled": 2}
+
+# Events as executors return them (raw.job_events without the loader's _source/_batch_id/_loaded_at).
+EVENT_COLUMNS: dict[str, str] = {
+    "tenant": "VARCHAR",
+    "job_id": "VARCHAR",  # the queue's id, unique within its tenant
+    "planner_job_id": "VARCHAR",  # tenant/job_id, the planner's id
+    "event": "VARCHAR",
+    "at": "TIMESTAMPTZ",
+    "executor": "VARCHAR",
+    "executor_ref": "VARCHAR",
+    "plan_id": "VARCHAR",
+    "attempt": "INTEGER",
+    "cluster": "VARCHAR",
+    "node": "VARCHAR",
+    "gpu_devices": "VARCHAR",
+    "gpu_count": "INTEGER",
+    "gpu_milli": "INTEGER",
+    "power_limit_w": "DOUBLE",
+    "energy_kwh": "DOUBLE",  # measured by the executor; NULL where it measures none
+}
+
+# What `dispatch` returns per job.
+RECORD_COLUMNS = ("job_id", "executor_ref", "error")
+
+# What `running` returns: the planner binds `node`/`gpu_devices` until `end_time`. `confirmed` is False where the
+# executor cannot see its jobs and reports what it was told to run (see files.py).
+RUNNING_COLUMNS: dict[str, str] = {
+    "job_id": "VARCHAR",  # planner id
+    "tenant": "VARCHAR",
+    "queue_job_id": "VARCHAR",
+    "plan_id": "VARCHAR",
+    "attempt": "INTEGER",
+    "executor": "VARCHAR",
+    "executor_ref": "VARCHAR",
+    "cluster": "VARCHAR",
+    "node": "VARCHAR",
+    "gpu_devices": "VARCHAR",
+    "gpu_count": "INTEGER",
+    "gpu_milli": "INTEGER",
+    "power_limit_w": "DOUBLE",
+    "start_time": "TIMESTAMPTZ",
+    "end_time": "TIMESTAMPTZ",
+    "confirmed": "BOOLEAN",
+}
+
+_PANDAS_TYPES = {
+    "VARCHAR": object,
+    "TIMESTAMPTZ": "datetime64[us, UTC]",
+    "INTEGER": "Int64",
+    "DOUBLE": "float64",
+    "BOOLEAN": "boolean",
+}
+
+
+class DuplicateDispatchError(RuntimeError):
+    """A second submission of one (plan_id, job_id): the dispatch log exists to make this impossible, so an
+    executor that can see it refuses loudly instead of running the job twice."""
+
+
+def typed_frame(rows: list[dict] | pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
+    """`rows` as a frame with exactly `columns` (name -> SQL type) in that order, typed; missing columns NULL."""
+    frame = pd.DataFrame(rows).reset_index(drop=True) if len(rows) else pd.DataFrame(index=range(0))
+    out = pd.DataFrame(index=frame.index)
+    for name, kind in columns.items():
+        values = frame[name] if name in frame.columns else pd.Series([None] * len(frame), index=frame.index)
+        if kind == "TIMESTAMPTZ":
+            out[name] = pd.to_datetime(values, utc=True).astype(_PANDAS_TYPES[kind])
+        elif kind == "INTEGER":
+            out[name] = pd.to_numeric(values, errors="raise").round().astype("Int64")
+        elif kind == "DOUBLE":
+            out[name] = pd.to_numeric(values, errors="raise").astype("float64")
+        elif kind == "BOOLEAN":
+            out[name] = values.astype("boolean")
+        else:
+            out[name] = values.map(_text).astype(object)
+    return out
+
+
+def _text(value) -> str | None:
+    if value is None or value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, float) and value != value:
+        return None
+    return str(value)
+
+
+def empty_events() -> pd.DataFrame:
+    return typed_frame([], EVENT_COLUMNS)
+
+
+def sort_events(events: pd.DataFrame) -> pd.DataFrame:
+    """Events in a canonical order: time, then dispatched < started < ended, then plan and job."""
+    if events.empty:
+        return events.reset_index(drop=True)
+    rank = events["event"].map(EVENT_RANK).fillna(9)
+    order = events.assign(_rank=rank).sort_values(["at", "_rank", "plan_id", "planner_job_id"], kind="mergesort")
+    return order.drop(columns="_rank").reset_index(drop=True)
+
+
+def in_window(times: pd.Series, since, now) -> pd.Series:
+    """Mask of `times` in (since, now]; since None = no lower bound."""
+    mask = times <= utc(now)
+    if since is not None:
+        mask &= times > utc(since)
+    return mask
+
+
+def check_window(since, now) -> tuple[pd.Timestamp | None, pd.Timestamp]:
+    now_ts = utc(now)
+    since_ts = None if since is None else utc(since)
+    if since_ts is not None and since_ts >= now_ts:
+        raise ValueError(f"sync window ({since_ts}, {now_ts}] is empty: since must be before now")
+    return since_ts, now_ts
+
+
+def plan_time_of(plan_id: str) -> pd.Timestamp:
+    """The executor-clock time of a dispatch: its plan's time. Dry-run plans are never dispatched."""
+    _, plan_time, dry_run = parse_plan_id(plan_id)
+    if dry_run:
+        raise ValueError(f"plan {plan_id!r} is a dry run; dry runs are never dispatched")
+    return plan_time
+
+
+class Executor(ABC):
+    """Runs what plans dispatch; reports what happened (see the module doc for each method's contract)."""
+
+    kind: str = ""
+
+    def __init__(self, name: str | None = None):
+        self.name = str(name or self.kind)
+
+    @abstractmethod
+    def dispatch(self, plan_id: str, items: pd.DataFrame) -> pd.DataFrame:
+        """Submit `items` (checked by `items.check_items`) under `plan_id`; one RECORD_COLUMNS row per job."""
+
+    @abstractmethod
+    def lookup(self, plan_id: str, job_id: str) -> str | None:
+        """The executor_ref of the submission of (plan_id, job_id), or None when none reached the executor."""
+
+    @abstractmethod
+    def sync(self, now, since=None) -> pd.DataFrame:
+        """EVENT_COLUMNS rows with `at` in (since, now], in `sort_events` order."""
+
+    @abstractmethod
+    def cancel(self, job_id: str, now) -> bool:
+        """End the live run of planner job `job_id` at `now`; False when it has none."""
+
+    @abstractmethod
+    def running(self, now) -> pd.DataFrame:
+        """RUNNING_COLUMNS rows of the jobs running at `now` (start <= now < end)."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"

@@ -1,0 +1,115 @@
+"""What a dispatch carries: the plan's assignments that start now, joined with each job's payload.
+
+    items = dispatch_items(plan, jobs)     # plan.dispatched() + the payload columns of `jobs` (by planner job_id)
+    items = check_items(items)             # every column present and typed; errors name the job and field
+
+Columns: those of `Plan.assignments` (job_id = the planner's id ``tenant/job_id``, cluster, region, node,
+gpu_devices, gpu_milli, gpu_count, start_time, end_time, power_limit_w, expected_energy_kwh, expected_kgco2e,
+priority, and extras such as cpu_milli, memory_mib) and `PAYLOAD_COLUMNS`: tenant, queue_job_id, image, command,
+script, checkpoint_interval_min, max_retries, attempt, est_duration_h (the run-time estimate the plan used).
+
+Defaults where the jobs frame has no value: tenant and queue_job_id split from the planner id (``tenant/job_id``;
+an id without ``/`` has no tenant and is its own queue id), attempt 1, est_duration_h the planned duration
+(end_time - start_time), the payload fields NULL.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from scheduling.output.plan_store import normalize_assignments
+
+PAYLOAD_COLUMNS = (
+    "tenant",
+    "queue_job_id",
+    "image",
+    "command",
+    "script",
+    "checkpoint_interval_min",
+    "max_retries",
+    "attempt",
+    "est_duration_h",
+)
+_TEXT = ("tenant", "queue_job_id", "image", "command", "script")
+_INT = ("checkpoint_interval_min", "max_retries", "attempt")
+
+
+def split_job_id(planner_job_id: str) -> tuple[str | None, str]:
+    """(tenant, queue job id) of a planner id ``tenant/job_id``; (None, id) when it names no tenant."""
+    tenant, sep, rest = str(planner_job_id).partition("/")
+    return (tenant, rest) if sep and tenant and rest else (None, str(planner_job_id))
+
+
+def _missing(value) -> bool:
+    if value is None or value is pd.NA or value is pd.NaT:
+        return True
+    return isinstance(value, float) and math.isnan(value)
+
+
+def dispatch_items(plan, jobs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The assignments of `plan` that start at its plan time, with the payload columns of `jobs` (a frame keyed by
+    the planner's `job_id`; columns it lacks get the defaults of the module doc), checked."""
+    items = plan.dispatched().copy()
+    if jobs is not None and len(jobs):
+        if "job_id" not in jobs.columns:
+            raise ValueError("jobs frame: needs a job_id column (the planner's id, tenant/job_id)")
+        payload = [c for c in PAYLOAD_COLUMNS if c in jobs.columns]
+        extra = jobs[["job_id", *payload]].copy()
+        extra["job_id"] = extra["job_id"].astype(str)
+        dup = extra["job_id"].duplicated()
+        if dup.any():
+            raise ValueError(f"jobs frame: job_id {sorted(extra.loc[dup, 'job_id'])[:5]} appears more than once")
+        items = items.drop(columns=[c for c in payload if c in items.columns]).merge(extra, on="job_id", how="left")
+    return check_items(items)
+
+
+def check_items(items: pd.DataFrame) -> pd.DataFrame:
+    """`items` with every assignment and payload column, typed and sorted by job_id; ValueError naming the job and
+    the field for a missing cluster or start/end time, an end before the start, or a bad payload value."""
+    out = normalize_assignments(items)
+    for col in PAYLOAD_COLUMNS:
+        if col not in out.columns:
+            out[col] = None
+    for i, row in out.iterrows():
+        job = row["job_id"]
+        for field in ("cluster", "start_time", "end_time"):
+            if _missing(row[field]):
+                raise ValueError(f"dispatch item {job!r}: field {field!r} is empty")
+        if row["end_time"] <= row["start_time"]:
+            raise ValueError(f"dispatch item {job!r}: field 'end_time' {row['end_time']} is not after start_time")
+        tenant, queue_id = split_job_id(job)
+        if _missing(row["queue_job_id"]):
+            out.at[i, "queue_job_id"] = queue_id
+        if _missing(row["tenant"]):
+            out.at[i, "tenant"] = tenant
+        if _missing(row["attempt"]):
+            out.at[i, "attempt"] = 1
+        if _missing(row["est_duration_h"]):
+            out.at[i, "est_duration_h"] = (row["end_time"] - row["start_time"]).total_seconds() / 3600.0
+    for col in _TEXT:
+        out[col] = out[col].map(lambda v: None if _missing(v) else str(v)).astype(object)
+    for col in _INT:
+        out[col] = _numbers(out, col).round().astype("Int64")
+    out["est_duration_h"] = _numbers(out, "est_duration_h").astype("float64")
+    bad = out["est_duration_h"].isna() | ~(out["est_duration_h"] > 0) | out["est_duration_h"].map(math.isinf)
+    if bad.any():
+        row = out[bad].iloc[0]
+        raise ValueError(
+            f"dispatch item {row['job_id']!r}: field 'est_duration_h' must be a positive number of hours, "
+            f"got {row['est_duration_h']}"
+        )
+    if (out["attempt"] < 0).any():
+        row = out[out["attempt"] < 0].iloc[0]
+        raise ValueError(f"dispatch item {row['job_id']!r}: field 'attempt' must be >= 0, got {row['attempt']}")
+    return out
+
+
+def _numbers(frame: pd.DataFrame, col: str) -> pd.Series:
+    values = pd.to_numeric(frame[col], errors="coerce")
+    bad = values.isna() & frame[col].map(lambda v: not _missing(v))
+    if bad.any():
+        row = frame[bad].iloc[0]
+        raise ValueError(f"dispatch item {row['job_id']!r}: field {col!r} is not a number: {row[col]!r}")
+    return values

@@ -1,0 +1,350 @@
+"""`replay`, the embedded default executor: runs dispatched jobs in replayed time, with run times that are not the
+plan's estimates, and reports them as a real executor would.
+
+Plan time IS the replay clock: a dispatch happens at its plan's time, and every later `sync(now)` / `running(now)`
+reads the same clock. Nothing here reads the wall clock, so replaying an hour gives the same runs and events.
+
+Dispatching records one run per job in `executor.replay_runs` (DDL below), in one transaction per call. The run
+starts exactly at the planned `start_time` and keeps running whatever the planner does next (fail-open: the stored
+run is the executor's promise). Its true run time:
+
+* settings ``truth``: a CSV with columns ``job_id, true_duration_h`` (demos write it from the trace); `job_id` is
+  matched against the planner id (``tenant/job_id``) first, then the queue's id. Jobs it does not list, and every
+  job without the setting, get
+* the plan's estimate (`est_duration_h`) x a noise factor ``exp(sigma * z)``, z standard normal drawn from a
+  generator seeded by (seed, job_id): lognormal with median 1 and spread `sigma` (default 0.15: about 68 % of runs
+  within x0.86..x1.16 of the estimate; the mean factor is exp(sigma^2/2) = 1.011). The factor belongs to the job,
+  so every attempt of it takes as long.
+
+Failures: with probability ``failure_rate`` (default 0.02) a run fails, drawn per (seed, job_id, attempt); it fails
+after a fraction of its true run time drawn uniformly in (0, 1) from the same generator. Otherwise it finishes
+after the true run time. `true_end` is when the run ends (its finish or its failure); `outcome` says which.
+
+Events of a run: ``dispatched`` at the plan time, ``started`` at start_time, then ``finished`` / ``failed`` at
+true_end, or ``cancelled`` at the cancel time when `cancel` came first (a run cancelled before its start never
+starts). `sync(now, since)` is a pure function of the stored runs and the window (since, now]. Run `sync` for a
+window after that hour's dispatches and cancels: their events at `now` itself belong to the window ending at `now`.
+
+`running(now)` reports what a real executor knows, not the truth: the runs with start_time <= now < end, with the
+plan's expected end (or, for a run that has outlived it, the next full hour after `now`, the earliest the planner
+can see it end). Energy is not measured (`energy_kwh` NULL).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from common.timeutil import utc
+from scheduling.executors.base import (
+    EVENT_COLUMNS,
+    RECORD_COLUMNS,
+    RUNNING_COLUMNS,
+    DuplicateDispatchError,
+    Executor,
+    check_window,
+    in_window,
+    plan_time_of,
+    sort_events,
+    typed_frame,
+)
+from scheduling.executors.items import check_items
+from warehouse.db import reader, table_exists, writer
+
+TABLE = "executor.replay_runs"
+RUN_COLUMNS: dict[str, str] = {
+    "executor": "VARCHAR NOT NULL",  # the executor's name: several replay executors may share a warehouse
+    "plan_id": "VARCHAR NOT NULL",
+    "job_id": "VARCHAR NOT NULL",  # planner id, tenant/job_id
+    "tenant": "VARCHAR",
+    "queue_job_id": "VARCHAR NOT NULL",
+    "attempt": "INTEGER NOT NULL",
+    "run_ref": "VARCHAR NOT NULL",  # the executor_ref of the dispatch
+    "cluster": "VARCHAR NOT NULL",
+    "region": "VARCHAR",
+    "node": "VARCHAR",
+    "gpu_devices": "VARCHAR",
+    "gpu_count": "INTEGER",
+    "gpu_milli": "INTEGER",
+    "power_limit_w": "DOUBLE",
+    "dispatched_at": "TIMESTAMPTZ NOT NULL",  # the plan's time
+    "start_time": "TIMESTAMPTZ NOT NULL",
+    "est_end": "TIMESTAMPTZ NOT NULL",  # the plan's end_time
+    "est_duration_h": "DOUBLE NOT NULL",  # the estimate the plan used
+    "true_duration_h": "DOUBLE NOT NULL",  # run time to finish: truth file, or estimate x noise
+    "duration_source": "VARCHAR NOT NULL",  # truth | noise
+    "outcome": "VARCHAR NOT NULL",  # finished | failed
+    "true_end": "TIMESTAMPTZ NOT NULL",  # end of the run when not cancelled: the finish or the failure
+    "cancelled_at": "TIMESTAMPTZ",
+    "expected_energy_kwh": "DOUBLE",
+    "expected_kgco2e": "DOUBLE",
+}
+DDL = f"""
+CREATE SCHEMA IF NOT EXISTS executor;
+CREATE TABLE IF NOT EXISTS {TABLE} (
+    {", ".join(f"{name} {kind}" for name, kind in RUN_COLUMNS.items())},
+    PRIMARY KEY (executor, plan_id, job_id)
+);
+"""
+DEFAULT_SIGMA = 0.15
+DEFAULT_FAILURE_RATE = 0.02
+
+
+def _rng(*parts) -> np.random.Generator:
+    """A generator seeded by the text of `parts` (stable across processes and platforms)."""
+    digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+
+
+def noise_factor(job_id: str, sigma: float, seed: int = 0) -> float:
+    """The job's true/estimated run-time factor: exp(sigma * z), z ~ N(0, 1) seeded by (seed, job_id)."""
+    return float(math.exp(sigma * _rng(seed, "duration", job_id).standard_normal()))
+
+
+def failure_draw(job_id: str, attempt: int, failure_rate: float, seed: int = 0) -> float | None:
+    """The fraction of its run after which attempt `attempt` of `job_id` fails, or None when it does not fail."""
+    rng = _rng(seed, "failure", job_id, int(attempt))
+    fails, fraction = rng.random(), rng.random()
+    return float(fraction) if fails < failure_rate else None
+
+
+def read_truth(path: str | Path) -> dict[str, float]:
+    """job_id -> true_duration_h from a truth CSV; ValueError naming the file, row and field of a bad value."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"replay truth file {path} does not exist (setting 'truth')")
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    for col in ("job_id", "true_duration_h"):
+        if col not in frame.columns:
+            raise ValueError(f"{path}: missing column {col!r}; header is {list(frame.columns)}")
+    out: dict[str, float] = {}
+    for i, (job, raw) in enumerate(zip(frame["job_id"], frame["true_duration_h"])):
+        row = i + 2  # header is line 1
+        job = job.strip()
+        if not job:
+            raise ValueError(f"{path}, row {row}, field 'job_id': empty")
+        try:
+            hours = float(raw)
+        except ValueError:
+            raise ValueError(f"{path}, row {row}, field 'true_duration_h': not a number: {raw!r}") from None
+        if not math.isfinite(hours) or hours <= 0:
+            raise ValueError(f"{path}, row {row}, field 'true_duration_h': must be a positive number, got {raw!r}")
+        if job in out:
+            raise ValueError(f"{path}, row {row}, field 'job_id': {job!r} listed twice")
+        out[job] = hours
+    return out
+
+
+class ReplayExecutor(Executor):
+    """Runs in replayed time (see the module doc). Settings: `truth`, `sigma`, `failure_rate`, `seed`, `name`."""
+
+    kind = "replay"
+    SETTINGS = ("name", "truth", "sigma", "failure_rate", "seed")
+
+    def __init__(
+        self,
+        *,
+        db_path=None,
+        name: str | None = None,
+        truth: str | Path | None = None,
+        sigma: float = DEFAULT_SIGMA,
+        failure_rate: float = DEFAULT_FAILURE_RATE,
+        seed: int = 0,
+    ):
+        super().__init__(name)
+        self.db_path = db_path
+        self.sigma = float(sigma)
+        self.failure_rate = float(failure_rate)
+        self.seed = int(seed)
+        if not (math.isfinite(self.sigma) and self.sigma >= 0):
+            raise ValueError(f"executor {self.name!r}: setting 'sigma' must be >= 0, got {sigma!r}")
+        if not 0 <= self.failure_rate <= 1:
+            raise ValueError(f"executor {self.name!r}: setting 'failure_rate' must be in [0, 1], got {failure_rate!r}")
+        self.truth_path = None if truth is None else Path(truth)
+        self.truth = {} if truth is None else read_truth(truth)
+
+    # ------------------------------------------------------------------------------------------- dispatch
+
+    def run_ref(self, plan_id: str, job_id: str) -> str:
+        return f"{self.name}:{plan_id}:{job_id}"
+
+    def plan_runs(self, plan_id: str, items: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """The runs `items` would get (RUN_COLUMNS) and one record per job; pure (no warehouse access)."""
+        dispatched_at = plan_time_of(plan_id)
+        items = check_items(items)
+        runs, records = [], []
+        for row in items.to_dict(orient="records"):
+            job = row["job_id"]
+            if row["start_time"] < dispatched_at:
+                error = f"start_time {row['start_time']} is before the plan's time {dispatched_at}"
+                records.append({"job_id": job, "executor_ref": None, "error": error})
+                continue
+            truth = self.truth.get(job, self.truth.get(str(row["queue_job_id"])))
+            if truth is not None:
+                hours, source = truth, "truth"
+            else:
+                hours, source = float(row["est_duration_h"]) * noise_factor(job, self.sigma, self.seed), "noise"
+            fraction = failure_draw(job, int(row["attempt"]), self.failure_rate, self.seed)
+            ran_h = hours if fraction is None else hours * fraction
+            ref = self.run_ref(plan_id, job)
+            runs.append(
+                {
+                    **{k: row.get(k) for k in RUN_COLUMNS if k in row},
+                    "executor": self.name,
+                    "plan_id": plan_id,
+                    "run_ref": ref,
+                    "dispatched_at": dispatched_at,
+                    "est_end": row["end_time"],
+                    "true_duration_h": hours,
+                    "duration_source": source,
+                    "outcome": "finished" if fraction is None else "failed",
+                    "true_end": row["start_time"] + pd.Timedelta(seconds=round(ran_h * 3600.0, 3)),
+                    "cancelled_at": None,
+                }
+            )
+            records.append({"job_id": job, "executor_ref": ref, "error": None})
+        frame = typed_frame(runs, {k: v.split()[0] for k, v in RUN_COLUMNS.items()})
+        return frame, pd.DataFrame(records, columns=list(RECORD_COLUMNS))
+
+    def dispatch(self, plan_id: str, items: pd.DataFrame) -> pd.DataFrame:
+        """Record a run per item in one transaction; DuplicateDispatchError when one of them has a run already."""
+        runs, records = self.plan_runs(plan_id, items)
+        if runs.empty:
+            return records
+        with writer(self.db_path) as con:
+            con.execute(DDL)
+            con.execute("BEGIN TRANSACTION")
+            try:
+                con.register("_runs", runs)
+                dup = con.execute(
+                    f"SELECT r.job_id FROM {TABLE} AS r JOIN _runs AS n USING (executor, plan_id, job_id) "
+                    "ORDER BY r.job_id LIMIT 5"
+                ).fetchall()
+                if dup:
+                    raise DuplicateDispatchError(
+                        f"executor {self.name!r}, plan {plan_id}: job(s) {[d[0] for d in dup]} were dispatched already"
+                    )
+                con.execute(f"INSERT INTO {TABLE} BY NAME SELECT * FROM _runs")
+                con.unregister("_runs")
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        return records
+
+    def lookup(self, plan_id: str, job_id: str) -> str | None:
+        try:
+            with reader(self.db_path) as con:
+                if not table_exists(con, TABLE):
+                    return None
+                row = con.execute(
+                    f"SELECT run_ref FROM {TABLE} WHERE executor = ? AND plan_id = ? AND job_id = ?",
+                    [self.name, plan_id, str(job_id)],
+                ).fetchone()
+        except FileNotFoundError:
+            return None
+        return None if row is None else str(row[0])
+
+    # ------------------------------------------------------------------------------------------- reading
+
+    def runs(self, now=None, since=None) -> pd.DataFrame:
+        """This executor's stored runs (those dispatched by `now` and not ended by `since`, when given)."""
+        sql, params = f"SELECT * FROM {TABLE} WHERE executor = ?", [self.name]
+        if now is not None:
+            sql += " AND dispatched_at <= ?"
+            params.append(utc(now).to_pydatetime())
+        if since is not None:
+            sql += " AND coalesce(least(cancelled_at, true_end), true_end) > ?"
+            params.append(utc(since).to_pydatetime())
+        try:
+            with reader(self.db_path) as con:
+                if not table_exists(con, TABLE):
+                    return typed_frame([], {k: v.split()[0] for k, v in RUN_COLUMNS.items()})
+                frame = con.execute(sql + " ORDER BY plan_id, job_id", params).df()
+        except FileNotFoundError:
+            return typed_frame([], {k: v.split()[0] for k, v in RUN_COLUMNS.items()})
+        for col in ("dispatched_at", "start_time", "est_end", "true_end", "cancelled_at"):
+            frame[col] = pd.to_datetime(frame[col], utc=True)
+        return frame
+
+    def sync(self, now, since=None) -> pd.DataFrame:
+        since, now = check_window(since, now)
+        runs = self.runs(now=now, since=since)
+        events = []
+        for run in runs.to_dict(orient="records"):
+            cancelled = run["cancelled_at"] if pd.notna(run["cancelled_at"]) else None
+            stream = [("dispatched", run["dispatched_at"])]
+            if cancelled is None or cancelled > run["start_time"]:
+                stream.append(("started", run["start_time"]))
+            if cancelled is not None and cancelled < run["true_end"]:
+                stream.append(("cancelled", cancelled))
+            else:
+                stream.append((run["outcome"], run["true_end"]))
+            for event, at in stream:
+                events.append({**self._event_fields(run), "event": event, "at": at})
+        frame = typed_frame(events, EVENT_COLUMNS)
+        return sort_events(frame[in_window(frame["at"], since, now)])
+
+    def _event_fields(self, run: dict) -> dict:
+        return {
+            "tenant": run["tenant"],
+            "job_id": run["queue_job_id"],
+            "planner_job_id": run["job_id"],
+            "executor": self.name,
+            "executor_ref": run["run_ref"],
+            "plan_id": run["plan_id"],
+            "attempt": run["attempt"],
+            "cluster": run["cluster"],
+            "node": run["node"],
+            "gpu_devices": run["gpu_devices"],
+            "gpu_count": run["gpu_count"],
+            "gpu_milli": run["gpu_milli"],
+            "power_limit_w": run["power_limit_w"],
+            "energy_kwh": None,
+        }
+
+    def running(self, now) -> pd.DataFrame:
+        now = utc(now)
+        runs = self.runs(now=now, since=now)  # dispatched by now, not ended by now
+        runs = runs[runs["start_time"] <= now]
+        next_hour = now.floor("h") + pd.Timedelta(hours=1)
+        rows = [
+            {
+                "job_id": r["job_id"],
+                "tenant": r["tenant"],
+                "queue_job_id": r["queue_job_id"],
+                "plan_id": r["plan_id"],
+                "attempt": r["attempt"],
+                "executor": self.name,
+                "executor_ref": r["run_ref"],
+                "cluster": r["cluster"],
+                "node": r["node"],
+                "gpu_devices": r["gpu_devices"],
+                "gpu_count": r["gpu_count"],
+                "gpu_milli": r["gpu_milli"],
+                "power_limit_w": r["power_limit_w"],
+                "start_time": r["start_time"],
+                "end_time": r["est_end"] if r["est_end"] > now else next_hour,
+                "confirmed": True,
+            }
+            for r in runs.to_dict(orient="records")
+        ]
+        return typed_frame(rows, RUNNING_COLUMNS).sort_values("job_id", kind="mergesort").reset_index(drop=True)
+
+    # ------------------------------------------------------------------------------------------- cancel
+
+    def cancel(self, job_id: str, now) -> bool:
+        """End every live run of `job_id` (dispatched by `now`, not ended by `now`) at `now`."""
+        now = utc(now)
+        with writer(self.db_path) as con:
+            con.execute(DDL)
+            n = con.execute(
+                f"UPDATE {TABLE} SET cancelled_at = ? WHERE executor = ? AND job_id = ? AND dispatched_at <= ? "
+                "AND cancelled_at IS NULL AND true_end > ? RETURNING job_id",
+                [now.to_pydatetime(), self.name, str(job_id), now.to_pydatetime(), now.to_pydatetime()],
+            ).fetchall()
+        return bool(n)
