@@ -41,7 +41,7 @@ EVENT_COLUMNS: dict[str, str] = {
     "job_id": "VARCHAR",  # the queue's id, unique within its tenant
     "planner_job_id": "VARCHAR",  # tenant/job_id, the planner's id
     "event": "VARCHAR",
-    "at": "TIMESTAMPTZ",
+    "event_time": "TIMESTAMPTZ",
     "executor": "VARCHAR",
     "executor_ref": "VARCHAR",
     "plan_id": "VARCHAR",
@@ -129,7 +129,9 @@ def sort_events(events: pd.DataFrame) -> pd.DataFrame:
     if events.empty:
         return events.reset_index(drop=True)
     rank = events["event"].map(EVENT_RANK).fillna(9)
-    order = events.assign(_rank=rank).sort_values(["at", "_rank", "plan_id", "planner_job_id"], kind="mergesort")
+    order = events.assign(_rank=rank).sort_values(
+        ["event_time", "_rank", "plan_id", "planner_job_id"], kind="mergesort"
+    )
     return order.drop(columns="_rank").reset_index(drop=True)
 
 

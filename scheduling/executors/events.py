@@ -100,12 +100,14 @@ def check_events(events: pd.DataFrame, executor: str, since, now) -> tuple[pd.Da
         if not _missing(row.get("executor")) and str(row["executor"]) != executor:
             reject("executor", f"event of executor {row['executor']!r} loaded as {executor!r}", row["executor"])
             continue
-        at, problem = _utc_time(row.get("at"))
+        at, problem = _utc_time(row.get("event_time"))
         if problem:
-            reject("at", problem, row.get("at"))
+            reject("event_time", problem, row.get("event_time"))
             continue
         if at > now or (since is not None and at <= since):
-            reject("at", f"outside the window ({'-' if since is None else iso_z(since)}, {iso_z(now)}]", iso_z(at))
+            reject(
+                "event_time", f"outside the window ({'-' if since is None else iso_z(since)}, {iso_z(now)}]", iso_z(at)
+            )
             continue
         bad_number = next(
             (c for c in _NUMBERS if not _missing(row.get(c)) and pd.isna(pd.to_numeric(row.get(c), errors="coerce"))),
@@ -123,7 +125,7 @@ def check_events(events: pd.DataFrame, executor: str, since, now) -> tuple[pd.Da
             reject("event", "duplicate event (same job, plan, event and time)", event)
             continue
         seen.add(key)
-        good.append({**row, "planner_job_id": planner, "at": at, "executor": executor})
+        good.append({**row, "planner_job_id": planner, "event_time": at, "executor": executor})
     return typed_frame(good, EVENT_COLUMNS), rejections
 
 

@@ -274,13 +274,13 @@ class FilesExecutor(Executor):
                 "energy_kwh": None,
             }
             cancelled = cancels.get((row["plan_id"], row["job_id"]))
-            events.append({**base, "event": "dispatched", "at": row["dispatched_at"]})
+            events.append({**base, "event": "dispatched", "event_time": row["dispatched_at"]})
             if cancelled is None or cancelled > row["start_time"]:
-                events.append({**base, "event": "unconfirmed", "at": row["start_time"]})
+                events.append({**base, "event": "unconfirmed", "event_time": row["start_time"]})
             if cancelled is not None:
-                events.append({**base, "event": "cancelled", "at": cancelled})
+                events.append({**base, "event": "cancelled", "event_time": cancelled})
         frame = typed_frame(events, EVENT_COLUMNS)
-        return sort_events(frame[in_window(frame["at"], since, now)])
+        return sort_events(frame[in_window(frame["event_time"], since, now)])
 
     def running(self, now) -> pd.DataFrame:
         now = utc(now)

@@ -285,9 +285,9 @@ class ReplayExecutor(Executor):
             else:
                 stream.append((run["outcome"], run["true_end"]))
             for event, at in stream:
-                events.append({**self._event_fields(run), "event": event, "at": at})
+                events.append({**self._event_fields(run), "event": event, "event_time": at})
         frame = typed_frame(events, EVENT_COLUMNS)
-        return sort_events(frame[in_window(frame["at"], since, now)])
+        return sort_events(frame[in_window(frame["event_time"], since, now)])
 
     def _event_fields(self, run: dict) -> dict:
         return {

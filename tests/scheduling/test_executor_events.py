@@ -51,7 +51,7 @@ def test_same_window_twice_leaves_the_table_identical(tmp_warehouse):
     assert again.skipped_unchanged
     assert (_digest(tmp_warehouse, "raw.job_events"), _digest(tmp_warehouse, "raw._batches")) == before
     sync_events(executor, PLAN_TIME + 2 * H, PLAN_TIME + 24 * H, db_path=tmp_warehouse)  # the next window
-    stored = _query(tmp_warehouse, 'SELECT * FROM raw.job_events ORDER BY "at", planner_job_id, event')
+    stored = _query(tmp_warehouse, "SELECT * FROM raw.job_events ORDER BY event_time, planner_job_id, event")
     assert list(stored.columns) == [*EVENT_COLUMNS, "_source", "_batch_id", "_loaded_at"]
     assert (stored["_source"] == "executor:replay").all()
     counts = stored.groupby("planner_job_id").size()
@@ -61,7 +61,7 @@ def test_same_window_twice_leaves_the_table_identical(tmp_warehouse):
         "SELECT column_name, data_type FROM information_schema.columns "
         "WHERE table_schema = 'raw' AND table_name = 'job_events'",
     ).set_index("column_name")["data_type"]
-    assert types["at"] == "TIMESTAMP WITH TIME ZONE" and types["gpu_count"] == "INTEGER"
+    assert types["event_time"] == "TIMESTAMP WITH TIME ZONE" and types["gpu_count"] == "INTEGER"
     assert types["energy_kwh"] == "DOUBLE"
 
 
@@ -95,7 +95,7 @@ def test_bad_events_are_quarantined_with_the_reason(tmp_warehouse):
         "job_id": "job-1",
         "planner_job_id": "acme/job-1",
         "event": "started",
-        "at": pd.Timestamp("2021-07-15T12:30Z"),
+        "event_time": pd.Timestamp("2021-07-15T12:30Z"),
         "plan_id": plan_id_at(),
         "attempt": 1,
         "cluster": "usw-t4",
@@ -107,14 +107,14 @@ def test_bad_events_are_quarantined_with_the_reason(tmp_warehouse):
         {**good, "event": "exploded"},
         {**good, "job_id": None},
         {**good, "job_id": "  "},
-        {**good, "at": "2021-07-15 12:30"},  # no zone
-        {**good, "at": pd.Timestamp("2021-07-15T14:30+02:00")},  # the same instant, not in UTC
-        {**good, "at": "yesterday-ish"},
-        {**good, "at": pd.Timestamp("2021-07-15T15:00Z")},  # after the window
+        {**good, "event_time": "2021-07-15 12:30"},  # no zone
+        {**good, "event_time": pd.Timestamp("2021-07-15T14:30+02:00")},  # the same instant, not in UTC
+        {**good, "event_time": "yesterday-ish"},
+        {**good, "event_time": pd.Timestamp("2021-07-15T15:00Z")},  # after the window
         {**good, "gpu_count": "two"},
         {**good, "executor": "slurm"},
         dict(good),  # a duplicate of the first
-        {**good, "job_id": "job-2", "planner_job_id": None, "at": "2021-07-15T13:00:00Z"},  # string UTC: fine
+        {**good, "job_id": "job-2", "planner_job_id": None, "event_time": "2021-07-15T13:00:00Z"},  # string UTC: fine
     ]
     result = load_events(pd.DataFrame(rows), "replay", PLAN_TIME, PLAN_TIME + H, db_path=tmp_warehouse)
     assert (result.rows, result.rejected) == (2, 10)
@@ -125,7 +125,18 @@ def test_bad_events_are_quarantined_with_the_reason(tmp_warehouse):
         tmp_warehouse, "SELECT row_number, field, reason FROM quarantine.rejected_rows ORDER BY row_number"
     )
     assert rejected["row_number"].tolist() == list(range(2, 12))
-    fields = ["event", "job_id", "job_id", "at", "at", "at", "at", "gpu_count", "executor", "event"]
+    fields = [
+        "event",
+        "job_id",
+        "job_id",
+        "event_time",
+        "event_time",
+        "event_time",
+        "event_time",
+        "gpu_count",
+        "executor",
+        "event",
+    ]
     assert rejected["field"].tolist() == fields
     reasons = rejected["reason"].tolist()
     assert reasons[0].startswith("unknown event type") and reasons[1] == reasons[2] == "missing job id"

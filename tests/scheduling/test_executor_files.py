@@ -72,7 +72,7 @@ def test_sync_reports_unconfirmed_once_and_running_keeps_the_plan(tmp_path):
     pd.testing.assert_frame_equal(whole, hourly)
     per_job = whole.groupby("planner_job_id")["event"].apply(list).to_dict()
     assert len(per_job) == 6 and all(v == ["dispatched", "unconfirmed"] for v in per_job.values())
-    unconfirmed = whole[whole["event"] == "unconfirmed"].set_index("planner_job_id")["at"]
+    unconfirmed = whole[whole["event"] == "unconfirmed"].set_index("planner_job_id")["event_time"]
     assert unconfirmed["globex/job-0003"] == PLAN_TIME + 2 * H  # at the planned start
     assert not whole["event"].isin(["started", "finished", "failed"]).any()  # never assumed
     row = whole[whole["planner_job_id"] == "acme/late-0000"].iloc[0]

@@ -120,7 +120,7 @@ def test_sync_windows_partition_the_events(tmp_warehouse):
         assert events.count("started") == 1 and len(events) == 3, (job, events)
         assert events[-1] in ("finished", "failed", "cancelled")
     assert counts["acme/p0-0002"] == ["dispatched", "started", "cancelled"]
-    started = whole[whole["event"] == "started"].set_index("planner_job_id")["at"]
+    started = whole[whole["event"] == "started"].set_index("planner_job_id")["event_time"]
     assert started["acme/p2-0000"] == PLAN_TIME + 5 * H  # at its planned start, not its plan time
     assert set(whole["job_id"]) == {f"p{k}-{i:04d}" for k in range(3) for i in range(8)}
     assert whole["energy_kwh"].isna().all() and (whole["executor"] == "replay").all()
@@ -131,7 +131,7 @@ def test_running_is_consistent_with_the_events(tmp_warehouse):
     events = executor.sync(PLAN_TIME + 40 * H)
     for minutes in range(0, 40 * 60, 30):
         now = PLAN_TIME + pd.Timedelta(minutes=minutes)
-        seen = events[events["at"] <= now]
+        seen = events[events["event_time"] <= now]
         started = set(seen.loc[seen["event"] == "started", "planner_job_id"])
         ended = set(seen.loc[seen["event"].isin(["finished", "failed", "cancelled"]), "planner_job_id"])
         running = executor.running(now)
@@ -165,7 +165,7 @@ def test_cancel_before_and_during_a_run(tmp_warehouse):
     assert executor.cancel("acme/job-0002", PLAN_TIME + H)  # before its start
     assert not executor.cancel("nobody/none", PLAN_TIME)
     events = executor.sync(PLAN_TIME + 10 * H).groupby("planner_job_id")
-    by_job = {job: list(zip(g["event"], g["at"])) for job, g in events}
+    by_job = {job: list(zip(g["event"], g["event_time"])) for job, g in events}
     assert by_job["acme/job-0000"] == [
         ("dispatched", PLAN_TIME),
         ("started", PLAN_TIME),
@@ -183,7 +183,7 @@ def test_fail_open_dispatched_jobs_run_without_the_planner(tmp_warehouse):
     items.loc[5, ["start_time", "end_time"]] = [PLAN_TIME + 4 * H, PLAN_TIME + 6 * H]
     dispatch(plan_id_at(), items, ReplayExecutor(db_path=tmp_warehouse), db_path=tmp_warehouse)
     events = ReplayExecutor(db_path=tmp_warehouse).sync(PLAN_TIME + 48 * H)
-    started = events[events["event"] == "started"].set_index("planner_job_id")["at"]
+    started = events[events["event"] == "started"].set_index("planner_job_id")["event_time"]
     planned = items.set_index("job_id")["start_time"]
     assert started.sort_index().to_dict() == planned.sort_index().to_dict()
     assert events["event"].isin(["finished", "failed"]).sum() == 6
