@@ -38,6 +38,13 @@ EXTRA_ASSIGNMENT_COLUMNS = (
     "memory_mib",
     "workload_class",
     "checkpointing",
+    # what the carbon ledger needs to value the run and its run-now counterfactual at the actual intensity:
+    "draw_kw",  # the job's draw at the chosen option, PUE included
+    "transfer_kwh",  # data moved when the job runs outside its home region
+    "home_cluster",  # where running now would have put it: its home cluster (else the fastest that hosts it)
+    "home_zone",
+    "run_now_kw",  # draw at the default power limit on that cluster, PUE included
+    "run_now_duration_h",  # estimated run time there at the default limit
     "late",
 )
 UNPLACED_COLUMNS = ("job_id", "reason")

@@ -33,6 +33,15 @@ def empty_decisions(n: int) -> tuple:
     )
 
 
+def run_now_cluster(p: PlanningProblem, jobs: np.ndarray) -> np.ndarray:
+    """The cluster each job would run on if started now at the default power limit (the run-now counterfactual):
+    its home cluster when that can host it, else the fastest cluster that can."""
+    d0 = np.where(p.allowed[jobs], p.dur[jobs, 0, :], np.inf)
+    home = p.home[jobs]
+    home_ok = (home >= 0) & np.isfinite(d0[np.arange(len(jobs)), np.maximum(home, 0)])
+    return np.where(home_ok, home, np.argmin(d0, axis=1))
+
+
 @dataclass
 class PlanOutcome:
     """What one plan decided, as arrays over the problem's jobs (index j), plus explanations."""
@@ -73,6 +82,7 @@ class PlanOutcome:
             kk, ss, cc = self.k[sel], self.s[sel], self.c[sel]
             dur = p.dur[sel, kk, cc]
             start = p.now + pd.to_timedelta(ss, unit="h")
+            home = run_now_cluster(p, sel)
             a = pd.DataFrame(
                 {
                     "job_id": jobs["job_id"].to_numpy()[sel],
@@ -100,6 +110,12 @@ class PlanOutcome:
                     "workload_class": jobs["workload_class"].to_numpy()[sel],
                     "checkpointing": jobs["checkpointing"].to_numpy(bool)[sel],
                     "late": self.late[sel],
+                    "draw_kw": p.kw[sel, kk, cc],
+                    "transfer_kwh": p.transfer_kwh[sel, cc],
+                    "home_cluster": np.array(p.clusters, dtype=object)[home],
+                    "home_zone": np.array(p.zones, dtype=object)[home],
+                    "run_now_kw": p.kw[sel, 0, home],
+                    "run_now_duration_h": p.dur[sel, 0, home],
                 }
             )
             a = a[list(ASSIGNMENT_COLUMNS + EXTRA_ASSIGNMENT_COLUMNS)]
