@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from scheduling.cli import fgd, models, planning
+from scheduling.cli import fgd, models, operate, planning
 
-COMMAND_MODULES = (fgd, models, planning)
+COMMAND_MODULES = (fgd, models, planning, operate)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,6 +52,7 @@ from scheduling.evaluation.scenario import build_scenario
 from scheduling.evaluation.simulator import simulate
 from scheduling.explain.registry import make_explainer
 from scheduling.explain.template import TemplateExplainer
+from scheduling.output.charts import color, pyplot, save_figure
 from scheduling.planning.policies.registry import DEFAULT_POLICY, POLICY_NAMES, make_policy
 from scheduling.planning.problem import abs_hours
 from scheduling.planning.session import HourlyPlanner
@@ -61,7 +62,6 @@ log = logging.getLogger(__name__)
 
 MAX_CARDS = 50
 BASELINE_PREFERENCE = ("run-now", "round-robin", "performance-first", "random")
-PALETTE = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666", "#1f78b4", "#b2df8a")
 
 
 @dataclass
@@ -92,15 +92,6 @@ def safe_run_id(run_id: str) -> str:
     return text[:120] or "run"
 
 
-def _plt():
-    import matplotlib  # noqa: PLC0415 - plotting loads only when a chart is drawn
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415 - plotting loads only when a chart is drawn
-
-    return plt
-
-
 def _frame(value) -> pd.DataFrame:
     if value is None:
         return pd.DataFrame()
@@ -109,25 +100,15 @@ def _frame(value) -> pd.DataFrame:
     return pd.DataFrame(list(value))
 
 
-def _save(fig, path: Path, tight: bool = True, dpi: int = 100) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi, bbox_inches="tight" if tight else None, metadata={"Software": None})
-    _plt().close(fig)
-
-
-def _color(i: int) -> str:
-    return PALETTE[i % len(PALETTE)]
-
-
 # ------------------------------------------------------------------------------------------------ charts
 
 
 def chart_carbon(policies: pd.DataFrame, optimum: float | None, path: Path) -> None:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.6))
     names = policies["policy"].astype(str).tolist()
     values = policies["kgco2e"].astype(float).to_numpy()
-    ax.bar(names, values, color=[_color(i) for i in range(len(names))])
+    ax.bar(names, values, color=[color(i) for i in range(len(names))])
     for i, v in enumerate(values):
         ax.text(i, v, f"{v:,.1f}", ha="center", va="bottom", fontsize=8)
     if optimum is not None and np.isfinite(optimum):
@@ -136,7 +117,7 @@ def chart_carbon(policies: pd.DataFrame, optimum: float | None, path: Path) -> N
     ax.set_ylabel("kgCO2e")
     ax.set_title("Carbon per policy")
     ax.tick_params(axis="x", rotation=20)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 SUMMARY_ORDER = ("rolling-lp", "priority", "carbon-time", "greedy-carbon", "performance-first", "round-robin", "random")
@@ -177,7 +158,7 @@ def chart_over_runs(
     table = over_runs(reports)
     if table.empty:
         raise ValueError("no evaluate reports to draw")
-    plt = _plt()
+    plt = pyplot()
     groups = list(dict.fromkeys(zip(table["period"], table["load"])))
     policies = list(dict.fromkeys(table["policy"]))
     width = 0.8 / len(policies)
@@ -203,7 +184,7 @@ def chart_over_runs(
                     xs,
                     mean,
                     width,
-                    color=_color(i),
+                    color=color(i),
                     yerr=[lo, hi],
                     capsize=2,
                     error_kw={"linewidth": 0.8},
@@ -221,50 +202,50 @@ def chart_over_runs(
     fig.legend(
         handles, labels, loc="lower center", ncol=len(policies), fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.06)
     )
-    _save(fig, path)
+    save_figure(fig, path)
     return table
 
 
 def chart_deadlines(policies: pd.DataFrame, path: Path) -> None:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.2))
     names = policies["policy"].astype(str).tolist()
     share = 100.0 * policies["deadline_met_share"].astype(float).to_numpy()
-    ax.bar(names, share, color=[_color(i) for i in range(len(names))])
+    ax.bar(names, share, color=[color(i) for i in range(len(names))])
     for i, v in enumerate(share):
         ax.text(i, v, f"{v:.1f} %", ha="center", va="bottom", fontsize=8)
     ax.set_ylim(0, 105)
     ax.set_ylabel("jobs meeting the deadline (%)")
     ax.set_title("Deadline satisfaction")
     ax.tick_params(axis="x", rotation=20)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def chart_unallocated(policies: pd.DataFrame, utilization: pd.DataFrame, path: Path) -> None:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 3.4))
     if not utilization.empty and {"time", "policy", "unallocated_gpus"} <= set(utilization.columns):
         util = utilization.copy()
         util["time"] = pd.to_datetime(util["time"], utc=True)
         for i, (name, part) in enumerate(util.groupby("policy", sort=True)):
             part = part.sort_values("time")
-            ax.plot(part["time"], part["unallocated_gpus"], label=str(name), color=_color(i), linewidth=1)
+            ax.plot(part["time"], part["unallocated_gpus"], label=str(name), color=color(i), linewidth=1)
         ax.legend(fontsize=7, ncol=3)
         ax.set_xlabel("time (UTC)")
         fig.autofmt_xdate()
     else:
         names = policies["policy"].astype(str).tolist()
         values = policies["unallocated_gpus"].astype(float).to_numpy()
-        ax.bar(names, values, color=[_color(i) for i in range(len(names))])
+        ax.bar(names, values, color=[color(i) for i in range(len(names))])
         ax.tick_params(axis="x", rotation=20)
     ax.set_ylabel("unallocated GPUs")
     ax.set_title("Unallocated GPUs (idle capacity)")
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def chart_savings(by_region: pd.DataFrame, baseline: str, path: Path) -> pd.DataFrame:
     """Savings per region against `baseline` (kgCO2e, positive = less carbon); returns the table drawn."""
-    plt = _plt()
+    plt = pyplot()
     wide = by_region.pivot_table(index="region", columns="policy", values="kgco2e", aggfunc="sum").fillna(0.0)
     wide = wide.sort_index()
     savings = wide.rsub(wide[baseline], axis=0).drop(columns=[baseline]) if baseline in wide.columns else wide * 0
@@ -273,7 +254,7 @@ def chart_savings(by_region: pd.DataFrame, baseline: str, path: Path) -> pd.Data
     width = 0.8 / n
     x = np.arange(len(savings.index))
     for i, name in enumerate(savings.columns):
-        ax.bar(x + i * width - 0.4 + width / 2, savings[name].to_numpy(), width, label=str(name), color=_color(i))
+        ax.bar(x + i * width - 0.4 + width / 2, savings[name].to_numpy(), width, label=str(name), color=color(i))
     ax.axhline(0, color="black", linewidth=0.6)
     ax.set_xticks(x)
     ax.set_xticklabels(savings.index.astype(str), rotation=20)
@@ -281,7 +262,7 @@ def chart_savings(by_region: pd.DataFrame, baseline: str, path: Path) -> pd.Data
     ax.set_title(f"Savings per region (against {baseline})")
     if len(savings.columns):
         ax.legend(fontsize=7, ncol=3)
-    _save(fig, path)
+    save_figure(fig, path)
     return savings.reset_index()
 
 
@@ -300,7 +281,7 @@ def chart_timeline(
     timeline: pd.DataFrame, forecast: pd.DataFrame, path: Path, policy: str | None, max_regions: int = 6
 ) -> None:
     """Per region: the forecast (P50 line, P10-P90 band) and the plan's jobs as bars under it."""
-    plt = _plt()
+    plt = pyplot()
     t = timeline.copy()
     if not t.empty:
         t["start_time"] = pd.to_datetime(t["start_time"], utc=True)
@@ -341,13 +322,13 @@ def chart_timeline(
         f"Plan timeline against the forecast{f' ({policy})' if policy else ''}: jobs as orange bars", fontsize=10
     )
     fig.autofmt_xdate()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def chart_card(record: dict, forecast: pd.DataFrame, path: Path, end_time=None) -> None:
     """One job: the forecast of its chosen region (and the alternatives' regions), the chosen window shaded,
     the alternatives marked with their carbon."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 2.6))
     chosen = record.get("chosen") or {}
     alts = list(record.get("alternatives") or [])[:5]
@@ -372,7 +353,7 @@ def chart_card(record: dict, forecast: pd.DataFrame, path: Path, end_time=None) 
         ax.plot(
             f["target_time"],
             f["p50"],
-            color=_color(i),
+            color=color(i),
             linewidth=1.6 if main else 0.8,
             label=f"{reg}{' (chosen)' if main else ''}",
         )
@@ -410,7 +391,7 @@ def chart_card(record: dict, forecast: pd.DataFrame, path: Path, end_time=None) 
     ax.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M", tz="UTC"))
     ax.tick_params(labelsize=7)
     fig.subplots_adjust(left=0.1, right=0.98, bottom=0.16, top=0.88)
-    _save(fig, path, tight=False, dpi=80)
+    save_figure(fig, path, tight=False, dpi=80)
 
 
 def _kg(value) -> str:
