@@ -9,7 +9,7 @@ it asks the executor (`running`), and what happened becomes data through `sync` 
   (`scheduling.executors.dispatch_log`); an executor only has to make one call atomic per job and answer `lookup`.
 * ``lookup(plan_id, job_id) -> executor_ref | None``: did a submission with this idempotency key reach the
   executor? The dispatch log asks after a crash left an `intent` row behind.
-* ``sync(now, since=None) -> events``: the events (`EVENT_COLUMNS`) whose time is in ``(since, now]`` (all up to
+* ``sync(now, since=None) -> events``: the events (`EVENT_COLUMNS`) whose time is in ``[since, now)`` (all up to
   `now` when `since` is None). A pure function of what the executor holds and the window, so consecutive windows
   partition the events and re-running an hour returns the same events.
 * ``cancel(job_id, now) -> bool``: end the job's live run at `now` (True when there was one to end).
@@ -136,10 +136,12 @@ def sort_events(events: pd.DataFrame) -> pd.DataFrame:
 
 
 def in_window(times: pd.Series, since, now) -> pd.Series:
-    """Mask of `times` in (since, now]; since None = no lower bound."""
-    mask = times <= utc(now)
+    """Mask of `times` in [since, now); since None = no lower bound. Half-open, so that what happens at a planning
+    hour (a job dispatched at T starts at T) belongs to the window that starts there: the loop syncs [T-1h, T)
+    before it plans and dispatches T."""
+    mask = times < utc(now)
     if since is not None:
-        mask &= times > utc(since)
+        mask &= times >= utc(since)
     return mask
 
 
@@ -147,7 +149,7 @@ def check_window(since, now) -> tuple[pd.Timestamp | None, pd.Timestamp]:
     now_ts = utc(now)
     since_ts = None if since is None else utc(since)
     if since_ts is not None and since_ts >= now_ts:
-        raise ValueError(f"sync window ({since_ts}, {now_ts}] is empty: since must be before now")
+        raise ValueError(f"sync window [{since_ts}, {now_ts}) is empty: since must be before now")
     return since_ts, now_ts
 
 
@@ -177,7 +179,7 @@ class Executor(ABC):
 
     @abstractmethod
     def sync(self, now, since=None) -> pd.DataFrame:
-        """EVENT_COLUMNS rows with `at` in (since, now], in `sort_events` order."""
+        """EVENT_COLUMNS rows with `event_time` in [since, now), in `sort_events` order."""
 
     @abstractmethod
     def cancel(self, job_id: str, now) -> bool:

@@ -3,7 +3,7 @@ raw table (`warehouse.db.load_batch`: `_source`, `_batch_id`, `_loaded_at`; bad 
 
     load_events(executor.sync(now, since), executor, since, now)     # or: sync_events(executor, since, now)
 
-A batch is one executor's window (since, now]: batch id ``<executor>:<since>/<now>`` (``-`` for no lower bound),
+A batch is one executor's window [since, now): batch id ``<executor>:<since>/<now>`` (``-`` for no lower bound),
 source ``executor:<executor>``. Loading the same window again replaces its own rows (identical events leave the
 table byte-identical); a window that overlaps another loaded window of the same executor without being equal to it
 is refused, so no event is counted twice. Rows rejected to `quarantine.rejected_rows`, with the field and reason:
@@ -104,9 +104,9 @@ def check_events(events: pd.DataFrame, executor: str, since, now) -> tuple[pd.Da
         if problem:
             reject("event_time", problem, row.get("event_time"))
             continue
-        if at > now or (since is not None and at <= since):
+        if at >= now or (since is not None and at < since):
             reject(
-                "event_time", f"outside the window ({'-' if since is None else iso_z(since)}, {iso_z(now)}]", iso_z(at)
+                "event_time", f"outside the window [{'-' if since is None else iso_z(since)}, {iso_z(now)})", iso_z(at)
             )
             continue
         bad_number = next(
@@ -130,7 +130,7 @@ def check_events(events: pd.DataFrame, executor: str, since, now) -> tuple[pd.Da
 
 
 def load_events(events: pd.DataFrame, executor: str | Executor, since, now, db_path=None, loaded_at=None) -> LoadResult:
-    """Load `executor`'s events of the window (since, now] into raw.job_events as one idempotent batch."""
+    """Load `executor`'s events of the window [since, now) into raw.job_events as one idempotent batch."""
     name = executor.name if isinstance(executor, Executor) else str(executor)
     since, now = check_window(since, now)
     good, rejections = check_events(events, name, since, now)

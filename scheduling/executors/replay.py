@@ -22,7 +22,7 @@ after the true run time. `true_end` is when the run ends (its finish or its fail
 
 Events of a run: ``dispatched`` at the plan time, ``started`` at start_time, then ``finished`` / ``failed`` at
 true_end, or ``cancelled`` at the cancel time when `cancel` came first (a run cancelled before its start never
-starts). `sync(now, since)` is a pure function of the stored runs and the window (since, now]. Run `sync` for a
+starts). `sync(now, since)` is a pure function of the stored runs and the window [since, now). Run `sync` for a
 window after that hour's dispatches and cancels: their events at `now` itself belong to the window ending at `now`.
 
 `running(now)` reports what a real executor knows, not the truth: the runs with start_time <= now < end, with the
@@ -258,7 +258,7 @@ class ReplayExecutor(Executor):
             sql += " AND dispatched_at <= ?"
             params.append(utc(now).to_pydatetime())
         if since is not None:
-            sql += " AND coalesce(least(cancelled_at, true_end), true_end) > ?"
+            sql += " AND coalesce(least(cancelled_at, true_end), true_end) >= ?"
             params.append(utc(since).to_pydatetime())
         try:
             with reader(self.db_path) as con:
@@ -309,8 +309,10 @@ class ReplayExecutor(Executor):
 
     def running(self, now) -> pd.DataFrame:
         now = utc(now)
-        runs = self.runs(now=now, since=now)  # dispatched by now, not ended by now
-        runs = runs[runs["start_time"] <= now]
+        runs = self.runs(now=now, since=now)  # dispatched by now, not ended before now
+        ended = runs["cancelled_at"].where(runs["cancelled_at"].notna() & (runs["cancelled_at"] < runs["true_end"]))
+        ended = ended.fillna(runs["true_end"])
+        runs = runs[(runs["start_time"] <= now) & (ended > now)]
         next_hour = now.floor("h") + pd.Timedelta(hours=1)
         rows = [
             {

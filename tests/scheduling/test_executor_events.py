@@ -114,7 +114,7 @@ def test_bad_events_are_quarantined_with_the_reason(tmp_warehouse):
         {**good, "gpu_count": "two"},
         {**good, "executor": "slurm"},
         dict(good),  # a duplicate of the first
-        {**good, "job_id": "job-2", "planner_job_id": None, "event_time": "2021-07-15T13:00:00Z"},  # string UTC: fine
+        {**good, "job_id": "job-2", "planner_job_id": None, "event_time": "2021-07-15T12:45:00Z"},  # string UTC: fine
     ]
     result = load_events(pd.DataFrame(rows), "replay", PLAN_TIME, PLAN_TIME + H, db_path=tmp_warehouse)
     assert (result.rows, result.rejected) == (2, 10)
