@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from scheduling.cli import fgd, models, planning
+from scheduling.cli import fgd, jobs, models, planning
 
-COMMAND_MODULES = (fgd, models, planning)
+COMMAND_MODULES = (fgd, jobs, models, planning)
 
 
 def main(argv: list[str] | None = None) -> int:
