@@ -263,7 +263,7 @@ def submit_jobs(choice: dict, created_from: str = "airflow:submit_jobs") -> dict
         report = intake.submit_mappings(
             [choice["job"]], source=created_from, replace=choice["replace"], as_of=choice["as_of"]
         )
-    out = report.to_dict()
+    out = to_jsonable(report.to_dict())
     if report.rejected:
         messages = [e["message"] for o in report.rejected for e in o.errors]
         raise ValueError(f"{len(report.rejected)} job(s) rejected (quarantined): " + "; ".join(messages[:20]))

@@ -61,6 +61,11 @@ def known_class(job_type: str) -> str | None:
     return FAMILY_CLASS.get(job_family(job_type)) if job_type in KNOWN_JOB_TYPES else None
 
 
+def workload_class_of(spec: JobSpec) -> str | None:
+    """The job's class: as given, else that of its known job type (None for an unknown type without one)."""
+    return spec.workload_class or known_class(spec.job_type)
+
+
 def planner_job_type(job_type: str, workload_class: str | None) -> str:
     if job_type in KNOWN_JOB_TYPES or workload_class not in CLASS_PROFILE_JOB_TYPE:
         return job_type
@@ -97,7 +102,7 @@ def spec_frame(specs: Sequence[JobSpec]) -> pd.DataFrame:
             "memory_mib": np.array([s.memory_mib for s in specs], dtype=np.int64),
             "gpu_spec": ["|".join(s.gpu_models) for s in specs],
             "allowed_regions": ["|".join(s.allowed_regions) for s in specs],
-            "job_type": [planner_job_type(s.job_type, s.workload_class) for s in specs],
+            "job_type": [planner_job_type(s.job_type, workload_class_of(s)) for s in specs],
         }
     )
 
@@ -152,7 +157,8 @@ def derive(
             f = max(0.0, window_h / dh - 1.0) if np.isfinite(dh) and dh > 0 else np.nan
             default_deadline.append(False)
         else:
-            f = s.flexibility if s.flexibility is not None else DEFAULT_FLEXIBILITY.get(s.workload_class or "", np.nan)
+            default = DEFAULT_FLEXIBILITY.get(workload_class_of(s) or "", np.nan)
+            f = s.flexibility if s.flexibility is not None else default
             default_deadline.append(s.flexibility is None)
             deadline = submitted + pd.Timedelta(hours=float(dh * (1.0 + f))) if np.isfinite(dh * f) else pd.NaT
         deadlines.append(deadline)

@@ -33,7 +33,7 @@ import pandas as pd
 
 from scheduling.domain.jobs import JOB_COLUMNS, SpeedModel
 from scheduling.queue import store
-from scheduling.queue.estimate import DurationProfile, derive
+from scheduling.queue.estimate import DurationProfile, derive, workload_class_of
 from scheduling.queue.spec import JobSpec
 
 PENDING_STATES = ("queued", "planned")
@@ -88,7 +88,7 @@ def job_frame(
             "memory_mib": np.array([s.memory_mib for s in specs], dtype=np.int64),
             "gpu_spec": ["|".join(s.gpu_models) for s in specs],
             "qos": [s.priority_class for s in specs],
-            "workload_class": [s.workload_class for s in specs],
+            "workload_class": [workload_class_of(s) for s in specs],
             "job_type": derived["planner_job_type"].to_numpy(object),
             "flexibility": derived["flexibility"].to_numpy(float),
             "checkpointing": np.array([s.checkpoint_interval_min is not None for s in specs], dtype=bool),

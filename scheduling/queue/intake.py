@@ -110,7 +110,7 @@ def submit_file(
     content = read_text(path)
     return submit_raw(
         raws,
-        source=str(path),
+        source=str(path.resolve()),
         content=content,
         file=str(path),
         tenant=tenant,
