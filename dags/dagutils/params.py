@@ -18,7 +18,10 @@ ISO_TIME_PATTERN = r"^$|^\d{4}-\d{2}-\d{2}([T ]\d{2}(:\d{2}(:\d{2}(\.\d+)?)?)?)?
 GRID_REGIONS = ["CISO", "ERCO", "PJM", "ISNE", "MISO", "DE", "ES", "NL", "PL", "SE", "GB"]
 # Regions with clusters in the fleet configuration.
 FLEET_YAML = Path(__file__).resolve().parents[2] / "scheduling" / "domain" / "fleet.yaml"
-FLEET_REGIONS = list(yaml.safe_load(FLEET_YAML.read_text())["regions"])
+_FLEET = yaml.safe_load(FLEET_YAML.read_text())
+FLEET_REGIONS = list(_FLEET["regions"])
+# GPU models that some cluster of the fleet has (what a job's gpu_models may name).
+FLEET_GPU_MODELS = list(dict.fromkeys(str(c["gpu_model"]) for c in _FLEET["clusters"]))
 # The planner's policies come from its registry, which imports no numpy/pandas (DAG files must parse fast).
 POLICIES = POLICY_NAMES
 
