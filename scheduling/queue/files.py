@@ -36,7 +36,7 @@ class RawJob:
     (file and line/position, for messages). `error`: why this one entry cannot be read as a job (a field given
     twice, a CSV row with the wrong number of cells); the intake rejects it with that reason."""
 
-    row_number: int
+    row_number: int | None
     where: str
     data: object
     error: str | None = None

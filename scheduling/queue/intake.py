@@ -14,9 +14,10 @@ field, the job's record), through the warehouse's quarantine helper; good jobs l
 stored is lost or changed by a rejected one. Everything happens in one transaction.
 
 Idempotence: a submission's batch id hashes its source, content and options, so submitting the same file again
-finds every job unchanged and the same rejections, and rewrites nothing: the warehouse stays identical. Times come
-from the submission (`submitted_at`, else `as_of`); `_loaded_at` of quarantined rows is `as_of`, else the time the
-intake ran (it is bookkeeping, not planning).
+finds every job unchanged and the same rejections, and rewrites nothing: the warehouse stays identical. The staging
+table's rows are batches of their own (a rejected row stays in `queue.submissions` until it is fixed or deleted).
+Times come from the submission (`submitted_at`, else `as_of`); `_loaded_at` of quarantined rows is `as_of`, else
+the time the intake ran (it is bookkeeping, not planning).
 """
 
 from __future__ import annotations
@@ -196,9 +197,11 @@ def intake_staging(
     db_path=None,
     data_dir=None,
 ) -> IntakeReport:
-    """Move every row of `queue.submissions` into queue.jobs with the same checks (rejected rows go to the
-    quarantine with their record), then delete them from the staging table, in one transaction. A row without
-    `submitted_at` takes `as_of`; without either it is rejected."""
+    """Move the rows of `queue.submissions` into queue.jobs with the same checks, in one transaction: the rows that
+    land (or were there already) are deleted from the staging table; a rejected row stays there, to be fixed
+    (UPDATE) or removed (DELETE), and its reasons go to the quarantine under a batch id that hashes the row, so
+    running the intake again re-quarantines nothing. A row without `submitted_at` takes `as_of`; without either
+    it is rejected."""
     as_of_ts = None if as_of is None or str(as_of).strip() == "" else _as_of(as_of)
     facts = facts or fleet_facts(fleet_path=fleet_path, data_dir=data_dir)
     with writer(db_path) as con:
@@ -206,13 +209,17 @@ def intake_staging(
         con.execute("BEGIN TRANSACTION")
         try:
             rows = store.read_submissions(con)
-            raws = [RawJob(i + 1, f"{store.SUBMISSIONS} row {i + 1}", data) for i, (_, data) in enumerate(rows)]
-            content = json.dumps([data for _, data in rows], sort_keys=True, default=str)
-            batch_id = _batch_id(store.SUBMISSIONS, content, None, replace, as_of_ts)
+            # no row number: a row's position changes as rows leave the table; its batch id names it
+            raws = [RawJob(None, store.SUBMISSIONS, data) for _, data in rows]
+            batches = [
+                _batch_id(store.SUBMISSIONS, json.dumps(data, sort_keys=True, default=str), None, replace, as_of_ts)
+                for _, data in rows
+            ]
             report = _intake(
-                con, raws, store.SUBMISSIONS, batch_id, None, None, replace, as_of_ts, facts, f"sql:{store.SUBMISSIONS}"
+                con, raws, store.SUBMISSIONS, batches, None, None, replace, as_of_ts, facts, f"sql:{store.SUBMISSIONS}"
             )
-            store.delete_submissions(con, [rowid for rowid, _ in rows])
+            moved = [rowid for (rowid, _), o in zip(rows, report.outcomes) if o.status != "rejected"]
+            store.delete_submissions(con, moved)
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
@@ -243,6 +250,8 @@ def _raw_key(data, tenant: str | None) -> tuple[str, str] | None:
 
 
 def _intake(con, raws, source, batch_id, file, tenant, replace, as_of, facts, created_from) -> IntakeReport:
+    """The intake of `raws` on an open transaction. `batch_id`: the submission's quarantine batch, or one per raw
+    job (a list; the staging table's rows)."""
     n = len(raws)
     specs: list[JobSpec | None] = [None] * n
     errors: list[list[FieldError]] = [[] for _ in range(n)]
@@ -266,9 +275,9 @@ def _intake(con, raws, source, batch_id, file, tenant, replace, as_of, facts, cr
             groups[key].append(i)
     for (_, job_id), rows in groups.items():
         if len(rows) > 1:
-            places = ", ".join(str(raws[r].row_number) for r in rows)
+            places = ", ".join(str(raws[r].row_number) for r in rows if raws[r].row_number is not None)
+            reason = f"appears {len(rows)} times in this submission" + (f" (rows {places})" if places else "")
             for r in rows:
-                reason = f"appears {len(rows)} times in this submission (rows {places})"
                 errors[r].append(FieldError("job_id", job_id, reason))
                 specs[r] = None
     ok = [i for i in range(n) if specs[i] is not None and not errors[i]]
@@ -303,14 +312,17 @@ def _intake(con, raws, source, batch_id, file, tenant, replace, as_of, facts, cr
                 at = (as_of if as_of is not None else pd.Timestamp(spec.submitted_at)).to_pydatetime()
                 store.replace_job(con, spec, at, created_from)
                 status[i] = "replaced"
-    rejections: list[Rejection] = []
+    per_row = isinstance(batch_id, list)
+    rejections: dict[str, list[Rejection]] = defaultdict(list)
+    if not per_row:
+        rejections[batch_id] = []
     for i, raw in enumerate(raws):
         spec = specs[i]
         job = spec.planner_id if spec is not None else _label_id(raw.data, tenant)
         if errors[i]:
             record = raw.data if isinstance(raw.data, dict) else {"value": raw.data}
             for e in errors[i]:
-                rejections.append(
+                rejections[batch_id[i] if per_row else batch_id].append(
                     Rejection(
                         reason=e.message(wheres[i]),
                         file=file,
@@ -327,8 +339,9 @@ def _intake(con, raws, source, batch_id, file, tenant, replace, as_of, facts, cr
             outcomes.append(Outcome(job, "rejected", raw.where, raw.row_number, [], detail))
         else:
             outcomes.append(Outcome(job, status[i], raw.where, raw.row_number, list(spec.flags)))
-    _quarantine(con, batch_id, source, rejections, as_of)
-    return IntakeReport(source, batch_id, outcomes)
+    for batch, rows in rejections.items():
+        _quarantine(con, batch, source, rows, as_of)
+    return IntakeReport(source, f"{source}#<row hash>" if per_row else batch_id, outcomes)
 
 
 def _label_id(data, tenant) -> str:

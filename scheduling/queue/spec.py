@@ -195,7 +195,9 @@ def is_missing(value) -> bool:
         return value.strip() == ""
     if isinstance(value, float):
         return math.isnan(value)
-    try:  # pandas' NA / NaT and numpy's NaN (no import of either here)
+    if type(value).__name__ in ("NAType", "NaTType"):  # pandas' NA and NaT (no pandas import here)
+        return True
+    try:  # numpy's NaN
         return bool(value != value)
     except (TypeError, ValueError):
         return False

@@ -74,7 +74,6 @@ USER_COLUMNS: dict[str, str] = {
     "command": "JSON",
     "script": "VARCHAR",
 }
-assert tuple(USER_COLUMNS) == USER_FIELDS
 SYSTEM_COLUMN_TYPES: dict[str, str] = {
     "state": "VARCHAR NOT NULL",
     "state_changed_at": "TIMESTAMPTZ NOT NULL",
@@ -84,7 +83,6 @@ SYSTEM_COLUMN_TYPES: dict[str, str] = {
     "created_from": "VARCHAR NOT NULL",
     "cancel_requested_at": "TIMESTAMPTZ",
 }
-assert tuple(SYSTEM_COLUMN_TYPES) == SYSTEM_COLUMNS
 COLUMNS = tuple(USER_COLUMNS) + tuple(SYSTEM_COLUMN_TYPES)
 _states = ", ".join(f"'{s}'" for s in STATES)
 DDL = f"""

@@ -81,17 +81,32 @@ def test_staging_rows_move_into_the_queue_with_the_same_checks(tmp_warehouse, tm
         )
     report = intake_staging(facts=facts, db_path=tmp_warehouse, as_of=AS_OF)
     assert [o.status for o in report.outcomes] == ["accepted", "rejected"]
-    assert report.rejected[0].errors[0]["field"] == "gpus" and "queue.submissions row 2" in report.rejected[0].where
+    assert report.rejected[0].errors[0]["field"] == "gpus" and report.rejected[0].where == "queue.submissions"
     row = stored(tmp_warehouse)["ml/s1"]
     assert row["created_from"] == "sql:queue.submissions" and row["allowed_regions"] == ["eu-central", "eu-north"]
     assert store.spec_of(row).command == ("python", "a3c.py")
-    with duckdb.connect(str(tmp_warehouse), read_only=True) as con:
-        assert con.execute("SELECT count(*) FROM queue.submissions").fetchone()[0] == 0
+    with duckdb.connect(str(tmp_warehouse), read_only=True) as con:  # the rejected row stays, to be fixed
+        assert con.execute("SELECT job_id FROM queue.submissions").fetchall() == [("s2",)]
     q = quarantine(tmp_warehouse)
     assert len(q) == 1 and q[0]["field"] == "gpus" and '"s2"' in q[0]["record"]
+    assert q[0]["batch_id"].startswith("queue.submissions#")
     digest = store.table_digest(tmp_warehouse)
-    intake_staging(facts=facts, db_path=tmp_warehouse, as_of=AS_OF)  # nothing staged: nothing changes
-    assert store.table_digest(tmp_warehouse) == digest
+    again = intake_staging(facts=facts, db_path=tmp_warehouse, as_of=AS_OF)  # the same row: nothing changes
+    assert again.counts["rejected"] == 1 and store.table_digest(tmp_warehouse) == digest
+    with duckdb.connect(str(tmp_warehouse)) as con:
+        con.execute("UPDATE queue.submissions SET gpus = 1 WHERE job_id = 's2'")
+    fixed = intake_staging(facts=facts, db_path=tmp_warehouse, as_of=AS_OF)
+    assert fixed.counts["accepted"] == 1 and set(stored(tmp_warehouse)) == {"ml/s1", "ml/s2"}
+    with duckdb.connect(str(tmp_warehouse), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM queue.submissions").fetchone()[0] == 0
+    assert len(quarantine(tmp_warehouse)) == 1  # the earlier rejection stays as history
+
+
+def test_column_lists_match_the_spec():
+    from scheduling.queue.spec import SYSTEM_COLUMNS, USER_FIELDS
+
+    assert tuple(store.USER_COLUMNS) == USER_FIELDS
+    assert tuple(store.SYSTEM_COLUMN_TYPES) == SYSTEM_COLUMNS
 
 
 # ------------------------------------------------------------------------------------------------ states
