@@ -39,7 +39,6 @@ from scheduling.queue.spec import (
     TERMINAL_STATES,
     USER_FIELDS,
     JobSpec,
-    JobSpecError,
     parse_job,
 )
 from warehouse.db import reader, table_exists, writer
@@ -462,18 +461,3 @@ def table_digest(db_path=None) -> dict[str, str]:
             frame = frame.astype(str).sort_values(list(frame.columns), kind="mergesort").reset_index(drop=True)
             out[table] = hashlib.sha256(frame.to_csv(index=False).encode()).hexdigest()
     return out
-
-
-__all__ = [
-    "ALLOWED_TRANSITIONS",
-    "InvalidTransition",
-    "JobSpecError",
-    "UnknownJob",
-    "cancel_job",
-    "list_jobs",
-    "load_specs",
-    "set_state",
-    "set_states",
-    "show_job",
-    "table_digest",
-]
