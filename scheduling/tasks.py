@@ -11,13 +11,19 @@ import traceback
 
 import pandas as pd
 
-from common.timeutil import iso_z, utc
+from common.jsonutil import to_jsonable
+from common.timeutil import iso_z, parse_time, utc
 from scheduling.evaluation.power_eval import power_eval
 from scheduling.evaluation.report import run_evaluation, safe_run_id, validate_evaluation_params
 from scheduling.models.measured import load_energy_profiles, load_throughput
 from scheduling.models.power import PowerModel
 from scheduling.models.registered import POWER_NAME, POWER_TARGET, PREDICTOR_NAME, PREDICTOR_TARGET
 from scheduling.planning.policies.registry import DEFAULT_POLICY
+from scheduling.queue import intake
+from scheduling.queue.checks import check_jobs
+from scheduling.queue.files import read_job_file
+from scheduling.queue.intake import fleet_facts
+from scheduling.queue.spec import USER_FIELDS, JobSpecError, parse_job
 from scheduling.service import DEFAULT_HORIZON_H, plan_hourly, validate_inputs
 from warehouse import model_registry
 
@@ -200,3 +206,70 @@ def _summary(record) -> dict:
 
 def _now_utc() -> pd.Timestamp:
     return pd.Timestamp.now(tz="UTC").floor("s")
+
+
+# ------------------------------------------------------------------------------------------------ submit_jobs
+
+
+def resolve_submission(params: dict, data_interval_end=None, logical_date=None, run_after=None) -> dict:
+    """The checked settings of one submit_jobs DAG run: a job `file` to submit, or ONE job from the form's fields
+    (an empty field = not given). The form's job is parsed and checked against the fleet here, so a bad value fails
+    this first task, naming the field and the value; a file is read here (a file that cannot be read fails), its
+    jobs are checked one by one by the submit task. `as_of` (the submission time of jobs without submitted_at) is
+    the `as_of` Param, else the run's data interval end, logical date or run_after; never the wall clock."""
+    as_of = str(params.get("as_of") or "").strip()
+    if not as_of:
+        for candidate in (data_interval_end, logical_date, run_after):
+            if candidate is not None:
+                as_of = iso_z(candidate)
+                break
+    if not as_of:
+        raise ValueError("no submission time: set the as_of Param (ISO, e.g. 2021-07-15T12:00Z)")
+    as_of = iso_z(parse_time(as_of, "as_of"))
+    replace = params.get("replace", False)
+    if not isinstance(replace, bool):
+        raise ValueError(f"replace {replace!r} must be true or false")
+    file = str(params.get("file") or "").strip()
+    job = {k: params[k] for k in USER_FIELDS if k in params and not _form_empty(params[k])}
+    choice = {"as_of": as_of, "replace": replace, "file": file or None, "job": None}
+    if file:
+        if "job_id" in job:
+            raise ValueError("give a job file or the job's fields, not both (file and job_id are set)")
+        read_job_file(file)  # JobFileError (a ValueError) naming the file when it cannot be read
+        return choice
+    if "job_id" not in job:
+        raise ValueError("job_id is required (or give a job file in `file`)")
+    spec = parse_job(job, default_submitted_at=as_of, where=f"the submit_jobs form, job {job['job_id']!r}")
+    [(spec, errors)] = check_jobs([spec], fleet_facts())
+    if errors:
+        raise JobSpecError(f"the submit_jobs form, job {spec.planner_id!r}", errors)
+    choice["job"] = to_jsonable(job)
+    return choice
+
+
+def _form_empty(value) -> bool:
+    return value is None or (isinstance(value, str) and value.strip() == "") or value == []
+
+
+def submit_jobs(choice: dict, created_from: str = "airflow:submit_jobs") -> dict:
+    """Submit what `resolve_submission` chose; returns the intake report (`IntakeReport.to_dict`). The accepted
+    jobs are committed first; then, when any job was rejected (it is in quarantine.rejected_rows), ValueError
+    naming each rejected job and field, so that the run shows it."""
+    if choice.get("file"):
+        report = intake.submit_file(
+            choice["file"], replace=choice["replace"], as_of=choice["as_of"], created_from=created_from
+        )
+    else:
+        report = intake.submit_mappings(
+            [choice["job"]], source=created_from, replace=choice["replace"], as_of=choice["as_of"]
+        )
+    out = to_jsonable(report.to_dict())
+    if report.rejected:
+        messages = [e["message"] for o in report.rejected for e in o.errors]
+        raise ValueError(f"{len(report.rejected)} job(s) rejected (quarantined): " + "; ".join(messages[:20]))
+    return out
+
+
+def intake_staging(as_of) -> dict:
+    """Move queue.submissions into queue.jobs (`scheduling.queue.intake.intake_staging`); returns the report."""
+    return intake.intake_staging(as_of=as_of).to_dict()

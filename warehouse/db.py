@@ -228,6 +228,52 @@ def table_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
     )
 
 
+REJECTED_VALUE_CHARS = 500  # quarantine.rejected_rows.value keeps this much of the bad value
+REJECTED_RECORD_CHARS = 2000  # and this much of the row's JSON
+
+
+def rejection_rows(table: str, batch_id: str, source: str, rejections: list[Rejection]) -> list[dict]:
+    """The quarantine.rejected_rows rows of `rejections` (without `_loaded_at`): the value and the record are cut
+    to REJECTED_VALUE_CHARS / REJECTED_RECORD_CHARS, so a huge bad value cannot bloat the quarantine."""
+    return [
+        {
+            "table_name": table,
+            "batch_id": batch_id,
+            "source": source,
+            "file": r.file,
+            "row_number": r.row_number,
+            "field": r.field,
+            "value": None if r.value is None else str(r.value)[:REJECTED_VALUE_CHARS],
+            "reason": r.reason,
+            "record": None if r.record is None else json.dumps(r.record, default=str)[:REJECTED_RECORD_CHARS],
+        }
+        for r in rejections
+    ]
+
+
+def replace_rejections(
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    batch_id: str,
+    source: str,
+    rejections: list[Rejection],
+    stamp: pd.Timestamp,
+) -> None:
+    """Replace the quarantined rows of (`table`, `batch_id`) with `rejections`, stamped `stamp`. Runs inside the
+    caller's transaction (it opens none), so the rows it rejects and the rows it loads commit together."""
+    con.execute("DELETE FROM quarantine.rejected_rows WHERE table_name = ? AND batch_id = ?", [table, batch_id])
+    if not rejections:
+        return
+    rejected = pd.DataFrame(rejection_rows(table, batch_id, source, rejections))
+    rejected["_loaded_at"] = stamp
+    rejected["row_number"] = rejected["row_number"].astype("Int64")
+    con.register("_rejected_frame", rejected)
+    try:
+        con.execute("INSERT INTO quarantine.rejected_rows BY NAME SELECT * FROM _rejected_frame")
+    finally:
+        con.unregister("_rejected_frame")
+
+
 def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, loaded_at: pd.Timestamp | None = None) -> LoadResult:
     """Replace the rows of `batch.batch_id` in `batch.table` with `batch.frame`, in one transaction.
 
@@ -268,32 +314,7 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, loaded_at: pd.Times
         con.execute(f"DELETE FROM {batch.table} WHERE _batch_id = ?", [batch.batch_id])
         con.execute(f"INSERT INTO {batch.table} BY NAME {select}", meta)
         con.unregister("_batch_frame")
-        con.execute(
-            "DELETE FROM quarantine.rejected_rows WHERE table_name = ? AND batch_id = ?",
-            [batch.table, batch.batch_id],
-        )
-        if batch.rejections:
-            rejected = pd.DataFrame(
-                [
-                    {
-                        "table_name": batch.table,
-                        "batch_id": batch.batch_id,
-                        "source": batch.source,
-                        "file": r.file,
-                        "row_number": r.row_number,
-                        "field": r.field,
-                        "value": None if r.value is None else str(r.value)[:500],
-                        "reason": r.reason,
-                        "record": None if r.record is None else json.dumps(r.record, default=str)[:2000],
-                        "_loaded_at": stamp,
-                    }
-                    for r in batch.rejections
-                ]
-            )
-            rejected["row_number"] = rejected["row_number"].astype("Int64")
-            con.register("_rejected_frame", rejected)
-            con.execute("INSERT INTO quarantine.rejected_rows BY NAME SELECT * FROM _rejected_frame")
-            con.unregister("_rejected_frame")
+        replace_rejections(con, batch.table, batch.batch_id, batch.source, batch.rejections, stamp)
         con.execute("DELETE FROM raw._batches WHERE table_name = ? AND batch_id = ?", [batch.table, batch.batch_id])
         con.execute(
             "INSERT INTO raw._batches VALUES (?, ?, ?, ?, ?, ?, ?)",

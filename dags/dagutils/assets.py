@@ -26,3 +26,6 @@ PLAN = Asset("warehouse://plan", group="warehouse")  # plan.* + schedule files o
 # one at its planning time. Lineage only: plan_hourly stays on its hourly schedule.
 MODELS = Asset("warehouse://model", group="warehouse")
 __all__ += ["FORECASTS", "PLAN", "MODELS"]
+# The job queue (dags/submit_jobs.py): queue.jobs, written by the intake; the hourly plan reads it.
+QUEUE = Asset("warehouse://queue", group="warehouse")
+__all__ += ["QUEUE"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from airflow.sdk import Param
 
-from scheduling.domain.fleet_file import DEFAULT_FLEET_PATH, fleet_regions
+from scheduling.domain.fleet_file import DEFAULT_FLEET_PATH, fleet_gpu_models, fleet_regions
 from scheduling.planning.policies.registry import DEFAULT_POLICY, POLICY_NAMES  # noqa: F401 - DAG files import both from here
 
 # Empty, or an ISO date/time (the DAG's first task parses it; the pattern only lets Airflow reject free text).
@@ -18,6 +18,8 @@ GRID_REGIONS = ["CISO", "ERCO", "PJM", "ISNE", "MISO", "DE", "ES", "NL", "PL", "
 # the reference fleet the simulator (evaluate DAG) samples and re-sizes. Read with yaml only: no numpy/pandas here.
 FLEET_REGIONS = fleet_regions()
 SIMULATOR_REGIONS = fleet_regions(DEFAULT_FLEET_PATH)
+# GPU models that some cluster of the hourly plan's fleet has (what a job's gpu_models may name).
+FLEET_GPU_MODELS = fleet_gpu_models()
 # The planner's policies come from its registry, which imports no numpy/pandas (DAG files must parse fast).
 POLICIES = POLICY_NAMES
 

@@ -37,3 +37,16 @@ def fleet_regions(path: str | Path | None = None) -> list[str]:
     if not isinstance(regions, dict) or not regions:
         raise ValueError(f"fleet file {path}: needs a non-empty 'regions' mapping")
     return [str(r) for r in regions]
+
+
+def fleet_gpu_models(path: str | Path | None = None) -> list[str]:
+    """The GPU models the clusters of a fleet file have (default: the configured file), in file order."""
+    path = Path(path) if path else fleet_path()
+    try:
+        spec = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"fleet file {path}: {exc}") from exc
+    clusters = spec.get("clusters") if isinstance(spec, dict) else None
+    if not isinstance(clusters, list):
+        raise ValueError(f"fleet file {path}: needs a 'clusters' list")
+    return list(dict.fromkeys(str(c["gpu_model"]) for c in clusters if isinstance(c, dict) and "gpu_model" in c))

@@ -178,14 +178,27 @@ def durations(jobs: pd.DataFrame, fleet, speed_model: SpeedModel | None = None) 
     return jobs["duration_h_ref"].to_numpy(float)[:, None] / np.maximum(speed, 1e-6)
 
 
+def region_set(value) -> frozenset[str]:
+    """The regions of an `allowed_regions` value: a '|'-joined string or a list; empty (any region) for
+    None/NaN/""."""
+    if value is None or (isinstance(value, float) and value != value):
+        return frozenset()
+    if isinstance(value, str):
+        return frozenset(part for part in value.split("|") if part)
+    return frozenset(str(v) for v in value if str(v))
+
+
 def hostable(jobs: pd.DataFrame, fleet) -> np.ndarray:
-    """(N, C) bool: the cluster's GPU model satisfies the job's gpu_spec and some node shape can hold the job."""
+    """(N, C) bool: the cluster's GPU model satisfies the job's gpu_spec, some node shape can hold the job, and
+    the cluster's region is one of the job's `allowed_regions` (data residency; the column is optional, and an
+    empty value allows every region)."""
     n, C = len(jobs), len(fleet)
     out = np.zeros((n, C), dtype=bool)
     specs = jobs["gpu_spec"].fillna("").astype(str).map(normalize_gpu_spec).to_numpy()
     num_gpu = jobs["num_gpu"].to_numpy(np.int64)
     cpu = jobs["cpu_milli"].to_numpy(np.int64)
     mem = jobs["memory_mib"].to_numpy(np.int64)
+    allowed = [region_set(v) for v in jobs["allowed_regions"]] if "allowed_regions" in jobs.columns else None
     for c, cl in enumerate(fleet.clusters):
         model = cl.config.gpu_model
         spec_ok = np.array([(not s) or (model in s.split("|")) for s in specs], dtype=bool)
@@ -194,6 +207,9 @@ def hostable(jobs: pd.DataFrame, fleet) -> np.ndarray:
         for g, cp, m in nodes[["gpu", "cpu_milli", "memory_mib"]].drop_duplicates().itertuples(index=False):
             shape_ok |= (num_gpu <= g) & (cpu <= cp) & (mem <= m)
         out[:, c] = spec_ok & shape_ok
+        if allowed is not None:
+            region = cl.config.region
+            out[:, c] &= np.array([(not a) or (region in a) for a in allowed], dtype=bool)
     return out
 
 

@@ -19,6 +19,7 @@ EXPECTED = {
     "predictor",
     "plan_hourly",
     "evaluate",
+    "submit_jobs",
 }
 
 _PROBE = r"""

@@ -1,0 +1,463 @@
+"""The job queue in the warehouse: `queue.jobs` (one row per (tenant, job_id)), its state history
+`queue.job_history`, and the staging table `queue.submissions` that plain SQL may insert into.
+
+    from scheduling.queue import store
+    store.set_state("demo/job-00001", "planned", at=plan_time, reason="rolling-lp@2021-07-15T12:00:00Z")
+    store.set_states(["demo/a", "demo/b"], "dispatched", at=plan_time)   # one transaction, all or nothing
+    store.list_jobs(state="queued")                                       # DataFrame
+    store.show_job("job-00001", tenant="demo")                           # spec, history, plan decisions
+    store.cancel_job("job-00001", tenant="demo", at=now)
+
+States (the system owns them): queued -> planned -> dispatched -> running -> finished | failed | cancelled.
+`ALLOWED_TRANSITIONS` lists every move; anything else raises `InvalidTransition`. A move to the state a job is
+already in is a no-op (an hourly re-plan of a planned job writes nothing). Entering `dispatched` counts an attempt;
+a dispatched or running job goes back to `queued` (a retry) only while attempts <= max_retries. Every change
+appends a row to `queue.job_history` (seq 1 = the submission). Cancelling a queued or planned job cancels it at
+once; a dispatched or running one only gets `cancel_requested_at`: its executor stops it and then confirms with
+`set_state(..., "cancelled")` (or reports how it ended).
+
+Writes go through `warehouse.db.writer` in one transaction each; pass `con=` to take part in the caller's
+transaction (the operating loop writes its plan and the state changes together). Nothing here reads the wall
+clock: every time is given by the caller.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import Iterable
+from datetime import datetime
+
+import duckdb
+import pandas as pd
+
+from common.timeutil import utc
+from scheduling.queue.spec import (
+    STATES,
+    SYSTEM_COLUMNS,
+    TERMINAL_STATES,
+    USER_FIELDS,
+    JobSpec,
+    parse_job,
+)
+from warehouse.db import reader, table_exists, writer
+
+SCHEMA = "queue"
+JOBS = "queue.jobs"
+HISTORY = "queue.job_history"
+SUBMISSIONS = "queue.submissions"
+
+# user columns: the DuckDB type in queue.jobs (NOT NULL where the spec always has a value) and in the staging table
+USER_COLUMNS: dict[str, str] = {
+    "tenant": "VARCHAR NOT NULL",
+    "job_id": "VARCHAR NOT NULL",
+    "submitted_at": "TIMESTAMPTZ NOT NULL",
+    "gpus": "INTEGER NOT NULL",
+    "gpu_milli": "INTEGER NOT NULL",
+    "gpu_models": "VARCHAR[] NOT NULL",
+    "cpu_milli": "BIGINT NOT NULL",
+    "memory_mib": "BIGINT NOT NULL",
+    "workload_class": "VARCHAR NOT NULL",
+    "job_type": "VARCHAR NOT NULL",
+    "est_duration_h": "DOUBLE",
+    "deadline": "TIMESTAMPTZ",
+    "flexibility": "DOUBLE",
+    "checkpoint_interval_min": "INTEGER",
+    "home_region": "VARCHAR NOT NULL",
+    "input_gb": "DOUBLE NOT NULL",
+    "allowed_regions": "VARCHAR[] NOT NULL",
+    "priority_class": "VARCHAR NOT NULL",
+    "max_retries": "INTEGER NOT NULL",
+    "image": "VARCHAR",
+    "command": "JSON",
+    "script": "VARCHAR",
+}
+SYSTEM_COLUMN_TYPES: dict[str, str] = {
+    "state": "VARCHAR NOT NULL",
+    "state_changed_at": "TIMESTAMPTZ NOT NULL",
+    "attempts": "INTEGER NOT NULL",
+    "flags": "VARCHAR[] NOT NULL",
+    "spec_hash": "VARCHAR NOT NULL",
+    "created_from": "VARCHAR NOT NULL",
+    "cancel_requested_at": "TIMESTAMPTZ",
+}
+COLUMNS = tuple(USER_COLUMNS) + tuple(SYSTEM_COLUMN_TYPES)
+_states = ", ".join(f"'{s}'" for s in STATES)
+DDL = f"""
+CREATE SCHEMA IF NOT EXISTS {SCHEMA};
+CREATE TABLE IF NOT EXISTS {JOBS} (
+    {", ".join(f"{c} {t}" for c, t in {**USER_COLUMNS, **SYSTEM_COLUMN_TYPES}.items())},
+    PRIMARY KEY (tenant, job_id),
+    CHECK (state IN ({_states}))
+);
+CREATE TABLE IF NOT EXISTS {HISTORY} (
+    tenant VARCHAR NOT NULL,
+    job_id VARCHAR NOT NULL,
+    seq INTEGER NOT NULL,
+    changed_at TIMESTAMPTZ NOT NULL,
+    event VARCHAR NOT NULL,
+    from_state VARCHAR,
+    to_state VARCHAR NOT NULL,
+    reason VARCHAR,
+    source VARCHAR,
+    PRIMARY KEY (tenant, job_id, seq)
+);
+CREATE TABLE IF NOT EXISTS {SUBMISSIONS} (
+    {", ".join(f"{c} {t.replace(' NOT NULL', '')}" for c, t in USER_COLUMNS.items())}
+);
+"""
+
+ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
+    "queued": frozenset({"planned", "dispatched", "cancelled", "failed"}),
+    "planned": frozenset({"queued", "dispatched", "cancelled", "failed"}),
+    "dispatched": frozenset({"running", "finished", "failed", "cancelled", "queued"}),
+    "running": frozenset({"finished", "failed", "cancelled", "queued"}),
+    **{s: frozenset() for s in TERMINAL_STATES},
+}
+
+
+class InvalidTransition(ValueError):
+    """A state change the queue does not allow; the message names the job, both states and what is allowed."""
+
+
+class UnknownJob(KeyError):
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def ensure(con: duckdb.DuckDBPyConnection) -> None:
+    """Create the queue tables (idempotent)."""
+    con.execute(DDL)
+
+
+def split_id(job: str | tuple[str, str], tenant: str | None = None) -> tuple[str | None, str]:
+    """(tenant, job_id) of a planner id `tenant/job_id`, a (tenant, job_id) pair, or a bare job_id (+ tenant)."""
+    if isinstance(job, tuple):
+        return job
+    text = str(job)
+    if "/" in text:
+        t, j = text.split("/", 1)
+        if tenant is not None and tenant != t:
+            raise ValueError(f"job {text!r} names tenant {t!r}, not {tenant!r}")
+        return t, j
+    return tenant, text
+
+
+# ------------------------------------------------------------------------------------------------ rows <-> specs
+def _records(cursor) -> list[dict]:
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+def spec_of(row: dict) -> JobSpec:
+    """The JobSpec of a stored queue.jobs row (its user columns parsed again, its flags kept)."""
+    values = {k: row[k] for k in USER_FIELDS}
+    values["command"] = None if row["command"] is None else json.loads(row["command"])
+    spec = parse_job(values, where=f"{JOBS} row {row['tenant']}/{row['job_id']}")
+    return spec.with_flags(*(row.get("flags") or ()))
+
+
+def fetch(con: duckdb.DuckDBPyConnection, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], dict]:
+    """The stored rows of `keys` ((tenant, job_id) pairs) that exist."""
+    keys = list(dict.fromkeys(keys))
+    if not keys or not table_exists(con, JOBS):
+        return {}
+    frame = pd.DataFrame(keys, columns=["tenant", "job_id"]).astype(object)
+    con.register("_queue_keys", frame)
+    try:
+        rows = _records(con.execute(f"SELECT j.* FROM {JOBS} j JOIN _queue_keys k USING (tenant, job_id)"))
+    finally:
+        con.unregister("_queue_keys")
+    return {(r["tenant"], r["job_id"]): r for r in rows}
+
+
+def _history_row(con, tenant, job_id, at, event, from_state, to_state, reason, source) -> None:
+    seq = con.execute(
+        f"SELECT coalesce(max(seq), 0) + 1 FROM {HISTORY} WHERE tenant = ? AND job_id = ?", [tenant, job_id]
+    ).fetchone()[0]
+    con.execute(
+        f"INSERT INTO {HISTORY} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [tenant, job_id, seq, at, event, from_state, to_state, reason, source],
+    )
+
+
+def insert_job(con, spec: JobSpec, created_from: str) -> None:
+    """A new queued job (and its `submitted` history row at submitted_at)."""
+    values = spec.user_values()
+    system = {
+        "state": "queued",
+        "state_changed_at": spec.submitted_at,
+        "attempts": 0,
+        "flags": list(spec.flags),
+        "spec_hash": spec.spec_hash(),
+        "created_from": created_from,
+        "cancel_requested_at": None,
+    }
+    row = {**values, **system}
+    con.execute(
+        f"INSERT INTO {JOBS} ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})",
+        [row[c] for c in COLUMNS],
+    )
+    _history_row(con, spec.tenant, spec.job_id, spec.submitted_at, "submitted", None, "queued", None, created_from)
+
+
+def replace_job(con, spec: JobSpec, at: datetime, created_from: str) -> None:
+    """Replace the spec of a queued job (the caller checked it is queued); history event `replaced`."""
+    values = {**spec.user_values(), "flags": list(spec.flags), "spec_hash": spec.spec_hash()}
+    values.update(created_from=created_from, state_changed_at=at)
+    cols = [c for c in values if c not in ("tenant", "job_id")]
+    con.execute(
+        f"UPDATE {JOBS} SET {', '.join(f'{c} = ?' for c in cols)} WHERE tenant = ? AND job_id = ?",
+        [values[c] for c in cols] + [spec.tenant, spec.job_id],
+    )
+    _history_row(con, spec.tenant, spec.job_id, at, "replaced", "queued", "queued", None, created_from)
+
+
+# ------------------------------------------------------------------------------------------------ state changes
+def _transition(con, row: dict, state: str, at, reason: str | None, source: str | None) -> bool:
+    key = f"{row['tenant']}/{row['job_id']}"
+    current = row["state"]
+    if state not in STATES:
+        raise InvalidTransition(f"job {key}: unknown state {state!r}; states: {', '.join(STATES)}")
+    if state == current:
+        return False
+    allowed = ALLOWED_TRANSITIONS[current]
+    if state not in allowed:
+        can = ", ".join(sorted(allowed)) or "none (final state)"
+        raise InvalidTransition(f"job {key}: cannot go from {current} to {state} (allowed: {can})")
+    attempts = int(row["attempts"])
+    if state == "queued" and current in ("dispatched", "running") and attempts > int(row["max_retries"]):
+        raise InvalidTransition(
+            f"job {key}: no retry left (attempts {attempts}, max_retries {row['max_retries']}); set it failed"
+        )
+    if state == "dispatched":
+        attempts += 1
+    con.execute(
+        f"UPDATE {JOBS} SET state = ?, state_changed_at = ?, attempts = ? WHERE tenant = ? AND job_id = ?",
+        [state, at, attempts, row["tenant"], row["job_id"]],
+    )
+    _history_row(con, row["tenant"], row["job_id"], at, "state", current, state, reason, source)
+    return True
+
+
+def _writing(con, db_path):
+    """The caller's connection as is (the caller owns it and its transaction), or a new writer."""
+    return contextlib.nullcontext(con) if con is not None else writer(db_path)
+
+
+def set_states(
+    jobs: Iterable[str | tuple[str, str]],
+    state: str,
+    *,
+    at,
+    reason: str | None = None,
+    source: str | None = None,
+    db_path=None,
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> list[str]:
+    """Move every job of `jobs` (planner ids `tenant/job_id` or (tenant, job_id)) to `state` at time `at`, all or
+    nothing: an unknown job or a transition `ALLOWED_TRANSITIONS` does not list raises before anything is kept.
+    Returns the planner ids that changed (a job already in `state` is left as is). With `con`, runs inside the
+    caller's transaction; else in one of its own."""
+    at = utc(at).to_pydatetime()
+    keys = [split_id(j) for j in jobs]
+    missing_tenant = [j for t, j in keys if t is None]
+    if missing_tenant:
+        raise ValueError(f"job ids need their tenant (tenant/job_id): {missing_tenant[:5]}")
+    changed: list[str] = []
+    with _writing(con, db_path) as c:
+        ensure(c)
+        own = con is None
+        if own:
+            c.execute("BEGIN TRANSACTION")
+        try:
+            rows = fetch(c, keys)
+            for key in keys:
+                if key not in rows:
+                    raise UnknownJob(f"no job {key[0]}/{key[1]} in {JOBS}")
+                if _transition(c, rows[key], state, at, reason, source):
+                    changed.append(f"{key[0]}/{key[1]}")
+                    rows[key] = {**rows[key], "state": state}
+            if own:
+                c.execute("COMMIT")
+        except BaseException:
+            if own:
+                c.execute("ROLLBACK")
+            raise
+    return changed
+
+
+def set_state(job: str | tuple[str, str], state: str, *, at, reason=None, source=None, db_path=None, con=None) -> bool:
+    """`set_states` for one job; True when its state changed."""
+    return bool(set_states([job], state, at=at, reason=reason, source=source, db_path=db_path, con=con))
+
+
+def cancel_job(job: str, tenant: str | None = None, *, at, source: str = "cli", db_path=None) -> dict:
+    """Cancel a job: queued or planned -> cancelled now; dispatched or running -> `cancel_requested_at` set (the
+    executor stops it and confirms); a finished, failed or cancelled job raises InvalidTransition. Returns
+    {job, state, cancel_requested_at, changed}."""
+    at = utc(at).to_pydatetime()
+    with writer(db_path) as con:
+        ensure(con)
+        con.execute("BEGIN TRANSACTION")
+        try:
+            row = _one(con, job, tenant)
+            key = f"{row['tenant']}/{row['job_id']}"
+            state, requested, changed = row["state"], row["cancel_requested_at"], False
+            if state in ("queued", "planned"):
+                changed = _transition(con, row, "cancelled", at, "cancelled by the operator", source)
+                state = "cancelled"
+            elif state in ("dispatched", "running"):
+                if requested is None:
+                    con.execute(
+                        f"UPDATE {JOBS} SET cancel_requested_at = ? WHERE tenant = ? AND job_id = ?",
+                        [at, row["tenant"], row["job_id"]],
+                    )
+                    _history_row(con, row["tenant"], row["job_id"], at, "cancel_requested", state, state, None, source)
+                    requested, changed = at, True
+            else:
+                raise InvalidTransition(f"job {key} is {state}: nothing to cancel")
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    return {"job": key, "state": state, "cancel_requested_at": requested, "changed": changed}
+
+
+# ------------------------------------------------------------------------------------------------ reading
+def _one(con, job: str, tenant: str | None) -> dict:
+    t, j = split_id(job, tenant)
+    if not table_exists(con, JOBS):
+        raise UnknownJob(f"no job {job!r}: the queue is empty")
+    if t is None:
+        rows = _records(con.execute(f"SELECT * FROM {JOBS} WHERE job_id = ? ORDER BY tenant", [j]))
+        if len(rows) > 1:
+            tenants = ", ".join(r["tenant"] for r in rows)
+            raise ValueError(f"job id {j!r} exists for several tenants ({tenants}); name the tenant")
+    else:
+        rows = _records(con.execute(f"SELECT * FROM {JOBS} WHERE tenant = ? AND job_id = ?", [t, j]))
+    if not rows:
+        raise UnknownJob(f"no job {job!r}" + (f" of tenant {t!r}" if t else "") + f" in {JOBS}")
+    return rows[0]
+
+
+def list_jobs(state: str | None = None, tenant: str | None = None, db_path=None) -> pd.DataFrame:
+    """queue.jobs (optionally of one state / tenant), oldest submission first; empty when there is no queue."""
+    if state is not None and state not in STATES:
+        raise ValueError(f"state {state!r} is not one of {', '.join(STATES)}")
+    where, params = [], []
+    if state:
+        where.append("state = ?")
+        params.append(state)
+    if tenant:
+        where.append("tenant = ?")
+        params.append(tenant)
+    sql = f"SELECT * FROM {JOBS}" + (f" WHERE {' AND '.join(where)}" if where else "")
+    sql += " ORDER BY submitted_at, tenant, job_id"
+    try:
+        with reader(db_path) as con:
+            if not table_exists(con, JOBS):
+                return pd.DataFrame(columns=list(COLUMNS))
+            return pd.DataFrame(_records(con.execute(sql, params)), columns=list(COLUMNS))
+    except FileNotFoundError:
+        return pd.DataFrame(columns=list(COLUMNS))
+
+
+def load_specs(states: Iterable[str], as_of=None, db_path=None) -> list[tuple[JobSpec, dict]]:
+    """(spec, stored row) of every job in `states`, submitted at or before `as_of` when given; a stored row that
+    no longer parses raises JobSpecError naming it (the intake never stores one)."""
+    states = list(states)
+    bad = [s for s in states if s not in STATES]
+    if bad:
+        raise ValueError(f"unknown state(s) {bad}; states: {', '.join(STATES)}")
+    sql = f"SELECT * FROM {JOBS} WHERE state IN ({', '.join('?' for _ in states)})"
+    params: list = list(states)
+    if as_of is not None:
+        sql += " AND submitted_at <= ?"
+        params.append(utc(as_of).to_pydatetime())
+    sql += " ORDER BY submitted_at, tenant, job_id"
+    try:
+        with reader(db_path) as con:
+            if not table_exists(con, JOBS):
+                return []
+            rows = _records(con.execute(sql, params))
+    except FileNotFoundError:
+        return []
+    return [(spec_of(r), r) for r in rows]
+
+
+def show_job(job: str, tenant: str | None = None, db_path=None) -> dict:
+    """Everything about one job: `spec` (user columns), `system` (state, attempts, flags, ...), `history` (its
+    queue.job_history rows), and its plan decisions under planner id `tenant/job_id`: `assignments`,
+    `unplaced` and `explanations` (record and text) of every stored plan."""
+    with reader(db_path) as con:
+        row = _one(con, job, tenant)
+        key = f"{row['tenant']}/{row['job_id']}"
+        history = _records(
+            con.execute(
+                f"SELECT seq, changed_at, event, from_state, to_state, reason, source FROM {HISTORY} "
+                "WHERE tenant = ? AND job_id = ? ORDER BY seq",
+                [row["tenant"], row["job_id"]],
+            )
+        )
+        decisions = {}
+        for table in ("assignments", "unplaced", "explanations"):
+            if not table_exists(con, f"plan.{table}"):
+                decisions[table] = []
+                continue
+            decisions[table] = _records(
+                con.execute(f"SELECT * FROM plan.{table} WHERE job_id = ? ORDER BY plan_id", [key])
+            )
+    spec = {k: row[k] for k in USER_FIELDS}
+    spec["command"] = None if row["command"] is None else json.loads(row["command"])
+    for rec in decisions["explanations"]:
+        if isinstance(rec.get("record"), str):
+            rec["record"] = json.loads(rec["record"])
+    return {
+        "job": key,
+        "spec": spec,
+        "system": {k: row[k] for k in SYSTEM_COLUMNS},
+        "history": history,
+        **decisions,
+    }
+
+
+# ------------------------------------------------------------------------------------------------ staging
+def read_submissions(con) -> list[tuple[int, dict]]:
+    """(rowid, user values) of every queue.submissions row, in insertion order; `command` decoded from JSON."""
+    if not table_exists(con, SUBMISSIONS):
+        return []
+    rows = _records(con.execute(f"SELECT rowid AS _rowid, * FROM {SUBMISSIONS} ORDER BY rowid"))
+    out = []
+    for r in rows:
+        rowid = int(r.pop("_rowid"))
+        if r.get("command") is not None:
+            r["command"] = json.loads(r["command"])
+        out.append((rowid, {k: v for k, v in r.items() if v is not None}))
+    return out
+
+
+def delete_submissions(con, rowids: list[int]) -> None:
+    if rowids:
+        con.execute(f"DELETE FROM {SUBMISSIONS} WHERE rowid IN ({', '.join(str(int(r)) for r in rowids)})")
+
+
+# ------------------------------------------------------------------------------------------------ digests
+def table_digest(db_path=None) -> dict[str, str]:
+    """SHA-256 per queue table and of the queue's quarantined rows, over the rows in a canonical order (re-running an
+    intake must leave these unchanged)."""
+    out = {}
+    with reader(db_path) as con:
+        for table, where in (
+            (JOBS, ""),
+            (HISTORY, ""),
+            (SUBMISSIONS, ""),
+            ("quarantine.rejected_rows", f" WHERE table_name = '{JOBS}'"),
+        ):
+            if not table_exists(con, table):
+                continue
+            frame = con.execute(f"SELECT * FROM {table}{where}").df()
+            frame = frame.astype(str).sort_values(list(frame.columns), kind="mergesort").reset_index(drop=True)
+            out[table] = hashlib.sha256(frame.to_csv(index=False).encode()).hexdigest()
+    return out
