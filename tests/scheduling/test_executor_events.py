@@ -141,5 +141,5 @@ def test_bad_events_are_quarantined_with_the_reason(tmp_warehouse):
     reasons = rejected["reason"].tolist()
     assert reasons[0].startswith("unknown event type") and reasons[1] == reasons[2] == "missing job id"
     assert reasons[3] == "time not UTC: it has no time zone" and reasons[4] == "time not UTC: offset +0200"
-    assert reasons[5] == "not a time" and reasons[6].startswith("outside the window (2021-07-15T12:00:00Z")
+    assert reasons[5] == "not a time" and reasons[6].startswith("outside the window [2021-07-15T12:00:00Z")
     assert reasons[7] == "not a number" and "executor 'slurm'" in reasons[8] and reasons[9].startswith("duplicate")
