@@ -8,7 +8,7 @@ with runs as (
 
 run_now as (
     select tenant, job_id, attempt, plan_id, ci_hours
-    from {{ ref('int_jobs__window_carbon') }}
+    from {{ ref('job_window_carbon') }}
     where kind = 'run_now'
 ),
 

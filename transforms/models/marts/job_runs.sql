@@ -6,7 +6,7 @@ with attempts as (
 ),
 
 windows as (
-    select * from {{ ref('int_jobs__window_carbon') }}
+    select * from {{ ref('job_window_carbon') }}
 ),
 
 runs as (
