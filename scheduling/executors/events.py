@@ -17,11 +17,13 @@ import math
 
 import pandas as pd
 
-from common.timeutil import iso_z
+from common.timeutil import HOUR, iso_z, utc
 from scheduling.executors.base import EVENT_COLUMNS, EVENT_TYPES, Executor, check_window, typed_frame
-from warehouse.db import Batch, LoadResult, Rejection, load_batch, writer
+from warehouse.db import Batch, LoadResult, Rejection, load_batch, reader, table_exists, writer
 
 TABLE = "raw.job_events"
+# how far back a sync catches up on windows missed while an executor could not be reached
+MAX_CATCH_UP = pd.Timedelta(hours=24)
 DDL = f"""
 CREATE SCHEMA IF NOT EXISTS raw;
 CREATE TABLE IF NOT EXISTS {TABLE} (
@@ -161,6 +163,28 @@ def _check_overlap(con, executor: str, since, now) -> None:
                 f"window {batch_id_for(executor, since, now)} overlaps the loaded window {batch_id} of executor "
                 f"{executor!r}: load windows that partition time (each event once)"
             )
+
+
+def window_start(executor: str | Executor, now, db_path=None, *, step=HOUR, max_catch_up=MAX_CATCH_UP) -> pd.Timestamp:
+    """Where `executor`'s next window up to `now` starts: the end of its latest loaded window that ends before
+    `now` (so a window missed while the executor was unreachable is caught up, at most `max_catch_up` back), else
+    `now - step`. Depends only on windows ending before `now`, so re-running an hour syncs the same window."""
+    name = executor.name if isinstance(executor, Executor) else str(executor)
+    now = utc(now)
+    try:
+        with reader(db_path) as con:
+            if not table_exists(con, "raw._batches"):
+                return now - step
+            rows = con.execute(
+                "SELECT batch_id FROM raw._batches WHERE table_name = ? AND starts_with(batch_id, ?)",
+                [TABLE, f"{name}:"],
+            ).fetchall()
+    except FileNotFoundError:  # no warehouse yet: nothing loaded
+        return now - step
+    ends = [w[1] for w in (_window_of(b, name) for (b,) in rows) if w is not None and w[1] < now]
+    if not ends:
+        return now - step
+    return max(max(ends), now - max_catch_up)
 
 
 def sync_events(executor: Executor, since, now, db_path=None) -> LoadResult:
