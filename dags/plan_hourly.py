@@ -1,12 +1,13 @@
-"""plan_hourly: the hourly carbon-aware plan of the GPU fleet.
+"""plan_hourly: one hour of the operating loop, sync -> plan -> dispatch.
 
-Planning time = the run's data interval end (scheduled runs), or the `as_of` Param (replay any hour, e.g. inside
-2021), never the wall clock. The first task checks the Params and fails at once naming a bad value; the second
-plans the pending jobs with the chosen placement policy from the latest forecasts issued at or before that time
-(naive from actuals when none) and writes plan.* plus `var/schedules/<plan time>/` (per-cluster JSON, Kubernetes
-manifests, Slurm headers, index.json), in the one-slot `warehouse` pool. `dry_run` writes plan.explanations only.
-Logic: scheduling/tasks.py and scheduling/service.py. Consumes `warehouse://forecast` and `warehouse://marts`; emits
-`warehouse://plan`.
+Planning time T = the run's data interval end (scheduled runs), or the `as_of` Param (replay any hour, e.g. inside
+2021), never the wall clock. `validate_params` checks the Params and fails at once naming a bad value. Then, in the
+one-slot `warehouse` pool: `sync` moves staged submissions into the queue, passes cancellations to the executors
+and loads each executor's events of [T-1h, T) into raw.job_events (the queue's states follow them); `plan` plans the
+queued jobs around what the executors report running, with the chosen policy and the latest forecasts issued at
+or before T, and writes plan.* plus `var/schedules/<plan time>/`; `dispatch` hands the jobs that start at T to
+their cluster's executor (from the fleet file) exactly once. `dry_run` writes plan.explanations only and
+dispatches nothing. Logic: scheduling/loop.py (through scheduling/tasks.py).
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG, Param, get_current_context, task
 
-from dagutils.assets import FORECASTS, MARTS, MODELS, PLAN
+from dagutils.assets import FORECASTS, JOB_EVENTS, MARTS, MODELS, PLAN, QUEUE
 from dagutils.params import DEFAULT_POLICY, FLEET_REGIONS, POLICIES, regions_param, time_param
 
 with DAG(
     dag_id="plan_hourly",
-    description="Hourly plan: pending jobs -> regions, start hours, nodes/GPUs; plan.* + schedule files",
+    description="Hourly loop: executors' events in, queued jobs planned (regions, hours, nodes), starts dispatched",
     schedule="@hourly",
     start_date=pendulum.datetime(2021, 1, 1, tz="UTC"),
     catchup=False,
@@ -48,7 +49,13 @@ with DAG(
             dict(params), ctx.get("data_interval_end"), ctx.get("logical_date"), getattr(dag_run, "run_after", None)
         )
 
-    @task(pool="warehouse", inlets=[FORECASTS, MARTS, MODELS], outlets=[PLAN])
+    @task(pool="warehouse", inlets=[QUEUE], outlets=[JOB_EVENTS])
+    def sync(choice: dict) -> dict:
+        from scheduling import tasks
+
+        return tasks.sync(choice)
+
+    @task(pool="warehouse", inlets=[FORECASTS, MARTS, MODELS, QUEUE], outlets=[PLAN])
     def plan(choice: dict) -> dict:
         from scheduling import tasks
 
@@ -56,4 +63,13 @@ with DAG(
         print(f"plan {summary['plan_id']}: schedule dir {summary['schedule_dir'] or '(dry run: none)'}")
         return summary
 
-    plan(validate_params())
+    @task(pool="warehouse")
+    def dispatch(choice: dict) -> dict:
+        from scheduling import tasks
+
+        return tasks.dispatch(choice)
+
+    choice = validate_params()
+    synced = sync(choice)
+    planned = plan(choice)
+    synced >> planned >> dispatch(choice)

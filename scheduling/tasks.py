@@ -13,6 +13,7 @@ import pandas as pd
 
 from common.jsonutil import to_jsonable
 from common.timeutil import iso_z, parse_time, utc
+from scheduling import loop
 from scheduling.evaluation.power_eval import power_eval
 from scheduling.evaluation.report import run_evaluation, safe_run_id, validate_evaluation_params
 from scheduling.models.measured import load_energy_profiles, load_throughput
@@ -24,7 +25,7 @@ from scheduling.queue.checks import check_jobs
 from scheduling.queue.files import read_job_file
 from scheduling.queue.intake import fleet_facts
 from scheduling.queue.spec import USER_FIELDS, JobSpecError, parse_job
-from scheduling.service import DEFAULT_HORIZON_H, plan_hourly, validate_inputs
+from scheduling.service import DEFAULT_HORIZON_H, validate_inputs
 from warehouse import model_registry
 
 # ------------------------------------------------------------------------------------------------ plan_hourly
@@ -55,19 +56,31 @@ def resolve_plan_run(params: dict, data_interval_end=None, logical_date=None, ru
     return checked
 
 
-def plan(choice: dict, created_from: str = "airflow:plan_hourly") -> dict:
-    """Plan and write the hour `resolve_plan_run` chose; the summary of `service.plan_hourly`, with the count of
-    schedule files instead of their list."""
-    summary = plan_hourly(
+def _hour(choice: dict):
+    return loop.context(
         choice["as_of"],
         policy=choice["policy"],
-        dry_run=choice["dry_run"],
         regions=choice["regions"] or None,
         horizon_hours=choice["horizon_hours"],
-        created_from=created_from,
     )
-    summary["n_files"] = len(summary.pop("files"))
+
+
+def sync(choice: dict) -> dict:
+    """The hour's first step: staged submissions, cancellations, the executors' events of [T-1h, T)."""
+    return loop.sync(_hour(choice))
+
+
+def plan(choice: dict, created_from: str = "airflow:plan_hourly") -> dict:
+    """The hour's plan of the queued jobs around what runs (dry run: explanations only); its summary."""
+    _, summary, _ = loop.plan(_hour(choice), dry_run=choice["dry_run"], created_from=created_from)
     return summary
+
+
+def dispatch(choice: dict) -> dict:
+    """The hour's stored plan's starting jobs to their executors, exactly once (nothing in a dry run)."""
+    if choice["dry_run"]:
+        return {"plan_id": None, "sent": 0, "skipped": 0, "reconciled": 0, "dry_run": True}
+    return loop.dispatch_plan(_hour(choice))
 
 
 # ------------------------------------------------------------------------------------------------ evaluate

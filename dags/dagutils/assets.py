@@ -29,3 +29,6 @@ __all__ += ["FORECASTS", "PLAN", "MODELS"]
 # The job queue (dags/submit_jobs.py): queue.jobs, written by the intake; the hourly plan reads it.
 QUEUE = Asset("warehouse://queue", group="warehouse")
 __all__ += ["QUEUE"]
+# What the executors report (raw.job_events), loaded by plan_hourly's sync task; the ledger marts are built from it.
+JOB_EVENTS = Asset("warehouse://raw/jobs", group="warehouse")
+__all__ += ["JOB_EVENTS"]

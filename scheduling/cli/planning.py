@@ -15,7 +15,6 @@ import argparse
 import gc
 import hashlib
 import json
-import logging
 import os
 import resource
 import sys
@@ -34,12 +33,10 @@ from scheduling.evaluation.report import chart_over_runs
 from scheduling.evaluation.results import environment, evaluate, fmt, json_ready, over_seeds, report_markdown, targets
 from scheduling.evaluation.scenario import build_scenario
 from scheduling.evaluation.simulator import simulate
-from scheduling.explain.registry import EXPLAINERS, make_explainer
 from scheduling.planning.forecasts import GridSeries, make_forecasts
 from scheduling.planning.policies.registry import DEFAULT_POLICY, ONLINE_POLICIES
 from scheduling.planning.problem import JobTable
 from scheduling.planning.session import HourlyPlanner, plan_hour
-from scheduling.service import DEFAULT_HORIZON_H, plan_hourly
 
 DEFAULT_REPORT_DIR = Path("var") / "reports" / "planner"
 
@@ -184,22 +181,6 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true")
     p.add_argument("--data-dir", default=None)
     p.set_defaults(func=cmd_plan)
-
-    h = subparsers.add_parser(
-        "plan-hourly",
-        help="plan one planning hour and write plan.* and the schedule files",
-        description="The hourly plan of the plan_hourly DAG, from the command line: the "
-        "pending jobs, the forecasts and the registered models known at --as-of.",
-    )
-    h.add_argument("--as-of", required=True, help="planning time, ISO (e.g. 2021-07-15T12:00Z)")
-    h.add_argument("--policy", default=DEFAULT_POLICY)
-    h.add_argument("--regions", default="", help="comma-separated fleet regions (default: all with grid data)")
-    h.add_argument("--horizon-hours", type=int, default=DEFAULT_HORIZON_H)
-    h.add_argument("--dry-run", action="store_true", help="write plan.explanations only, no files")
-    h.add_argument("--schedule-root", default=None, help="default: SCHEDULES_DIR or var/schedules")
-    h.add_argument("--explainer", default=None, choices=list(EXPLAINERS.names))
-    h.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    h.set_defaults(func=cmd_plan_hourly)
 
     r = _scenario_parser(
         subparsers,
@@ -624,30 +605,4 @@ def cmd_plan(args: argparse.Namespace) -> int:
     )
     payload = plan.to_dict() if args.full else plan.summary()
     print(json.dumps(payload, indent=2, default=str))
-    return 0
-
-
-def cmd_plan_hourly(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        summary = plan_hourly(
-            args.as_of,
-            policy=args.policy,
-            dry_run=args.dry_run,
-            regions=[r for r in args.regions.split(",") if r] or None,
-            schedule_root=args.schedule_root,
-            horizon_hours=args.horizon_hours,
-            created_from="cli",
-            explainer=make_explainer(args.explainer),
-        )
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(summary, sort_keys=True))
-    else:
-        files = summary.pop("files")
-        for key in sorted(summary):
-            print(f"{key}: {summary[key]}")
-        print(f"files: {len(files)}")
     return 0

@@ -3,7 +3,7 @@ operators do (`python -m scheduling jobs from-trace --day 2021-07-15 --n 300 --o
 `jobs submit demo.yaml`).
 
 The jobs are `scheduling.domain.jobs.generate_jobs(n, day, 24, fleet, seed)` (seed = the day as yyyymmdd unless
-given, as the hourly service's synthetic stream), one intake job each: tenant `demo`, job_id
+given), one intake job each: tenant `demo`, job_id
 `<yyyymmdd>-job-NNNNN`, submitted_at = the trace submission, the pod's GPUs, share, GPU models, CPU and memory,
 the Gavel job type and its class, est_duration_h = the run time on the home cluster, the generator's absolute
 deadline, checkpoint_interval_min 30 for checkpointing jobs, input_gb = the job's data, and a Kubernetes payload

@@ -55,9 +55,17 @@ def test_dags_parse_quickly_and_are_wired(bag):
     plan = bag["dags"]["plan_hourly"]
     assert "'0 * * * *'" in plan["schedule"], plan["schedule"]  # @hourly
     task = plan["tasks"]["plan"]
-    assert task["pool"] == "warehouse" and task["upstream"] == ["validate_params"]
+    assert task["pool"] == "warehouse" and task["upstream"] == ["sync", "validate_params"]
+    assert plan["tasks"]["sync"]["upstream"] == ["validate_params"]
+    assert plan["tasks"]["sync"]["outlets"] == ["warehouse://raw/jobs"]
+    assert plan["tasks"]["dispatch"]["upstream"] == ["plan", "validate_params"]
     assert task["outlets"] == ["warehouse://plan/"] or task["outlets"] == ["warehouse://plan"]
-    assert {u.rstrip("/") for u in task["inlets"]} == {"warehouse://forecast", "warehouse://marts", "warehouse://model"}
+    assert {u.rstrip("/") for u in task["inlets"]} == {
+        "warehouse://forecast",
+        "warehouse://marts",
+        "warehouse://model",
+        "warehouse://queue",
+    }
     params = plan["params"]
     assert set(params) == {"as_of", "policy", "regions", "horizon_hours", "dry_run"}
     assert (params["horizon_hours"]["minimum"], params["horizon_hours"]["maximum"]) == (24, 168)

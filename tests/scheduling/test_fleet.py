@@ -572,7 +572,10 @@ def test_example_operator_fleet_plans_end_to_end(data_dir):
 
 
 def test_fleet_path_selects_the_hourly_plans_fleet(monkeypatch, tmp_warehouse, data_dir):
-    from scheduling.service import make_plan_for, validate_inputs
+    from scheduling import loop
+    from scheduling.queue.intake import submit_mappings
+    from scheduling.queue.trace import trace_jobs
+    from scheduling.service import plan_fleet, validate_inputs
 
     monkeypatch.delenv("FLEET_PATH", raising=False)
     assert fleet_path() == DEFAULT_FLEET_PATH
@@ -583,8 +586,12 @@ def test_fleet_path_selects_the_hourly_plans_fleet(monkeypatch, tmp_warehouse, d
     assert validate_inputs("2021-07-15T12:00Z", "rolling-lp", ["eu-north"])["regions"] == ["eu-north"]
     with pytest.raises(ValueError, match=r"region\(s\) \['us-south'\] not in the fleet .*docs/examples/fleet\.yaml"):
         validate_inputs("2021-07-15T12:00Z", "rolling-lp", ["us-south"])
-    plan, info = make_plan_for("2021-07-15T12:00Z", data_dir=data_dir, n_per_day=96)
-    assert info["pending"] > 0 and len(plan.assignments) > 0
+    jobs = trace_jobs("2021-07-15", 96, plan_fleet(None, data_dir), data_dir=data_dir)
+    assert submit_mappings(jobs, source="test", as_of="2021-07-16T00:00Z", data_dir=data_dir).counts["accepted"] > 0
+    ctx = loop.context("2021-07-15T12:00Z", data_dir=data_dir)
+    assert set(ctx.executors) == {"usw-a100", "eun-v100", "euc-t4"}
+    plan, info, _ = loop.plan(ctx, dry_run=True)
+    assert info["n_jobs"] > 0 and len(plan.assignments) > 0
     assert set(plan.assignments["cluster"]) <= {"usw-a100", "eun-v100", "euc-t4"}
     monkeypatch.setenv("FLEET_PATH", str(EXAMPLE_FLEET.with_name("missing.yaml")))
     with pytest.raises(ValueError, match="missing.yaml"):

@@ -16,6 +16,20 @@ import pytest
 PLAN_TIME = "2021-07-15T12:00Z"
 
 
+def _plan(db, data_dir, tmp_path, dry_run=False):
+    """The loop's plan of PLAN_TIME over a day of trace jobs submitted to the queue; its summary."""
+    from scheduling import loop
+    from scheduling.queue.intake import submit_file
+    from scheduling.queue.trace import write_trace_file
+    from scheduling.service import plan_fleet
+
+    jobs = tmp_path / "jobs.yaml"
+    write_trace_file(jobs, "2021-07-15", 30, plan_fleet(None, data_dir), data_dir=data_dir)
+    submit_file(jobs, db_path=db, data_dir=data_dir)
+    ctx = loop.context(PLAN_TIME, db_path=db, data_dir=data_dir, schedule_root=tmp_path / "schedules")
+    return loop.plan(ctx, dry_run=dry_run)[1]
+
+
 @pytest.fixture(scope="module")
 def profiles(data_dir):
     from scheduling.models.measured import energy_profiles_from_files
@@ -97,7 +111,7 @@ def test_plan_uses_and_records_the_latest_good_versions(registry_db, data_dir, t
     from warehouse.db import reader
 
     db, versions = registry_db
-    summary = plan_service.plan_hourly(PLAN_TIME, db_path=db, schedule_root=tmp_path / "schedules", data_dir=data_dir)
+    summary = _plan(db, data_dir, tmp_path)
     assert summary["explanations"] >= 1
     models = summary["models"]
     assert models["power"]["version"] == versions[POWER_NAME]["good"] and models["power"]["fallback"] is False
@@ -117,7 +131,7 @@ def test_plan_uses_and_records_the_latest_good_versions(registry_db, data_dir, t
 
     # used, not only recorded: the options come from the registered sweep (no RTX 6000 -> the T4 keeps only its
     # default limit), the speeds from the registered predictor
-    fleet = plan_service._fleet(None, data_dir)
+    fleet = plan_service.plan_fleet(None, data_dir)
     table = load_power_table(fleet, data_dir=data_dir, db_path=db, as_of=PLAN_TIME)
     assert table.model_info["version"] == versions[POWER_NAME]["good"]
     assert len(table.options("T4")) == 1 and len(table.options("V100M32")) > 1
@@ -133,9 +147,8 @@ def test_plan_uses_and_records_the_latest_good_versions(registry_db, data_dir, t
 
 
 def test_plan_without_registered_models_falls_back_flagged(tmp_warehouse, data_dir, tmp_path):
-    from scheduling import service as plan_service
 
-    summary = plan_service.plan_hourly(PLAN_TIME, db_path=tmp_warehouse, dry_run=True, data_dir=data_dir)
+    summary = _plan(tmp_warehouse, data_dir, tmp_path, dry_run=True)
     for kind in ("power", "predictor"):
         ref = summary["models"][kind]
         assert ref["version"] is None and ref["fallback"] is True and ref["reason"]

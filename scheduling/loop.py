@@ -1,0 +1,396 @@
+"""The operating loop, one planning hour T at a time (DESIGN.md, "Operating loop"):
+
+1. **sync**: the rows SQL inserted into `queue.submissions` join the queue; operators' cancellations of dispatched
+   jobs go to their executors; each executor's events of [T-1h, T) are loaded into `raw.job_events`, and the
+   queue's states follow them (started -> running, finished, failed -> queued again while retries are left, else
+   failed, cancelled). A job whose executor cannot confirm it (`unconfirmed`) stays dispatched and is reported.
+2. **plan**: the queued and planned jobs submitted by T, on the configured fleet, around what the executors report
+   running at T (never what earlier plans assumed); plan.* and the schedule files are written; jobs that start
+   later become `planned`.
+3. **dispatch**: the jobs that start at T go to their cluster's executor through the exactly-once dispatch log and
+   become `dispatched` (an attempt more).
+
+    run_hour("2021-07-15T12:00Z")                         # sync -> plan -> dispatch
+    run_hours("2021-07-15T00:00Z", 48)                    # the hours in a row
+
+T comes from the caller (a DAG run, `--as-of`), never the wall clock; the replay executor's clock is T itself.
+Re-running an hour right after it leaves the warehouse and the dispatch log as they were: the window's events
+load as the same batch, state changes already made are no-ops, and the plan sees the jobs its own first run
+dispatched as pending and their runs as not yet running, so it is the same plan.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from common.jsonutil import canonical_json
+from common.timeutil import HOUR, iso_z, utc_hour
+from scheduling.domain.plan import Plan
+from scheduling.executors.base import Executor
+from scheduling.executors.dispatch_log import DispatchError, dispatch, read_log
+from scheduling.executors.events import load_events, window_start
+from scheduling.executors.items import dispatch_items
+from scheduling.executors.registry import make_executor
+from scheduling.output.plan_store import plan_id_for, read_plan
+from scheduling.planning.policies.registry import DEFAULT_POLICY
+from scheduling.queue import store
+from scheduling.queue.frame import job_frame, pending_job_frame
+from scheduling.queue.intake import intake_staging
+from scheduling.service import DEFAULT_HORIZON_H, make_plan, plan_fleet, validate_inputs, write_plan
+from warehouse.db import reader, table_exists
+
+log = logging.getLogger(__name__)
+
+# the recent arrivals a policy may forecast demand from (rolling-lp replays the last 18 h of them)
+ARRIVALS_LOOKBACK = pd.Timedelta(hours=24)
+# queue states of jobs an executor has, and of every job handed on (the recent ones are demand history)
+LIVE_STATES = ("dispatched", "running")
+HANDED_ON_STATES = ("dispatched", "running", "finished", "failed", "cancelled")
+# what an event means for the job's state (failed: queued again while retries are left)
+EVENT_STATE = {"started": "running", "finished": "finished", "cancelled": "cancelled", "failed": "failed"}
+
+
+@dataclass
+class LoopContext:
+    """What one hour works with: the planning time, the fleet, each cluster's executor, the settings."""
+
+    plan_time: pd.Timestamp
+    fleet: object
+    executors: dict[str, Executor]
+    policy: str = DEFAULT_POLICY
+    horizon_hours: int = DEFAULT_HORIZON_H
+    db_path: object = None
+    data_dir: object = None
+    schedule_root: object = None
+    explainer: object = None
+
+    @property
+    def plan_id(self) -> str:
+        return plan_id_for(self.policy, self.plan_time)
+
+    def distinct_executors(self) -> list[Executor]:
+        """Each executor once, in cluster order."""
+        return list({id(e): e for e in self.executors.values()}.values())
+
+
+@dataclass
+class HourResult:
+    plan_time: pd.Timestamp
+    sync: dict = field(default_factory=dict)
+    plan: dict = field(default_factory=dict)
+    dispatch: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"plan_time": iso_z(self.plan_time), "sync": self.sync, "plan": self.plan, "dispatch": self.dispatch}
+
+
+def fleet_executors(fleet, db_path=None) -> dict[str, Executor]:
+    """Cluster name -> the executor its jobs go to; clusters that name the same kind and settings share one."""
+    built: dict[str, Executor] = {}
+    out = {}
+    for cluster, config in fleet.executors().items():
+        key = canonical_json({"kind": config.kind, "settings": config.settings})
+        if key not in built:
+            try:
+                built[key] = make_executor(config.kind, config.settings, db_path=db_path)
+            except (KeyError, ValueError) as exc:
+                raise ValueError(f"cluster {cluster!r}: executor {config.kind!r}: {exc}") from exc
+        out[cluster] = built[key]
+    return out
+
+
+def context(
+    as_of,
+    *,
+    policy: str = DEFAULT_POLICY,
+    regions=None,
+    horizon_hours: int = DEFAULT_HORIZON_H,
+    db_path=None,
+    data_dir=None,
+    schedule_root=None,
+    explainer=None,
+    fleet=None,
+    executors: dict[str, Executor] | None = None,
+) -> LoopContext:
+    """The hour's context; ValueError naming a bad setting before any work."""
+    checked = validate_inputs(as_of, policy, regions, horizon_hours)
+    fleet = fleet if fleet is not None else plan_fleet(regions, data_dir)
+    return LoopContext(
+        plan_time=utc_hour(checked["as_of"]),
+        fleet=fleet,
+        executors=executors if executors is not None else fleet_executors(fleet, db_path),
+        policy=policy,
+        horizon_hours=int(horizon_hours),
+        db_path=db_path,
+        data_dir=data_dir,
+        schedule_root=schedule_root,
+        explainer=explainer,
+    )
+
+
+# ------------------------------------------------------------------------------------------------ 1. sync
+
+
+def _queue_rows(db_path, states) -> pd.DataFrame:
+    with reader(db_path) as con:
+        if not table_exists(con, store.JOBS):
+            return pd.DataFrame(columns=["tenant", "job_id", "state", "attempts", "max_retries", "cancel_requested_at"])
+        marks = ", ".join("?" for _ in states)
+        return con.execute(
+            f"SELECT tenant, job_id, state, attempts, max_retries, cancel_requested_at FROM {store.JOBS} "
+            f"WHERE state IN ({marks}) ORDER BY tenant, job_id",
+            list(states),
+        ).df()
+
+
+def request_cancellations(ctx: LoopContext) -> list[str]:
+    """Pass operators' cancellations of dispatched or running jobs (requested by T) to their executors; the
+    executor's `cancelled` event then ends the job. Returns the planner ids the executors stopped."""
+    live = _queue_rows(ctx.db_path, LIVE_STATES)
+    live = live[live["cancel_requested_at"].notna()]
+    live = live[pd.to_datetime(live["cancel_requested_at"], utc=True) <= ctx.plan_time]
+    stopped = []
+    for row in live.itertuples(index=False):
+        job = f"{row.tenant}/{row.job_id}"
+        if any(executor.cancel(job, ctx.plan_time) for executor in ctx.distinct_executors()):
+            stopped.append(job)
+    return stopped
+
+
+def apply_events(events: pd.DataFrame, ctx: LoopContext) -> dict[str, int]:
+    """Move queue states after the window's events, in time order; an event of an older attempt than the job's
+    current one is history and changes nothing. Returns the number of jobs per state entered."""
+    current = _queue_rows(ctx.db_path, LIVE_STATES).set_index(["tenant", "job_id"])
+    entered: dict[str, int] = {}
+    ordered = events.sort_values(["event_time", "planner_job_id", "event"], kind="mergesort")
+    for event in ordered.itertuples(index=False):
+        key = (event.tenant, event.job_id)
+        target = EVENT_STATE.get(event.event)
+        if target is None or key not in current.index:
+            continue
+        row = current.loc[key]
+        if int(row["attempts"]) != int(event.attempt):
+            continue
+        if target == "failed" and int(row["attempts"]) <= int(row["max_retries"]):
+            target = "queued"  # a retry: planned again from the next hour
+        if target == row["state"]:
+            continue
+        store.set_state(
+            key,
+            target,
+            at=event.event_time,
+            reason=f"{event.executor}: {event.event} ({event.plan_id}, attempt {event.attempt})",
+            source="loop:sync",
+            db_path=ctx.db_path,
+        )
+        entered[target] = entered.get(target, 0) + 1
+        if target in LIVE_STATES:
+            current.loc[key, "state"] = target
+        else:
+            current = current.drop(index=key)
+    return entered
+
+
+def sync(ctx: LoopContext) -> dict:
+    """Step 1 (see the module doc): staged submissions, cancellations, the executors' events of [T-1h, T)."""
+    T = ctx.plan_time
+    staged = intake_staging(as_of=T, db_path=ctx.db_path, data_dir=ctx.data_dir)
+    stopped = request_cancellations(ctx)
+    loaded, frames, unreachable = 0, [], {}
+    for executor in ctx.distinct_executors():
+        since = window_start(executor, T, db_path=ctx.db_path)
+        try:
+            events = executor.sync(T, since=since)
+        except Exception as exc:  # noqa: BLE001 - fail open: the next hour catches this window up
+            log.warning("hour %s: executor %s could not be synced: %s", iso_z(T), executor.name, exc)
+            unreachable[executor.name] = f"{type(exc).__name__}: {exc}"
+            continue
+        loaded += int(load_events(events, executor, since, T, db_path=ctx.db_path).rows)
+        frames.append(events)
+    events = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else None
+    entered = apply_events(events, ctx) if events is not None else {}
+    return {
+        "staged": staged.counts,
+        "cancel_requests_passed": stopped,
+        "events": loaded,
+        "entered": entered,
+        "unreachable": unreachable,
+        "unconfirmed": [] if events is None else sorted(events.loc[events["event"] == "unconfirmed", "planner_job_id"]),
+    }
+
+
+# ------------------------------------------------------------------------------------------------ 2. plan
+
+
+def _dispatched_by(plan_id: str, db_path) -> set[str]:
+    """The jobs this plan's own earlier run dispatched (a re-run plans them again, as the first run did)."""
+    log_rows = read_log(plan_id, db_path=db_path)
+    return set(log_rows["job_id"]) if len(log_rows) else set()
+
+
+def _running(executor: Executor, T) -> pd.DataFrame:
+    """What `executor` runs at T; nothing known when it cannot be reached (its jobs' dispatches fail open too)."""
+    try:
+        return executor.running(T)
+    except Exception as exc:  # noqa: BLE001 - fail open: plan the rest of the fleet
+        log.warning("hour %s: executor %s reports no running jobs: %s", iso_z(T), executor.name, exc)
+        return pd.DataFrame()
+
+
+def inputs(ctx: LoopContext) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(pending, running, arrived) at T: the queued and planned jobs submitted by T (plus those the hour's own
+    plan dispatched, on a re-run), what the executors report running at T (not the runs the hour's own plan
+    started), and the recent arrivals already dispatched (demand history for the policy)."""
+    T, db = ctx.plan_time, ctx.db_path
+    mine = _dispatched_by(ctx.plan_id, db)
+    pending = pending_job_frame(T, ctx.fleet, db_path=db, data_dir=ctx.data_dir)
+    others = [
+        (spec, row)
+        for spec, row in store.load_specs(HANDED_ON_STATES, as_of=T, db_path=db)
+        if spec.planner_id in mine or pd.Timestamp(spec.submitted_at) >= T - ARRIVALS_LOOKBACK
+    ]
+    frame = job_frame([s for s, _ in others], ctx.fleet, rows=[r for _, r in others], data_dir=ctx.data_dir)
+    own = frame["job_id"].isin(mine)
+    if own.any():
+        unhostable = pending.attrs.get("unhostable", [])
+        pending = pd.concat([pending, frame[own]], ignore_index=True)
+        pending = pending.sort_values(["submitted_at", "job_id"], kind="mergesort").reset_index(drop=True)
+        pending.attrs["unhostable"] = unhostable
+    arrived = frame[~own].reset_index(drop=True)
+    runs = [r for r in (_running(e, T) for e in ctx.distinct_executors()) if len(r)]
+    if not runs:
+        return pending, pd.DataFrame(), arrived
+    running = pd.concat(runs, ignore_index=True)
+    running = running[~running["job_id"].isin(mine)]
+    resources = pd.concat([pending, frame], ignore_index=True).drop_duplicates("job_id")
+    running = running.join(resources.set_index("job_id")[["cpu_milli", "memory_mib"]], on="job_id")
+    running[["cpu_milli", "memory_mib"]] = running[["cpu_milli", "memory_mib"]].fillna(0).astype("int64")
+    running = running.rename(columns={"gpu_count": "num_gpu"})
+    running["gpu_devices"] = running["gpu_devices"].fillna("")
+    return pending, running.reset_index(drop=True), arrived
+
+
+def plan(ctx: LoopContext, *, dry_run: bool = False, created_from: str = "loop") -> tuple[Plan, dict, pd.DataFrame]:
+    """Step 2 (see the module doc): (the plan, its summary, the pending job frame)."""
+    t0 = time.perf_counter()
+    pending, running, arrived = inputs(ctx)
+    result, info = make_plan(
+        ctx.plan_time,
+        jobs=pending,
+        running=running,
+        arrived=arrived,
+        policy=ctx.policy,
+        fleet=ctx.fleet,
+        horizon_hours=ctx.horizon_hours,
+        db_path=ctx.db_path,
+        data_dir=ctx.data_dir,
+    )
+    summary = write_plan(
+        result,
+        info,
+        dry_run=dry_run,
+        db_path=ctx.db_path,
+        schedule_root=ctx.schedule_root,
+        created_from=created_from,
+        explainer=ctx.explainer,
+        started=t0,
+    )
+    summary["files"] = len(summary["files"])
+    if not dry_run and len(result.assignments):
+        later = result.assignments.loc[result.assignments["status"] != "dispatched", "job_id"]
+        queued = set(pending.loc[pending["state"] == "queued", "job_id"])
+        store.set_states(
+            [j for j in later if j in queued],
+            "planned",
+            at=ctx.plan_time,
+            reason=summary["plan_id"],
+            source="loop:plan",
+            db_path=ctx.db_path,
+        )
+    return result, summary, pending
+
+
+# ------------------------------------------------------------------------------------------------ 3. dispatch
+
+
+def dispatch_plan(ctx: LoopContext, result: Plan | None = None, pending: pd.DataFrame | None = None) -> dict:
+    """Step 3 (see the module doc): the plan's jobs that start at T, to their clusters' executors, exactly once;
+    those jobs -> dispatched. `result`/`pending` default to the stored plan of the hour and the queue."""
+    if result is None:
+        result = read_plan(ctx.plan_id, db_path=ctx.db_path)
+    starting = result.dispatched()
+    if starting.empty:
+        return {"plan_id": ctx.plan_id, "sent": 0, "skipped": 0, "reconciled": 0, "failed": {}}
+    if pending is None:
+        loaded = store.load_specs(("queued", "planned", "dispatched"), as_of=ctx.plan_time, db_path=ctx.db_path)
+        pending = job_frame([s for s, _ in loaded], ctx.fleet, rows=[r for _, r in loaded], data_dir=ctx.data_dir)
+    jobs = pending[pending["job_id"].isin(starting["job_id"])].copy()
+    mine = _dispatched_by(ctx.plan_id, ctx.db_path)
+    # the attempt this dispatch is: the next one, or (a re-run) the one the first run counted
+    jobs["attempt"] = jobs["attempts"] + (~jobs["job_id"].isin(mine)).astype(int)
+    items = dispatch_items(result, jobs)
+    totals = {"plan_id": ctx.plan_id, "sent": 0, "skipped": 0, "reconciled": 0, "failed": {}}
+    for executor in ctx.distinct_executors():
+        clusters = [c for c, e in ctx.executors.items() if e is executor]
+        part = items[items["cluster"].isin(clusters)]
+        if part.empty:
+            continue
+        try:
+            outcome = dispatch(ctx.plan_id, part, executor, db_path=ctx.db_path)
+        except DispatchError as exc:  # fail open: these jobs stay queued for the next hour; the others go on
+            log.warning("%s", exc)
+            outcome = exc.result
+            totals["failed"].update(outcome.failed)
+        except Exception as exc:  # noqa: BLE001 - an executor that cannot be reached at all fails open too
+            log.warning("hour %s: executor %s failed: %s", iso_z(ctx.plan_time), executor.name, exc)
+            logged = read_log(ctx.plan_id, db_path=ctx.db_path)
+            sent = set(logged.loc[logged["status"] == "sent", "job_id"])
+            totals["failed"].update({j: f"{type(exc).__name__}: {exc}" for j in part["job_id"] if j not in sent})
+            continue
+        for key in ("sent", "skipped", "reconciled"):
+            totals[key] += len(getattr(outcome, key))
+    store.set_states(
+        [j for j in items["job_id"] if j not in totals["failed"]],
+        "dispatched",
+        at=ctx.plan_time,
+        reason=ctx.plan_id,
+        source="loop:dispatch",
+        db_path=ctx.db_path,
+    )
+    return totals
+
+
+# ------------------------------------------------------------------------------------------------ the hour
+
+
+def run_hour(as_of, **settings) -> HourResult:
+    """sync -> plan -> dispatch for the planning hour `as_of` (settings: see `context`)."""
+    ctx = context(as_of, **settings)
+    out = HourResult(ctx.plan_time)
+    out.sync = sync(ctx)
+    result, out.plan, pending = plan(ctx)
+    out.dispatch = dispatch_plan(ctx, result, pending)
+    log.info(
+        "hour %s: %d events, %d jobs planned, %d dispatched",
+        iso_z(ctx.plan_time),
+        out.sync["events"],
+        out.plan["n_jobs"],
+        out.dispatch["sent"] + out.dispatch["reconciled"],
+    )
+    return out
+
+
+def run_hours(start, hours: int, progress=None, **settings) -> list[HourResult]:
+    """`run_hour` for `hours` consecutive hours from `start`; one fleet and one set of executors throughout."""
+    first = context(start, **settings)
+    settings = {**settings, "fleet": first.fleet, "executors": first.executors}
+    results = []
+    for h in range(int(hours)):
+        results.append(run_hour(first.plan_time + h * HOUR, **settings))
+        if progress is not None:
+            progress(results[-1])
+    return results

@@ -1,0 +1,318 @@
+"""The operating loop on the shared data (temporary warehouse, schedule root and replay executor): only the
+submitted jobs are planned; an hour run twice leaves every table, the dispatch log and the schedule files as they
+were; the next hour sees what the executor reports (dispatched jobs are not pending, running ones hold their GPUs);
+events move the queue (finished, failures retried or failed, cancellations); forecasts issued after the planning
+time are never used; bad settings fail before any work."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+from scheduling import loop
+from scheduling.domain.fleet import load_fleet
+from scheduling.executors.dispatch_log import read_log
+from scheduling.executors.events import load_events, window_start
+from scheduling.executors.files import FilesExecutor
+from scheduling.executors.replay import ReplayExecutor
+from scheduling.output.plan_store import read_plan, table_digest
+from scheduling.output.schedules import tree_digest, verify_schedule_dir
+from scheduling.queue import store
+from scheduling.queue.intake import submit_file
+from scheduling.queue.trace import write_trace_file
+from scheduling.service import plan_fleet, validate_inputs
+from scheduling.tasks import resolve_plan_run as resolve_run
+
+T = pd.Timestamp("2021-07-15T12:00:00Z")
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples" / "jobs.yaml"
+
+
+def _count(db, sql):
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute(sql).fetchone()[0]
+
+
+def _submit_day(db, tmp_path, data_dir, n=40, day="2021-07-15"):
+    path = tmp_path / f"jobs-{day}.yaml"
+    write_trace_file(path, day, n, plan_fleet(None, data_dir), data_dir=data_dir)
+    report = submit_file(path, db_path=db, data_dir=data_dir)
+    assert not report.rejected, report.rejected[:3]
+    return report
+
+
+def _executor(db, **settings):
+    return ReplayExecutor(db_path=db, **settings)
+
+
+def _ctx(db, tmp_path, data_dir, as_of=T, executor=None, **kwargs):
+    fleet = plan_fleet(None, data_dir)
+    executor = executor or _executor(db)
+    return loop.context(
+        as_of,
+        db_path=db,
+        data_dir=data_dir,
+        schedule_root=tmp_path / "schedules",
+        fleet=fleet,
+        executors=dict.fromkeys(fleet.names, executor),
+        **kwargs,
+    )
+
+
+def _hour(db, tmp_path, data_dir, as_of=T, executor=None):
+    ctx = _ctx(db, tmp_path, data_dir, as_of, executor)
+    out = loop.HourResult(ctx.plan_time)
+    out.sync = loop.sync(ctx)
+    plan, out.plan, pending = loop.plan(ctx)
+    out.dispatch = loop.dispatch_plan(ctx, plan, pending)
+    return out
+
+
+def _state(db):
+    with duckdb.connect(str(db), read_only=True) as con:
+        rows = con.execute("SELECT tenant || '/' || job_id, state, attempts FROM queue.jobs").fetchall()
+    return {j: (s, a) for j, s, a in rows}
+
+
+def _digests(db, root):
+    queue = store.table_digest(db_path=db)
+    log = read_log(db_path=db).drop(columns=["intent_at", "sent_at"]).to_csv(index=False)
+    runs = _count(db, "SELECT count(*) FROM executor.replay_runs")
+    return table_digest(db), queue, log, runs, tree_digest(root) if root.exists() else {}
+
+
+def test_only_the_submitted_jobs_are_planned(tmp_warehouse, tmp_path, data_dir):
+    report = submit_file(EXAMPLES, db_path=tmp_warehouse, data_dir=data_dir)
+    assert report.counts["accepted"] == 10
+    out = _hour(tmp_warehouse, tmp_path, data_dir)
+    plan = read_plan(out.plan["plan_id"], db_path=tmp_warehouse)
+    planned = set(plan.assignments["job_id"]) | set(plan.unplaced["job_id"])
+    submitted = {o.job for o in report.outcomes}
+    assert planned == submitted and out.plan["n_jobs"] == 10
+    states = _state(tmp_warehouse)
+    dispatched = set(plan.dispatched()["job_id"])
+    assert dispatched and {j for j, (s, _) in states.items() if s == "dispatched"} == dispatched
+    assert out.dispatch["sent"] == len(dispatched)
+
+
+def test_same_hour_twice_is_identical(tmp_warehouse, tmp_path, data_dir):
+    _submit_day(tmp_warehouse, tmp_path, data_dir)
+    first = _hour(tmp_warehouse, tmp_path, data_dir)
+    assert first.plan["plan_id"] == "rolling-lp@2021-07-15T12:00:00Z" and first.plan["n_assigned"] >= 1
+    verify_schedule_dir(first.plan["schedule_dir"])
+    before = _digests(tmp_warehouse, tmp_path / "schedules")
+    again = _hour(tmp_warehouse, tmp_path, data_dir)
+    strip = {"seconds"}
+    assert {k: v for k, v in again.plan.items() if k not in strip} == {
+        k: v for k, v in first.plan.items() if k not in strip
+    }
+    assert again.dispatch["sent"] == 0 and again.dispatch["skipped"] == first.dispatch["sent"]
+    assert _digests(tmp_warehouse, tmp_path / "schedules") == before
+
+
+def test_dry_run_writes_explanations_only(tmp_warehouse, tmp_path, data_dir):
+    _submit_day(tmp_warehouse, tmp_path, data_dir)
+    ctx = _ctx(tmp_warehouse, tmp_path, data_dir)
+    _, out, _ = loop.plan(ctx, dry_run=True)
+    assert out["dry_run"] and out["schedule_dir"] is None and out["files"] == 0
+    assert _count(tmp_warehouse, "SELECT count(*) FROM plan.plans") == 0
+    n = _count(tmp_warehouse, f"SELECT count(*) FROM plan.explanations WHERE plan_id = '{out['plan_id']}'")
+    assert n == out["explanations"] >= 1
+    assert {s for s, _ in _state(tmp_warehouse).values()} == {"queued"}
+
+
+def test_next_hour_sees_what_the_executor_reports(tmp_warehouse, tmp_path, data_dir):
+    _submit_day(tmp_warehouse, tmp_path, data_dir)
+    executor = _executor(tmp_warehouse, failure_rate=0.0)
+    first = _hour(tmp_warehouse, tmp_path, data_dir, T - pd.Timedelta(hours=1), executor)
+    second = _hour(tmp_warehouse, tmp_path, data_dir, T, executor)
+    p1 = read_plan(first.plan["plan_id"], db_path=tmp_warehouse)
+    p2 = read_plan(second.plan["plan_id"], db_path=tmp_warehouse)
+    started = p1.dispatched()
+    assert len(started) >= 1
+    assert not set(started["job_id"]) & set(p2.assignments["job_id"])  # dispatched jobs are not planned again
+    running = executor.running(T)
+    running = running[~running["job_id"].isin(p2.dispatched()["job_id"])]  # what ran before T's own dispatches
+    assert set(running["job_id"]) <= set(started["job_id"]) and second.plan["n_running"] == len(running)
+    # the hour before's events are in: every job started at 11:00 is running or has ended
+    states = _state(tmp_warehouse)
+    assert {states[j][0] for j in started["job_id"]} <= {"running", "finished", "failed", "queued"}
+    assert second.plan["n_arrived_dispatched"] >= len(started) - second.sync["entered"].get("queued", 0)
+    tentative = set(p1.assignments["job_id"]) - set(started["job_id"])
+    assert tentative <= set(p2.assignments["job_id"]) | set(p2.unplaced["job_id"])  # planned again
+
+
+def test_an_unreachable_executor_fails_open_and_the_next_hour_dispatches(tmp_warehouse, tmp_path, data_dir):
+    report = submit_file(EXAMPLES, db_path=tmp_warehouse, data_dir=data_dir)
+    assert report.counts["accepted"] == 10
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the executor's folder should be")
+    first = _hour(tmp_warehouse, tmp_path, data_dir, executor=FilesExecutor(root=blocked, db_path=tmp_warehouse))
+    plan = read_plan(first.plan["plan_id"], db_path=tmp_warehouse)
+    starting = set(plan.dispatched()["job_id"])
+    assert starting and first.dispatch["sent"] == 0 and set(first.dispatch["failed"]) == starting
+    assert {s for s, _ in _state(tmp_warehouse).values()} <= {"queued", "planned"}  # nothing counted as handed on
+    log = read_log(first.plan["plan_id"], db_path=tmp_warehouse)
+    assert set(log["status"]) == {"failed"} and log["error"].str.contains("not-a-folder").all()
+    # the hour after, with the executor reachable, the jobs go out
+    later = T + pd.Timedelta(hours=1)
+    second = _hour(
+        tmp_warehouse, tmp_path, data_dir, later, FilesExecutor(root=tmp_path / "files", db_path=tmp_warehouse)
+    )
+    assert second.dispatch["sent"] >= len(starting) and not second.dispatch["failed"]
+    assert starting <= {j for j, (s, _) in _state(tmp_warehouse).items() if s == "dispatched"}
+
+
+def test_a_missed_sync_window_is_caught_up(tmp_warehouse):
+    executor = _executor(tmp_warehouse)
+    assert window_start(executor, T, db_path=tmp_warehouse) == T - pd.Timedelta(hours=1)  # nothing loaded yet
+    load_events(
+        executor.sync(T, since=T - pd.Timedelta(hours=1)), executor, T - pd.Timedelta(hours=1), T, tmp_warehouse
+    )
+    assert window_start(executor, T, db_path=tmp_warehouse) == T - pd.Timedelta(hours=1)  # a re-run: the same window
+    assert window_start(executor, T + pd.Timedelta(hours=1), db_path=tmp_warehouse) == T
+    # the sync at T+1 h missed (executor unreachable): T+2 h syncs [T, T+2 h)
+    assert window_start(executor, T + pd.Timedelta(hours=2), db_path=tmp_warehouse) == T
+    # at most a day back
+    assert window_start(executor, T + pd.Timedelta(days=3), db_path=tmp_warehouse) == T + pd.Timedelta(days=2)
+
+
+def test_events_finish_fail_retry_and_cancel_jobs(tmp_warehouse, tmp_path, data_dir):
+    _submit_day(tmp_warehouse, tmp_path, data_dir, n=30, day="2021-07-15")
+    with duckdb.connect(str(tmp_warehouse)) as con:  # half the jobs may be retried once
+        con.execute("UPDATE queue.jobs SET max_retries = 1 WHERE hash(job_id) % 2 = 0")
+    executor = _executor(tmp_warehouse, failure_rate=0.3, sigma=0.0)
+    hours = pd.date_range("2021-07-15T00:00Z", periods=36, freq="h")
+    cancelled = None
+    for hour in hours:
+        _hour(tmp_warehouse, tmp_path, data_dir, hour, executor)
+        states = _state(tmp_warehouse)
+        if cancelled is None:
+            live = [j for j, (s, _) in states.items() if s in ("dispatched", "running")]
+            if live:
+                cancelled = live[0]
+                tenant, job = cancelled.split("/")
+                store.cancel_job(job, tenant, at=hour, db_path=tmp_warehouse)
+    states = _state(tmp_warehouse)
+    assert states[cancelled][0] == "cancelled"
+    retried = [j for j, (_, attempts) in states.items() if attempts > 1]
+    assert retried and all(states[j][1] == 2 for j in retried)
+    with duckdb.connect(str(tmp_warehouse), read_only=True) as con:
+        failed_for_good = con.execute(
+            "SELECT count(*) FROM queue.jobs WHERE state = 'failed' AND attempts > max_retries"
+        ).fetchone()[0]
+        wrongly_failed = con.execute(
+            "SELECT count(*) FROM queue.jobs WHERE state = 'failed' AND attempts <= max_retries"
+        ).fetchone()[0]
+        events = con.execute("SELECT event, count(*) FROM raw.job_events GROUP BY 1").fetchall()
+    assert failed_for_good >= 1 and wrongly_failed == 0
+    assert {"started", "finished", "failed", "cancelled"} <= {e for e, _ in events}
+    finished = [j for j, (s, _) in states.items() if s == "finished"]
+    assert len(finished) >= 10
+
+
+def test_only_forecasts_issued_by_the_planning_time_are_used(tmp_warehouse, tmp_path, data_dir):
+    from forecasting.store import write_forecasts
+
+    _submit_day(tmp_warehouse, tmp_path, data_dir)
+
+    def rows(issued, value):
+        hours = pd.date_range(pd.Timestamp(issued), periods=72, freq="h")
+        return pd.DataFrame(
+            [
+                {
+                    "issued_at": issued,
+                    "target_time": h,
+                    "region": z,
+                    "target": "carbon_intensity",
+                    "p10": value - 10,
+                    "p50": value,
+                    "p90": value + 10,
+                    "model": "lgbm",
+                    "model_version": "v-test",
+                }
+                for z in ("CISO", "DE")
+                for h in hours
+            ]
+        )
+
+    write_forecasts(rows("2021-07-15T13:00Z", 999.0), db_path=tmp_warehouse)  # issued after T: never used
+    ctx = _ctx(tmp_warehouse, tmp_path, data_dir)
+    _, late, _ = loop.plan(ctx, dry_run=True)
+    assert late["forecast_source"] == "warehouse" and "@none" in late["forecast_version"]
+    write_forecasts(rows("2021-07-15T11:00Z", 50.0), db_path=tmp_warehouse)
+    _, used, _ = loop.plan(ctx, dry_run=True)
+    assert "forecast.forecasts:lgbm:v-test@2021-07-15T11:00:00" in used["forecast_version"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        ({"as_of": "not-a-time"}, "'not-a-time'"),
+        ({"as_of": ""}, "as_of is required"),
+        ({"policy": "fastest"}, "'fastest'"),
+        ({"horizon_hours": 500}, "500"),
+        ({"horizon_hours": "48"}, "'48'"),
+        ({"regions": ["atlantis"]}, "atlantis"),
+    ],
+)
+def test_bad_settings_fail_before_any_work(kwargs, needle):
+    args = {"as_of": T, "policy": "priority", "regions": None, "horizon_hours": 168, **kwargs}
+    with pytest.raises(ValueError) as err:
+        validate_inputs(**args)
+    assert needle in str(err.value)
+
+
+def test_a_cluster_naming_an_executor_kind_without_an_implementation_is_refused(tmp_path, data_dir):
+    text = (Path(__file__).resolve().parents[2] / "docs" / "examples" / "fleet.yaml").read_text()
+    path = tmp_path / "fleet.yaml"
+    path.write_text(text.replace("executor: {kind: replay}", "executor: {kind: slurm, partition: gpu}", 1))
+    fleet = load_fleet(path, data_dir=data_dir)
+    with pytest.raises(ValueError, match=r"cluster 'usw-a100': executor 'slurm': .*replay"):
+        loop.fleet_executors(fleet, db_path=tmp_path / "wh.duckdb")
+
+
+def test_resolve_run_takes_the_planning_time_from_the_run():
+    params = {"as_of": "", "policy": "greedy-carbon", "regions": [], "horizon_hours": 48, "dry_run": True}
+    out = resolve_run(params, data_interval_end=pd.Timestamp("2021-07-15T13:00Z"))
+    assert out == {
+        "as_of": "2021-07-15T13:00:00Z",
+        "policy": "greedy-carbon",
+        "regions": [],
+        "horizon_hours": 48,
+        "dry_run": True,
+    }
+    assert resolve_run({**params, "as_of": "2021-07-15T09:30+00:00"})["as_of"] == "2021-07-15T09:00:00Z"
+    with pytest.raises(ValueError, match="no planning time"):
+        resolve_run(params)
+    with pytest.raises(ValueError, match="dry_run"):
+        resolve_run({**params, "dry_run": "yes"}, data_interval_end=pd.Timestamp(T))
+
+
+def test_cli_rejects_a_bad_policy_with_exit_code_2():
+    out = subprocess.run(
+        [sys.executable, "-m", "scheduling", "plan-hourly", "--as-of", T.isoformat(), "--policy", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2 and "'nope'" in out.stderr and out.stdout == ""
+
+
+@pytest.mark.slow
+def test_cli_submit_then_plan_hourly_json(tmp_warehouse, tmp_path, data_dir):
+    def run(*args):
+        out = subprocess.run([sys.executable, "-m", "scheduling", *args], capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return out.stdout
+
+    run("jobs", "submit", str(EXAMPLES), "--json")
+    doc = json.loads(run("plan-hourly", "--as-of", T.isoformat(), "--json", "--schedule-root", str(tmp_path / "s")))
+    assert doc["plan"]["plan_id"] == "rolling-lp@2021-07-15T12:00:00Z" and doc["plan"]["n_jobs"] == 10
+    assert np.isfinite(doc["plan"]["expected_kgco2e"])
