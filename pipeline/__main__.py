@@ -1,14 +1,15 @@
 """`python -m pipeline run`: the main job end to end on the embedded defaults, printing a summary per stage.
 
 ingest (every file source) → transform (dbt build) → forecast train + predict at `--as-of` → train and register the
-performance predictor and the power model → plan for `--as-of` (which loads those registered versions).
-The planning time is explicit (default a replayable hour in 2021), never the wall clock.
+performance predictor and the power model → operate: a day of trace jobs submitted to the queue, the hourly loop
+(sync → plan → dispatch) on the replay executor for `--loop-hours` from that day's midnight, and the carbon ledger
+of what ran (realized against run-now).
+The planning times are explicit (default a replayable day in 2021), never the wall clock.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
@@ -16,7 +17,8 @@ from tabulate import tabulate
 
 from forecasting import service as forecast_service
 from forecasting.service import cutoff_from
-from scheduling.service import plan_hourly
+from pipeline.operate import run_demo_loop
+from scheduling.planning.policies.registry import DEFAULT_POLICY
 from scheduling.tasks import train_models
 from transforms.runner import build
 from warehouse.ingest import ingest, summarize
@@ -92,10 +94,26 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     _done(t)
+    if args.until == "models":
+        return 0
 
-    t = _stage(f"plan: hourly plan for {args.as_of} (policy {args.policy})")
-    plan = plan_hourly(args.as_of, policy=args.policy)
-    print(json.dumps({k: plan[k] for k in plan if k != "files"}, indent=2, default=str))
+    t = _stage(
+        f"operate: {args.loop_jobs} trace jobs of {args.as_of[:10]} through the queue, the hourly loop for "
+        f"{args.loop_hours} h on the replay executor (policy {args.policy}), then the carbon ledger"
+    )
+    demo = run_demo_loop(
+        args.as_of,
+        n_jobs=args.loop_jobs,
+        hours=args.loop_hours,
+        policy=args.policy,
+        progress=lambda msg: print(f"   {msg}", flush=True),
+    )
+    print(tabulate([demo.ledger.totals], headers="keys", floatfmt=".3f"))
+    if "region" in demo.ledger.rollups:
+        print("\n   per region")
+        print(tabulate(demo.ledger.rollups["region"], headers="keys", showindex=False, floatfmt=".3f"))
+    print(f"\n   ledger report: {demo.report}")
+    print("   the queue: python -m scheduling jobs list; one job: python -m scheduling jobs show demo/<job_id>")
     _done(t)
     return 0
 
@@ -109,9 +127,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", nargs="+", default=None, help="forecasters to train (default: the service's set)")
     p.add_argument("--budget-s", type=float, default=600.0, help="time budget for forecaster training (s)")
     p.add_argument("--tiny", action="store_true", help="tiny model settings (quick demo)")
-    p.add_argument("--policy", default="rolling-lp", help="placement policy for the plan (default rolling-lp)")
+    p.add_argument("--policy", default=DEFAULT_POLICY, help=f"placement policy (default {DEFAULT_POLICY})")
+    p.add_argument("--loop-jobs", type=int, default=320, help="trace jobs submitted for the day (default 320)")
+    p.add_argument("--loop-hours", type=int, default=48, help="planning hours the loop runs (default 48)")
     p.add_argument(
-        "--until", choices=("ingest", "transform", "forecast", "plan"), default="plan", help="stop after this stage"
+        "--until",
+        choices=("ingest", "transform", "forecast", "models", "operate"),
+        default="operate",
+        help="stop after this stage",
     )
     p.set_defaults(func=run)
     args = parser.parse_args(argv)
