@@ -34,6 +34,13 @@ with DAG(
         "horizon_hours": Param(
             168, type="integer", minimum=24, maximum=168, description="Longest planning horizon (hours)."
         ),
+        "deadline_reserve": Param(
+            0.2,
+            type="number",
+            minimum=0,
+            maximum=0.9,
+            description="Share of a job's run time planned to spare before its deadline (runs outlast estimates).",
+        ),
         "dry_run": Param(False, type="boolean", description="Write plan.explanations only (no plan rows, no files)."),
     },
 ):

@@ -40,7 +40,14 @@ from scheduling.planning.policies.registry import DEFAULT_POLICY
 from scheduling.queue import store
 from scheduling.queue.frame import job_frame, pending_job_frame
 from scheduling.queue.intake import intake_staging
-from scheduling.service import DEFAULT_HORIZON_H, make_plan, plan_fleet, validate_inputs, write_plan
+from scheduling.service import (
+    DEFAULT_DEADLINE_RESERVE,
+    DEFAULT_HORIZON_H,
+    make_plan,
+    plan_fleet,
+    validate_inputs,
+    write_plan,
+)
 from warehouse.db import reader, table_exists
 
 log = logging.getLogger(__name__)
@@ -63,6 +70,7 @@ class LoopContext:
     executors: dict[str, Executor]
     policy: str = DEFAULT_POLICY
     horizon_hours: int = DEFAULT_HORIZON_H
+    deadline_reserve: float = DEFAULT_DEADLINE_RESERVE
     db_path: object = None
     data_dir: object = None
     schedule_root: object = None
@@ -109,6 +117,7 @@ def context(
     policy: str = DEFAULT_POLICY,
     regions=None,
     horizon_hours: int = DEFAULT_HORIZON_H,
+    deadline_reserve: float = DEFAULT_DEADLINE_RESERVE,
     db_path=None,
     data_dir=None,
     schedule_root=None,
@@ -117,7 +126,7 @@ def context(
     executors: dict[str, Executor] | None = None,
 ) -> LoopContext:
     """The hour's context; ValueError naming a bad setting before any work."""
-    checked = validate_inputs(as_of, policy, regions, horizon_hours)
+    checked = validate_inputs(as_of, policy, regions, horizon_hours, deadline_reserve)
     fleet = fleet if fleet is not None else plan_fleet(regions, data_dir)
     return LoopContext(
         plan_time=utc_hour(checked["as_of"]),
@@ -125,6 +134,7 @@ def context(
         executors=executors if executors is not None else fleet_executors(fleet, db_path),
         policy=policy,
         horizon_hours=int(horizon_hours),
+        deadline_reserve=checked["deadline_reserve"],
         db_path=db_path,
         data_dir=data_dir,
         schedule_root=schedule_root,
@@ -286,6 +296,7 @@ def plan(ctx: LoopContext, *, dry_run: bool = False, created_from: str = "loop")
         policy=ctx.policy,
         fleet=ctx.fleet,
         horizon_hours=ctx.horizon_hours,
+        deadline_reserve=ctx.deadline_reserve,
         db_path=ctx.db_path,
         data_dir=ctx.data_dir,
     )

@@ -53,6 +53,10 @@ log = logging.getLogger(__name__)
 
 MIN_HORIZON_H, MAX_HORIZON_H = 24, 168
 DEFAULT_HORIZON_H = 168
+# plan to end this share of a job's run time before its deadline: a run up to 20 % longer than its estimate still
+# ends in time (9 runs in 10 at the replay executor's default spread); the simulator, whose runs are exact, uses 0
+DEFAULT_DEADLINE_RESERVE = 0.2
+MAX_DEADLINE_RESERVE = 0.9
 
 
 def plan_fleet(regions: Iterable[str] | None, data_dir=None):
@@ -136,6 +140,7 @@ def make_plan(
     regions=None,
     fleet=None,
     horizon_hours: int = DEFAULT_HORIZON_H,
+    deadline_reserve: float = DEFAULT_DEADLINE_RESERVE,
     db_path=None,
     data_dir=None,
 ):
@@ -144,7 +149,8 @@ def make_plan(
     `jobs`: the planner job frame of the pending jobs (`scheduling.queue.frame`); `running`: the jobs running at T
     (job_id, cluster, num_gpu, gpu_milli, cpu_milli, memory_mib, end_time[, node, gpu_devices]) -- their resources
     stay committed until their end; `arrived`: jobs that arrived recently and were dispatched already, in the job
-    frame's columns (history for the demand a policy expects, never planned again)."""
+    frame's columns (history for the demand a policy expects, never planned again); `deadline_reserve`: the share of
+    each job's run time planned to spare before its deadline (`JobTable`)."""
     plan_time = utc(as_of).floor("h")
     fleet = fleet if fleet is not None else plan_fleet(regions, data_dir)
     running = running if running is not None else pd.DataFrame()
@@ -154,6 +160,7 @@ def make_plan(
         "running": int(len(running)),
         "arrived_dispatched": 0 if arrived is None else int(len(arrived)),
         "unhostable": list(jobs.attrs.get("unhostable", [])),
+        "deadline_reserve": float(deadline_reserve),
     }
     forecasts = _forecasts(fleet, plan_time, horizon_hours, db_path, data_dir)
     info["forecast_source"] = forecasts.name
@@ -162,7 +169,14 @@ def make_plan(
     power_table = _power_table(fleet, db_path, data_dir, as_of=plan_time)
     table_jobs = pd.concat([jobs, arrived], ignore_index=True) if arrived is not None else jobs
     speed_model, predictor_info = _speed_model(table_jobs, plan_time, db_path, data_dir)
-    table = JobTable(table_jobs, fleet, speed_model=speed_model, power_table=power_table, data_dir=data_dir)
+    table = JobTable(
+        table_jobs,
+        fleet,
+        speed_model=speed_model,
+        power_table=power_table,
+        data_dir=data_dir,
+        deadline_reserve=float(deadline_reserve),
+    )
     hp = HourlyPlanner(fleet, None, policy, forecasts, table=table, max_horizon=int(horizon_hours), data_dir=data_dir)
     if arrived is not None:
         hp.started[table.jobs["job_id"].isin(set(arrived["job_id"])).to_numpy()] = True
@@ -188,7 +202,13 @@ def _model_ref(info: dict) -> dict:
     return ref
 
 
-def validate_inputs(as_of, policy: str, regions=None, horizon_hours: int = DEFAULT_HORIZON_H) -> dict:
+def validate_inputs(
+    as_of,
+    policy: str,
+    regions=None,
+    horizon_hours: int = DEFAULT_HORIZON_H,
+    deadline_reserve: float = DEFAULT_DEADLINE_RESERVE,
+) -> dict:
     """Check the run's settings before any work; ValueError naming the bad value."""
     if as_of is None or str(as_of).strip() == "":
         raise ValueError("as_of is required (an ISO time, e.g. 2021-07-15T12:00Z)")
@@ -204,6 +224,12 @@ def validate_inputs(as_of, policy: str, regions=None, horizon_hours: int = DEFAU
         or not MIN_HORIZON_H <= int(horizon_hours) <= MAX_HORIZON_H
     ):
         raise ValueError(f"horizon_hours {horizon_hours!r} must be an integer in [{MIN_HORIZON_H}, {MAX_HORIZON_H}]")
+    if (
+        isinstance(deadline_reserve, bool)
+        or not isinstance(deadline_reserve, (int, float, np.integer, np.floating))
+        or not 0 <= float(deadline_reserve) <= MAX_DEADLINE_RESERVE
+    ):
+        raise ValueError(f"deadline_reserve {deadline_reserve!r} must be a number in [0, {MAX_DEADLINE_RESERVE}]")
     if regions:
         known = fleet_regions()
         bad = [r for r in regions if r not in known]
@@ -214,6 +240,7 @@ def validate_inputs(as_of, policy: str, regions=None, horizon_hours: int = DEFAU
         "policy": policy,
         "regions": list(regions or []),
         "horizon_hours": int(horizon_hours),
+        "deadline_reserve": float(deadline_reserve),
     }
 
 

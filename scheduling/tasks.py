@@ -25,7 +25,7 @@ from scheduling.queue.checks import check_jobs
 from scheduling.queue.files import read_job_file
 from scheduling.queue.intake import fleet_facts
 from scheduling.queue.spec import USER_FIELDS, JobSpecError, parse_job
-from scheduling.service import DEFAULT_HORIZON_H, validate_inputs
+from scheduling.service import DEFAULT_DEADLINE_RESERVE, DEFAULT_HORIZON_H, validate_inputs
 from warehouse import model_registry
 
 # ------------------------------------------------------------------------------------------------ plan_hourly
@@ -50,7 +50,11 @@ def resolve_plan_run(params: dict, data_interval_end=None, logical_date=None, ru
     if isinstance(regions, str) or not isinstance(regions, (list, tuple)):
         raise ValueError(f"regions {regions!r} must be a list of fleet region names")
     checked = validate_inputs(
-        as_of, str(params.get("policy", DEFAULT_POLICY)), list(regions), params.get("horizon_hours", DEFAULT_HORIZON_H)
+        as_of,
+        str(params.get("policy", DEFAULT_POLICY)),
+        list(regions),
+        params.get("horizon_hours", DEFAULT_HORIZON_H),
+        params.get("deadline_reserve", DEFAULT_DEADLINE_RESERVE),
     )
     checked["dry_run"] = dry_run
     return checked
@@ -62,6 +66,7 @@ def _hour(choice: dict):
         policy=choice["policy"],
         regions=choice["regions"] or None,
         horizon_hours=choice["horizon_hours"],
+        deadline_reserve=choice["deadline_reserve"],
     )
 
 

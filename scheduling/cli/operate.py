@@ -19,13 +19,19 @@ from scheduling import loop
 from scheduling.explain.registry import EXPLAINERS, make_explainer
 from scheduling.output.ledger import ledger, write_ledger_report
 from scheduling.planning.policies.registry import DEFAULT_POLICY
-from scheduling.service import DEFAULT_HORIZON_H
+from scheduling.service import DEFAULT_DEADLINE_RESERVE, DEFAULT_HORIZON_H
 
 
 def _hour_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default=DEFAULT_POLICY)
     p.add_argument("--regions", default="", help="comma-separated fleet regions (default: all with grid data)")
     p.add_argument("--horizon-hours", type=int, default=DEFAULT_HORIZON_H)
+    p.add_argument(
+        "--deadline-reserve",
+        type=float,
+        default=DEFAULT_DEADLINE_RESERVE,
+        help=f"share of a job's run time planned to spare before its deadline (default {DEFAULT_DEADLINE_RESERVE})",
+    )
     p.add_argument("--schedule-root", default=None, help="default: SCHEDULES_DIR or var/schedules")
     p.add_argument("--explainer", default=None, choices=list(EXPLAINERS.names))
     p.add_argument("--db", default=None, help="warehouse file (default WAREHOUSE_PATH)")
@@ -74,6 +80,7 @@ def _settings(args: argparse.Namespace) -> dict:
         "policy": args.policy,
         "regions": [r for r in args.regions.split(",") if r] or None,
         "horizon_hours": args.horizon_hours,
+        "deadline_reserve": args.deadline_reserve,
         "schedule_root": args.schedule_root,
         "explainer": make_explainer(args.explainer),
         "db_path": args.db,

@@ -166,7 +166,11 @@ def hour_ts(h: int) -> pd.Timestamp:
 
 class JobTable:
     """Per-job static arrays over the fleet. Shapes: N jobs, K power options (1 when not power-aware),
-    C clusters."""
+    C clusters.
+
+    `deadline_reserve` (fraction, default 0): plan every job to end that share of its fastest run time before its
+    deadline (never less spare than it had: a job without room for it keeps its deadline), so that a run longer
+    than its estimate still ends in time; `deadline_h` is that planning deadline."""
 
     def __init__(
         self,
@@ -175,7 +179,10 @@ class JobTable:
         speed_model: SpeedModel | None = None,
         power_table: PowerTable | None = None,
         data_dir=None,
+        deadline_reserve: float = 0.0,
     ):
+        if not 0 <= deadline_reserve < 1:
+            raise ValueError(f"deadline_reserve must be in [0, 1), got {deadline_reserve!r}")
         self.jobs = jobs.reset_index(drop=True)
         self.fleet = fleet
         self.speed_model = speed_model or SpeedModel(data_dir)
@@ -210,6 +217,11 @@ class JobTable:
         )
         self.submit_h = abs_hours(self.jobs["submit_time"])
         self.deadline_h = abs_hours_float(self.jobs["deadline"])
+        if deadline_reserve > 0:
+            fastest = np.where(self.allowed, base, np.inf).min(axis=1)
+            fastest = np.where(np.isfinite(fastest), fastest, 0.0)
+            spare = np.maximum(self.deadline_h - self.submit_h - fastest, 0.0)
+            self.deadline_h = self.deadline_h - np.minimum(deadline_reserve * fastest, spare)
         self.n = n
         self.C = C
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from scheduling.service import DEFAULT_DEADLINE_RESERVE, MAX_DEADLINE_RESERVE
 from tests.dags.conftest import DAGS, REPO_ROOT, airflow_env
 
 _PROBE = r"""
@@ -67,8 +68,12 @@ def test_dags_parse_quickly_and_are_wired(bag):
         "warehouse://queue",
     }
     params = plan["params"]
-    assert set(params) == {"as_of", "policy", "regions", "horizon_hours", "dry_run"}
+    assert set(params) == {"as_of", "policy", "regions", "horizon_hours", "deadline_reserve", "dry_run"}
     assert (params["horizon_hours"]["minimum"], params["horizon_hours"]["maximum"]) == (24, 168)
+    # the form's reserve is the command line's: same default and bounds as the service
+    reserve = params["deadline_reserve"]
+    assert (reserve["minimum"], reserve["maximum"]) == (0, MAX_DEADLINE_RESERVE)
+    assert plan["defaults"]["deadline_reserve"] == DEFAULT_DEADLINE_RESERVE
     assert params["dry_run"]["type"] == "boolean" and params["as_of"]["type"] == "string"
     evaluate = bag["dags"]["evaluate"]
     assert set(evaluate["params"]) >= {"policies", "period_start", "days", "jobs", "regions", "load"}

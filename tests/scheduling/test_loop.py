@@ -24,7 +24,9 @@ from scheduling.executors.files import FilesExecutor
 from scheduling.executors.replay import ReplayExecutor
 from scheduling.output.plan_store import read_plan, table_digest
 from scheduling.output.schedules import tree_digest, verify_schedule_dir
+from scheduling.planning.problem import JobTable, abs_hours_float
 from scheduling.queue import store
+from scheduling.queue.frame import pending_job_frame
 from scheduling.queue.intake import submit_file
 from scheduling.queue.trace import write_trace_file
 from scheduling.service import plan_fleet, validate_inputs
@@ -183,6 +185,29 @@ def test_a_missed_sync_window_is_caught_up(tmp_warehouse):
     assert window_start(executor, T + pd.Timedelta(days=3), db_path=tmp_warehouse) == T + pd.Timedelta(days=2)
 
 
+def test_the_deadline_reserve_leaves_a_share_of_the_run_time_before_the_deadline(tmp_warehouse, tmp_path, data_dir):
+    """With the reserve r every job planned in time ends r x its fastest run time before its deadline, unless it
+    has less spare than that (then it keeps all of it); without it jobs may end at the deadline itself."""
+    _submit_day(tmp_warehouse, tmp_path, data_dir)
+    fleet = plan_fleet(None, data_dir)
+    jobs = pending_job_frame(T, fleet, db_path=tmp_warehouse, data_dir=data_dir)
+    plain = JobTable(jobs, fleet, data_dir=data_dir)
+    reserved = JobTable(jobs, fleet, data_dir=data_dir, deadline_reserve=0.2)
+    fastest = np.where(plain.allowed, plain.base_dur, np.inf).min(axis=1)
+    cut = plain.deadline_h - reserved.deadline_h
+    spare = plain.deadline_h - plain.submit_h - fastest
+    assert np.allclose(cut, np.minimum(0.2 * fastest, np.maximum(spare, 0)))
+    assert (cut > 0).any() and (reserved.deadline_h >= plain.submit_h + fastest - 1e-9).all()
+    with pytest.raises(ValueError, match="deadline_reserve"):
+        JobTable(jobs, fleet, data_dir=data_dir, deadline_reserve=1.0)
+    ctx = _ctx(tmp_warehouse, tmp_path, data_dir, deadline_reserve=0.2)
+    plan, info, _ = loop.plan(ctx, dry_run=True)
+    assert info["n_jobs"] > 0 and plan.assignments is not None
+    ends = {r.job_id: r.end_time for r in plan.assignments.itertuples() if not r.late}
+    limit = dict(zip(jobs["job_id"], reserved.deadline_h))
+    assert ends and all(abs_hours_float(pd.Series([e]))[0] <= limit[j] + 1e-6 for j, e in ends.items())
+
+
 def test_events_finish_fail_retry_and_cancel_jobs(tmp_warehouse, tmp_path, data_dir):
     _submit_day(tmp_warehouse, tmp_path, data_dir, n=30, day="2021-07-15")
     with duckdb.connect(str(tmp_warehouse)) as con:  # half the jobs may be retried once
@@ -260,6 +285,8 @@ def test_only_forecasts_issued_by_the_planning_time_are_used(tmp_warehouse, tmp_
         ({"horizon_hours": 500}, "500"),
         ({"horizon_hours": "48"}, "'48'"),
         ({"regions": ["atlantis"]}, "atlantis"),
+        ({"deadline_reserve": 1.5}, "deadline_reserve 1.5"),
+        ({"deadline_reserve": "0.2"}, "deadline_reserve '0.2'"),
     ],
 )
 def test_bad_settings_fail_before_any_work(kwargs, needle):
@@ -286,8 +313,10 @@ def test_resolve_run_takes_the_planning_time_from_the_run():
         "policy": "greedy-carbon",
         "regions": [],
         "horizon_hours": 48,
+        "deadline_reserve": 0.2,
         "dry_run": True,
     }
+    assert resolve_run({**params, "deadline_reserve": 0}, data_interval_end=T)["deadline_reserve"] == 0.0
     assert resolve_run({**params, "as_of": "2021-07-15T09:30+00:00"})["as_of"] == "2021-07-15T09:00:00Z"
     with pytest.raises(ValueError, match="no planning time"):
         resolve_run(params)
