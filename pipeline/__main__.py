@@ -112,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
     if "region" in demo.ledger.rollups:
         print("\n   per region")
         print(tabulate(demo.ledger.rollups["region"], headers="keys", showindex=False, floatfmt=".3f"))
+    print("\n   the simulator on the same jobs (exact run times, no failures)")
+    print(tabulate(demo.simulated, headers="keys", floatfmt=".3f"))
     print(f"\n   ledger report: {demo.report}")
     print("   the queue: python -m scheduling jobs list; one job: python -m scheduling jobs show demo/<job_id>")
     _done(t)

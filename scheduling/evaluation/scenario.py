@@ -206,3 +206,40 @@ def build_scenario(
         "demand_gpu_hours_fastest": round(demand_gpu_hours(jobs, table, on="fastest"), 1),
     }
     return Scenario(start, hours, fleet, jobs, table, grid, provider, load, config, workload, tail_days * 24)
+
+
+def scenario_for_jobs(
+    jobs: pd.DataFrame,
+    fleet: Fleet,
+    start,
+    hours: int,
+    *,
+    forecasts: str = "auto",
+    db_path=None,
+    data_dir=None,
+    tail_days: int = DEFAULT_TAIL_DAYS,
+) -> Scenario:
+    """The scenario of given jobs (the generator's frame, e.g. `scheduling.queue.trace.trace_frame`) arriving in
+    [start, start + hours) on `fleet` as it is (no load sizing): the simulator's side of a comparison with the
+    operating loop on the same jobs."""
+    start = utc(start).floor("h")
+    speed = SpeedModel(data_dir)
+    power = load_power_table(fleet, data_dir=data_dir, db_path=db_path, as_of=start)
+    table = JobTable(jobs, fleet, speed, power)
+    end = start + (int(hours) + tail_days * 24 + 24 * 8) * HOUR
+    grid = GridSeries.load(fleet.zones, start, end, data_dir=data_dir, db_path=db_path)
+    provider = make_forecasts(forecasts, grid, fleet.zones, start=start, end=end, db_path=db_path, data_dir=data_dir)
+    config = {"start": start.isoformat(), "hours": int(hours), "n_jobs": int(len(jobs)), "forecasts": provider.name}
+    return Scenario(
+        start,
+        int(hours),
+        fleet,
+        jobs,
+        table,
+        grid,
+        provider,
+        None,
+        config,
+        default_workload(job_pods(jobs)),
+        tail_days * 24,
+    )

@@ -235,6 +235,18 @@ def simulate(
     return SimResult(label, records, metrics, alloc)
 
 
+def run_now(sc: Scenario) -> dict[str, np.ndarray]:
+    """The run-now counterfactual of the scenario's jobs, as the carbon ledger values it: every job started at its
+    submission hour on its home cluster (else the fastest that hosts it) at the default power limit, at the actual
+    intensity. Per job, as `execute`: kg, kwh, renew_kwh, dur_h (0 for a job no cluster hosts)."""
+    tbl = sc.table
+    d0 = np.where(tbl.allowed, tbl.dur[:, 0, :], np.inf)
+    home_ok = (tbl.home >= 0) & np.isfinite(d0[np.arange(tbl.n), np.maximum(tbl.home, 0)])
+    c = np.where(home_ok, tbl.home, np.argmin(d0, axis=1))
+    start = np.where(np.isfinite(d0).any(axis=1), tbl.submit_h, -1)
+    return execute(sc, start, np.zeros(tbl.n, dtype=np.int64), c)
+
+
 def by_cluster(sc: Scenario, alloc: np.ndarray, free_parts: np.ndarray | None = None) -> dict:
     """Per cluster, means over the period's hours: the share of its GPUs allocated and, where the agents' state
     is known (`free_parts`), the free GPUs by kind: on whole free devices (`idle_gpus`), on partly used devices

@@ -25,12 +25,18 @@ DEMO_IMAGE = "registry.example/train:latest"
 CHECKPOINT_INTERVAL_MIN = 30
 
 
+def trace_frame(day, n: int, fleet, *, seed: int | None = None, data_dir=None) -> pd.DataFrame:
+    """The generator's job frame behind `trace_jobs` (what the simulator replays for the same jobs)."""
+    day = utc(day).floor("D")
+    seed = int(day.strftime("%Y%m%d")) if seed is None else int(seed)
+    return generate_jobs(n, day, 24, fleet, seed=seed, data_dir=data_dir)
+
+
 def trace_jobs(day, n: int, fleet, *, seed: int | None = None, data_dir=None) -> list[dict]:
     """`n` trace jobs arriving over the UTC day `day` as intake mappings (fewer when the generator drops jobs no
     cluster of `fleet` can host)."""
     day = utc(day).floor("D")
-    seed = int(day.strftime("%Y%m%d")) if seed is None else int(seed)
-    jobs = generate_jobs(n, day, 24, fleet, seed=seed, data_dir=data_dir)
+    jobs = trace_frame(day, n, fleet, seed=seed, data_dir=data_dir)
     prefix = day.strftime("%Y%m%d")
     out = []
     for r in jobs.itertuples(index=False):
