@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import requests
@@ -143,11 +144,15 @@ class AirflowServer:
     def trigger(self, dag_id: str, conf: dict | None = None) -> str:
         """A manual run, then the DAG unpaused (the scheduler runs nothing of a paused DAG).
 
-        A DAG with a time schedule is triggered for the logical date its next scheduled run would have: the
-        scheduler does not create a run for a date that already has one, so unpausing it does not add a scheduled
-        run for the wall-clock hour (outside the 2020-2021 data) beside ours. The planning time comes from `conf`."""
+        A DAG with a time schedule is triggered for the logical date its next scheduled run would have, while that
+        run is due: the scheduler does not create a run for a date that already has one, so unpausing it does not
+        add a scheduled run for the wall-clock hour (outside the 2020-2021 data) beside ours. Once the next run lies
+        in the future (the scheduler would hold a run there until then), the run has no logical date. The planning
+        time comes from `conf`."""
         dag = self.wait_for_dag(dag_id)
-        body = {"logical_date": dag.get("next_dagrun_logical_date"), "conf": conf or {}}
+        run_after = dag.get("next_dagrun_run_after")
+        due = run_after is None or _utc(run_after) <= datetime.now(UTC)
+        body = {"logical_date": dag.get("next_dagrun_logical_date") if due else None, "conf": conf or {}}
         reply = self.api("POST", f"/dags/{dag_id}/dagRuns", json=body)
         assert reply.ok, reply.text
         if dag.get("is_paused"):
@@ -240,6 +245,10 @@ class AirflowServer:
                 continue  # exited meanwhile, or not ours to read
         found.pop(os.getpid(), None)
         return [f"{pid} {args}" for pid, args in sorted(found.items())]
+
+
+def _utc(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def _log_text(reply: requests.Response) -> str:

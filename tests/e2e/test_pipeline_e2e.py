@@ -1,6 +1,8 @@
 """End to end against a running Airflow (standalone, temp home, free localhost port), driven by the REST API, on the
 real data: ingest (three DAGs) → transform (started by an ingest's Asset event) → forecast_predict (tiny models) →
-plan_hourly for an `as_of` in 2021; then the plan rows and the schedule files must exist and agree.
+submit_jobs (the example job file) → plan_hourly for an `as_of` in 2021 and the hour after; then the plan rows and
+the schedule files must exist and agree, the jobs that start at once are dispatched to the replay executor, and the
+next hour loads its events (the jobs run).
 
 Reliability checks on the way:
 - two DAGs writing the warehouse at the same time (ingest_cluster, ingest_energy) both succeed;
@@ -22,6 +24,8 @@ import duckdb
 from tests.e2e.harness import AirflowServer
 
 AS_OF = "2021-07-15T12:00:00Z"
+NEXT_HOUR = "2021-07-15T13:00:00Z"
+JOBS_FILE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "jobs.yaml"
 
 
 def _ok(server: AirflowServer, dag_id: str, run_id: str, timeout_s: float = 600, not_ended_at: str | None = None):
@@ -136,12 +140,18 @@ def test_ingest_transform_forecast_plan_through_rest_api(tmp_path, data_dir):
         )
         timings["forecast_predict"] = time.monotonic() - t
         t = time.monotonic()
+        _run(server, "submit_jobs", {"file": str(JOBS_FILE), "as_of": AS_OF})
+        timings["submit_jobs"] = time.monotonic() - t
+        t = time.monotonic()
         plan_run = _run(server, "plan_hourly", {"as_of": AS_OF, "regions": [], "dry_run": False})
         timings["plan_hourly"] = time.monotonic() - t
 
         t = time.monotonic()
         _rerun_and_compare(server, "plan_hourly", plan_run, warehouse, var / "schedules")
         timings["rerun plan_hourly"] = time.monotonic() - t
+        t = time.monotonic()
+        _run(server, "plan_hourly", {"as_of": NEXT_HOUR, "regions": [], "dry_run": False})
+        timings["plan_hourly next hour"] = time.monotonic() - t
         # Exactly one transform run: no other Asset event (a skipped task, a re-run while paused) started one.
         assert len(server.runs("transform")) == 1, server.runs("transform")
     finally:
@@ -163,6 +173,14 @@ def test_ingest_transform_forecast_plan_through_rest_api(tmp_path, data_dir):
         rows = con.execute(
             "SELECT job_id, cluster FROM plan.assignments WHERE plan_id = ? ORDER BY job_id", [plan_id]
         ).fetchall()
+        dispatched = con.execute(
+            "SELECT job_id FROM plan.assignments WHERE plan_id = ? AND status = 'dispatched'", [plan_id]
+        ).fetchall()
+        states = dict(con.execute("SELECT state, count(*) FROM queue.jobs GROUP BY state").fetchall())
+        started = con.execute(
+            "SELECT count(DISTINCT job_id) FROM raw.job_events WHERE event = 'started' AND event_time = ?::TIMESTAMPTZ",
+            [AS_OF],
+        ).fetchone()[0]
     assert n_assigned == len(rows) > 0
     # The files agree with the rows: every assignment is in its cluster's JSON, and nothing else is.
     in_files = []
@@ -170,3 +188,7 @@ def test_ingest_transform_forecast_plan_through_rest_api(tmp_path, data_dir):
         doc = json.loads(path.read_text())
         in_files += [(a["job_id"], doc["cluster"]) for a in doc["assignments"]]
     assert sorted(in_files) == sorted(rows)
+    # The jobs that start at AS_OF went to the replay executor, which reports them started in the next hour's sync.
+    assert dispatched, "no job starts at the planning hour"
+    assert started == len(dispatched), (started, dispatched)
+    assert sum(states.values()) == 10 and states.get("running", 0) + states.get("finished", 0) >= len(dispatched)
