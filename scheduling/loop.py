@@ -173,9 +173,11 @@ def request_cancellations(ctx: LoopContext) -> list[str]:
 
 def apply_events(events: pd.DataFrame, ctx: LoopContext) -> dict[str, int]:
     """Move queue states after the window's events, in time order; an event of an older attempt than the job's
-    current one is history and changes nothing. Returns the number of jobs per state entered."""
+    current one is history and changes nothing. The changes are written together (`store.apply_changes`: one
+    transaction, a few statements). Returns the number of jobs per state entered."""
     current = _queue_rows(ctx.db_path, LIVE_STATES).set_index(["tenant", "job_id"])
     entered: dict[str, int] = {}
+    changes = []
     ordered = events.sort_values(["event_time", "planner_job_id", "event"], kind="mergesort")
     for event in ordered.itertuples(index=False):
         key = (event.tenant, event.job_id)
@@ -189,19 +191,14 @@ def apply_events(events: pd.DataFrame, ctx: LoopContext) -> dict[str, int]:
             target = "queued"  # a retry: planned again from the next hour
         if target == row["state"]:
             continue
-        store.set_state(
-            key,
-            target,
-            at=event.event_time,
-            reason=f"{event.executor}: {event.event} ({event.plan_id}, attempt {event.attempt})",
-            source="loop:sync",
-            db_path=ctx.db_path,
-        )
+        reason = f"{event.executor}: {event.event} ({event.plan_id}, attempt {event.attempt})"
+        changes.append((key, target, event.event_time, reason))
         entered[target] = entered.get(target, 0) + 1
         if target in LIVE_STATES:
             current.loc[key, "state"] = target
         else:
             current = current.drop(index=key)
+    store.apply_changes(changes, source="loop:sync", db_path=ctx.db_path)
     return entered
 
 

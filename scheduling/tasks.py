@@ -19,6 +19,7 @@ from scheduling.evaluation.report import run_evaluation, safe_run_id, validate_e
 from scheduling.models.measured import load_energy_profiles, load_throughput
 from scheduling.models.power import PowerModel
 from scheduling.models.registered import POWER_NAME, POWER_TARGET, PREDICTOR_NAME, PREDICTOR_TARGET
+from scheduling.output.ledger import LEDGER_SELECT, ledger, write_ledger_report
 from scheduling.planning.policies.registry import DEFAULT_POLICY
 from scheduling.queue import intake
 from scheduling.queue.checks import check_jobs
@@ -26,7 +27,9 @@ from scheduling.queue.files import read_job_file
 from scheduling.queue.intake import fleet_facts
 from scheduling.queue.spec import USER_FIELDS, JobSpecError, parse_job
 from scheduling.service import DEFAULT_DEADLINE_RESERVE, DEFAULT_HORIZON_H, validate_inputs
+from transforms.runner import build
 from warehouse import model_registry
+from warehouse.config import var_dir
 
 # ------------------------------------------------------------------------------------------------ plan_hourly
 
@@ -86,6 +89,47 @@ def dispatch(choice: dict) -> dict:
     if choice["dry_run"]:
         return {"plan_id": None, "sent": 0, "skipped": 0, "reconciled": 0, "dry_run": True}
     return loop.dispatch_plan(_hour(choice))
+
+
+# ------------------------------------------------------------------------------------------------ ledger
+
+
+def resolve_ledger_run(params: dict, data_interval_end=None, logical_date=None, run_after=None) -> dict:
+    """The checked period of one ledger DAG run, {start, end} (ISO UTC): the jobs submitted on the days of
+    [start, end). An empty `end` is the run's data interval end (else its logical date, else its run_after), an
+    empty `start` the day before `end`; never the wall clock. ValueError naming a bad value."""
+    end = str(params.get("end") or "").strip()
+    if not end:
+        for candidate in (data_interval_end, logical_date, run_after):
+            if candidate is not None:
+                end = iso_z(candidate)
+                break
+    if not end:
+        raise ValueError("no period end: set the end Param (ISO date, e.g. 2021-07-16)")
+    end_at = parse_time(end, "end")
+    start = str(params.get("start") or "").strip()
+    start_at = parse_time(start, "start") if start else end_at - pd.Timedelta(days=1)
+    if start_at >= end_at:
+        raise ValueError(f"start {start!r} must be before end {end!r}")
+    return {"start": iso_z(start_at), "end": iso_z(end_at)}
+
+
+def build_ledger(db_path=None) -> dict:
+    """Rebuild the ledger marts (marts.job_runs, carbon_ledger, carbon_ledger_daily) from raw.job_events and
+    plan.assignments with dbt; returns the selection and dbt's node counts per status. dbt's artifacts go to
+    var/dbt/ledger, so the manifest the transform DAG is rendered from (transforms/target) is never rewritten
+    while Airflow reads it."""
+    target = var_dir() / "dbt" / "ledger"
+    result = build(select=list(LEDGER_SELECT), warehouse_path=db_path, target_path=target)
+    return {"select": list(LEDGER_SELECT), "counts": result.counts}
+
+
+def ledger_report(choice: dict, out_dir=None, db_path=None) -> dict:
+    """The carbon ledger of `choice`'s period (`scheduling.output.ledger`): its totals, and the HTML report written
+    (default under var/reports/ledger/<period>/)."""
+    book = ledger(choice["start"], choice["end"], db_path=db_path)
+    index = write_ledger_report(book, out_dir)
+    return {"start": choice["start"], "end": choice["end"], "totals": to_jsonable(book.totals), "report": str(index)}
 
 
 # ------------------------------------------------------------------------------------------------ evaluate

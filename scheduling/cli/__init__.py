@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from scheduling.cli import fgd, jobs, models, operate, planning
+from scheduling.cli import bench_loop, fgd, jobs, models, operate, planning
 
-COMMAND_MODULES = (fgd, jobs, models, planning, operate)
+COMMAND_MODULES = (fgd, jobs, models, planning, operate, bench_loop)
 
 
 def main(argv: list[str] | None = None) -> int:

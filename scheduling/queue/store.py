@@ -4,6 +4,7 @@
     from scheduling.queue import store
     store.set_state("demo/job-00001", "planned", at=plan_time, reason="rolling-lp@2021-07-15T12:00:00Z")
     store.set_states(["demo/a", "demo/b"], "dispatched", at=plan_time)   # one transaction, all or nothing
+    store.apply_changes([("demo/a", "running", t1, "started"), ("demo/a", "finished", t2, None)])  # in order
     store.list_jobs(state="queued")                                       # DataFrame
     store.show_job("job-00001", tenant="demo")                           # spec, history, plan decisions
     store.cancel_job("job-00001", tenant="demo", at=now)
@@ -215,13 +216,15 @@ def replace_job(con, spec: JobSpec, at: datetime, created_from: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ state changes
-def _transition(con, row: dict, state: str, at, reason: str | None, source: str | None) -> bool:
+def _moved(row: dict, state: str) -> int | None:
+    """The job's attempts after moving `row` to `state`, or None when it is in `state` already (a no-op);
+    InvalidTransition when the queue does not allow the move."""
     key = f"{row['tenant']}/{row['job_id']}"
     current = row["state"]
     if state not in STATES:
         raise InvalidTransition(f"job {key}: unknown state {state!r}; states: {', '.join(STATES)}")
     if state == current:
-        return False
+        return None
     allowed = ALLOWED_TRANSITIONS[current]
     if state not in allowed:
         can = ", ".join(sorted(allowed)) or "none (final state)"
@@ -231,19 +234,121 @@ def _transition(con, row: dict, state: str, at, reason: str | None, source: str 
         raise InvalidTransition(
             f"job {key}: no retry left (attempts {attempts}, max_retries {row['max_retries']}); set it failed"
         )
-    if state == "dispatched":
-        attempts += 1
+    return attempts + 1 if state == "dispatched" else attempts
+
+
+def _transition(con, row: dict, state: str, at, reason: str | None, source: str | None) -> bool:
+    attempts = _moved(row, state)
+    if attempts is None:
+        return False
     con.execute(
         f"UPDATE {JOBS} SET state = ?, state_changed_at = ?, attempts = ? WHERE tenant = ? AND job_id = ?",
         [state, at, attempts, row["tenant"], row["job_id"]],
     )
-    _history_row(con, row["tenant"], row["job_id"], at, "state", current, state, reason, source)
+    _history_row(con, row["tenant"], row["job_id"], at, "state", row["state"], state, reason, source)
     return True
 
 
 def _writing(con, db_path):
     """The caller's connection as is (the caller owns it and its transaction), or a new writer."""
     return contextlib.nullcontext(con) if con is not None else writer(db_path)
+
+
+def _next_seqs(con, keys: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    """The next history seq of each of `keys`."""
+    frame = pd.DataFrame(list(dict.fromkeys(keys)), columns=["tenant", "job_id"]).astype(object)
+    con.register("_queue_keys", frame)
+    try:
+        rows = con.execute(
+            f"SELECT h.tenant, h.job_id, max(h.seq) FROM {HISTORY} h JOIN _queue_keys k USING (tenant, job_id) "
+            "GROUP BY h.tenant, h.job_id"
+        ).fetchall()
+    finally:
+        con.unregister("_queue_keys")
+    return {(t, j): int(m) + 1 for t, j, m in rows}
+
+
+def apply_changes(
+    changes: Iterable[tuple[str | tuple[str, str], str, object, str | None]],
+    *,
+    source: str | None = None,
+    db_path=None,
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> list[str]:
+    """Apply state changes `(job, state, at, reason)` in their order, all or nothing: each is checked as
+    `set_states` checks it (a job already in the state is left as is) and gets its history row, and the whole lot
+    is written with a handful of statements (the hourly sync applies an executor's window of events at once).
+    Returns the planner ids of the changes made, in order. With `con`, runs inside the caller's transaction."""
+    changes = [(split_id(job), state, utc(at).to_pydatetime(), reason) for job, state, at, reason in changes]
+    missing_tenant = [j for (t, j), *_ in changes if t is None]
+    if missing_tenant:
+        raise ValueError(f"job ids need their tenant (tenant/job_id): {missing_tenant[:5]}")
+    made: list[str] = []
+    if not changes:
+        return made
+    with _writing(con, db_path) as c:
+        ensure(c)
+        own = con is None
+        if own:
+            c.execute("BEGIN TRANSACTION")
+        try:
+            keys = [key for key, *_ in changes]
+            rows = fetch(c, keys)
+            history = []
+            for key, state, at, reason in changes:
+                if key not in rows:
+                    raise UnknownJob(f"no job {key[0]}/{key[1]} in {JOBS}")
+                row = rows[key]
+                attempts = _moved(row, state)
+                if attempts is None:
+                    continue
+                history.append((key, at, row["state"], state, reason))
+                rows[key] = {**row, "state": state, "state_changed_at": at, "attempts": attempts}
+                made.append(f"{key[0]}/{key[1]}")
+            if history:
+                _write_changes(c, history, rows, source)
+            if own:
+                c.execute("COMMIT")
+        except BaseException:
+            if own:
+                c.execute("ROLLBACK")
+            raise
+    return made
+
+
+def _write_changes(con, history: list[tuple], rows: dict, source: str | None) -> None:
+    """The final state of every changed job (one UPDATE) and a history row per change (one INSERT)."""
+    changed = list(dict.fromkeys(key for key, *_ in history))
+    seqs = _next_seqs(con, changed)
+    records = []
+    for (tenant, job_id), at, from_state, to_state, reason in history:
+        seq = seqs.get((tenant, job_id), 1)
+        seqs[(tenant, job_id)] = seq + 1
+        records.append((tenant, job_id, seq, at, "state", from_state, to_state, reason, source))
+    final = pd.DataFrame(
+        [(t, j, rows[(t, j)]["state"], rows[(t, j)]["state_changed_at"], rows[(t, j)]["attempts"]) for t, j in changed],
+        columns=["tenant", "job_id", "state", "changed_at", "attempts"],
+    )
+    log = pd.DataFrame(
+        records,
+        columns=["tenant", "job_id", "seq", "changed_at", "event", "from_state", "to_state", "reason", "source"],
+    )
+    con.register("_queue_final", final)
+    con.register("_queue_log", log)
+    try:
+        con.execute(
+            f"UPDATE {JOBS} SET state = f.state, state_changed_at = CAST(f.changed_at AS TIMESTAMPTZ), "
+            "attempts = CAST(f.attempts AS INTEGER) FROM _queue_final AS f "
+            f"WHERE {JOBS}.tenant = f.tenant AND {JOBS}.job_id = f.job_id"
+        )
+        con.execute(
+            f"INSERT INTO {HISTORY} SELECT tenant, job_id, CAST(seq AS INTEGER), CAST(changed_at AS TIMESTAMPTZ), "
+            "event, CAST(from_state AS VARCHAR), to_state, CAST(reason AS VARCHAR), CAST(source AS VARCHAR) "
+            "FROM _queue_log ORDER BY tenant, job_id, seq"
+        )
+    finally:
+        con.unregister("_queue_final")
+        con.unregister("_queue_log")
 
 
 def set_states(
@@ -260,32 +365,7 @@ def set_states(
     nothing: an unknown job or a transition `ALLOWED_TRANSITIONS` does not list raises before anything is kept.
     Returns the planner ids that changed (a job already in `state` is left as is). With `con`, runs inside the
     caller's transaction; else in one of its own."""
-    at = utc(at).to_pydatetime()
-    keys = [split_id(j) for j in jobs]
-    missing_tenant = [j for t, j in keys if t is None]
-    if missing_tenant:
-        raise ValueError(f"job ids need their tenant (tenant/job_id): {missing_tenant[:5]}")
-    changed: list[str] = []
-    with _writing(con, db_path) as c:
-        ensure(c)
-        own = con is None
-        if own:
-            c.execute("BEGIN TRANSACTION")
-        try:
-            rows = fetch(c, keys)
-            for key in keys:
-                if key not in rows:
-                    raise UnknownJob(f"no job {key[0]}/{key[1]} in {JOBS}")
-                if _transition(c, rows[key], state, at, reason, source):
-                    changed.append(f"{key[0]}/{key[1]}")
-                    rows[key] = {**rows[key], "state": state}
-            if own:
-                c.execute("COMMIT")
-        except BaseException:
-            if own:
-                c.execute("ROLLBACK")
-            raise
-    return changed
+    return apply_changes([(job, state, at, reason) for job in jobs], source=source, db_path=db_path, con=con)
 
 
 def set_state(job: str | tuple[str, str], state: str, *, at, reason=None, source=None, db_path=None, con=None) -> bool:

@@ -20,6 +20,7 @@ EXPECTED = {
     "plan_hourly",
     "evaluate",
     "submit_jobs",
+    "ledger",
 }
 
 _PROBE = r"""

@@ -191,6 +191,36 @@ def test_set_states_is_all_or_nothing(queued):
         store.set_state("a", "queued", at=T1, db_path=queued)
 
 
+def test_apply_changes_writes_many_changes_in_order_all_or_nothing(queued):
+    """What the hourly sync does with a window of events: several changes of one job in a row, others' in
+    between, re-plans that change nothing; one bad change keeps none of them."""
+    before = store.table_digest(queued)
+    bad = [("ml/a", "planned", AS_OF, "p1"), ("ml/b", "running", T1, "started")]  # queued -> running: not allowed
+    with pytest.raises(InvalidTransition, match="ml/b"):
+        store.apply_changes(bad, db_path=queued)
+    assert store.table_digest(queued) == before
+    changes = [
+        ("ml/a", "planned", AS_OF, "p1"),
+        ("ml/a", "planned", T1, "p2"),  # already planned: nothing written
+        ("ml/a", "dispatched", T1, "p2"),
+        ("ml/b", "dispatched", T1, "p2"),
+        ("ml/a", "running", T2, "replay: started"),
+    ]
+    assert store.apply_changes(changes, source="loop:sync", db_path=queued) == ["ml/a", "ml/a", "ml/b", "ml/a"]
+    a, b = stored(queued)["ml/a"], stored(queued)["ml/b"]
+    assert (a["state"], a["attempts"], a["state_changed_at"].hour) == ("running", 1, 14)
+    assert (b["state"], b["attempts"]) == ("dispatched", 1)
+    history = store.show_job("a", tenant="ml", db_path=queued)["history"]
+    assert [(h["seq"], h["from_state"], h["to_state"]) for h in history] == [
+        (1, None, "queued"),
+        (2, "queued", "planned"),
+        (3, "planned", "dispatched"),
+        (4, "dispatched", "running"),
+    ]
+    assert history[3]["reason"] == "replay: started" and history[3]["source"] == "loop:sync"
+    assert store.apply_changes([], db_path=queued) == []
+
+
 def test_set_states_inside_the_callers_transaction(queued):
     from warehouse.db import writer
 
