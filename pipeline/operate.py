@@ -23,10 +23,8 @@ from scheduling.evaluation.simulator import run_now, simulate
 from scheduling.output.ledger import Ledger, ledger, write_ledger_report
 from scheduling.queue.intake import IntakeReport, submit_mappings
 from scheduling.queue.trace import trace_frame, trace_jobs
-from transforms.runner import build
+from scheduling.tasks import build_ledger
 
-# the dbt models the ledger reads, with what they need from the loop's events and assignments
-LEDGER_SELECT = ["stg_jobs__events+", "stg_jobs__assignments+"]
 # the simulator's policies on the same jobs: the loop's policy and the baseline without carbon awareness
 BASELINE_POLICY = "performance-first"
 
@@ -76,7 +74,7 @@ def run_demo_loop(
             f"{sum(r.dispatch.get('sent', 0) for r in chunk)} dispatched, "
             f"{sum(r.sync.get('events', 0) for r in chunk)} events"
         )
-    build(select=LEDGER_SELECT)
+    build_ledger()
     book = ledger(day, day + pd.Timedelta(days=1))
     report = write_ledger_report(book)
     say("simulator: the same jobs with exact run times")
