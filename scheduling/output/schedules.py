@@ -81,6 +81,8 @@ NAMESPACE = "gpu-jobs"
 WAIT_IMAGE = "busybox:1.36"
 DEFAULT_IMAGE = "registry.invalid/gpu-jobs/REPLACE-ME:latest"  # the job's own image when the plan carries one
 SHARDS_PER_GPU = 10
+# libyaml's emitter writes the same bytes as the pure-Python one for these manifests, about 5x faster
+YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 ANN_GPU_MILLI = "alibabacloud.com/gpu-milli"
 ANN_GPU_COUNT = "alibabacloud.com/gpu-count"
 ANN_GPU_INDEX = "alibabacloud.com/gpu-index"
@@ -422,8 +424,8 @@ def render(plan: Any, plan_id: str | None = None) -> dict[str, bytes]:
             job = file_stem(str(row["job_id"]))
             record = records.get(str(row["job_id"]))
             manifest = k8s_manifest(row, meta, record)
-            files[f"k8s/{stem}/{job}.yaml"] = yaml.safe_dump(
-                manifest, sort_keys=True, default_flow_style=False, allow_unicode=True, width=1000
+            files[f"k8s/{stem}/{job}.yaml"] = yaml.dump(
+                manifest, Dumper=YAML_DUMPER, sort_keys=True, default_flow_style=False, allow_unicode=True, width=1000
             ).encode()
             files[f"slurm/{stem}/{job}.sbatch"] = slurm_header(row, meta, record).encode()
     if len(a) and a["cluster"].isna().any():
