@@ -108,7 +108,7 @@ def _speed_model(pending: pd.DataFrame, as_of, db_path=None, data_dir=None):
     if predictor is not None:
         try:
             table = predictor_speed_table(predictor, pending["job_type"].astype(str))
-            return SpeedModel(data_dir, table=table), {**info, "fallback": False}
+            return SpeedModel(data_dir, table=table, absolute=True), {**info, "fallback": False}
         except Exception as exc:  # noqa: BLE001 - a version that cannot predict these jobs: measured speeds
             info = {**info, "version": None, "source": None, "reason": f"predict failed ({type(exc).__name__}: {exc})"}
     model = SpeedModel(data_dir)
