@@ -14,7 +14,9 @@ Only the newest `per_key` runs of each (job type, GPU type) are kept, so the ref
 and follows recent behaviour. Each run is one observation. The runs are isolated observations: a run that shared
 its GPU is compared with the isolated estimate the plan used.
 
-Pure functions of their inputs (no warehouse, no torch import).
+Pure functions of their inputs (no warehouse, no torch import): the plan service reads the runs
+(`scheduling.executors.runs`) and turns the observations into speeds
+(`scheduling.models.registered.predictor_speed_table`).
 """
 
 from __future__ import annotations
