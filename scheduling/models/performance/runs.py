@@ -1,4 +1,4 @@
-"""Finished runs -> observations for the predictor's refiner (network 2), and the speed table they refine.
+"""Finished runs -> observations for the predictor's refiner (network 2), and what a plan records of them.
 
 A run of job type j on a cluster of GPU model m was planned to take P hours (its assignment's end - start) at the
 speed s the plan assumed (the assignment's `speed`, relative to a V100 at the default power limit) and took A hours
