@@ -16,6 +16,10 @@ T:
   `model.registry` whose cut-off is at or before T (`scheduling.models.registered.resolve_registered`). Without one,
   flagged (`fallback: true`): power options fitted from marts.gpu_energy_profiles / the files, speeds from Gavel's
   measured isolated throughputs. The versions used are recorded in every explanation record and in the summary.
+* **Runtime feedback**: the runs finished before T (`scheduling.executors.runs`) are observations for the
+  registered predictor's refiner (on a copy of it); the speeds then follow what those job types really did
+  (`scheduling.models.performance.runs`). The refiner state used (`feedback`: runs, job types, latest finish) is
+  recorded with the predictor's version.
 
 Writes (not in a dry run): the schedule directory (atomically, `scheduling.output.schedules`) and then plan.plans,
 plan.assignments, plan.explanations, plan.unplaced in one transaction (`scheduling.output.plan_store`), whose
@@ -37,7 +41,14 @@ from scheduling.domain.fleet import load_fleet
 from scheduling.domain.fleet_file import fleet_path, fleet_regions
 from scheduling.domain.jobs import SpeedModel
 from scheduling.domain.plan import Plan
+from scheduling.executors.runs import finished_runs
 from scheduling.explain.registry import make_explainer
+from scheduling.models.performance.runs import (
+    FEEDBACK_RUNS_PER_KEY,
+    feedback_summary,
+    reference_throughput,
+    run_observations,
+)
 from scheduling.models.registered import PREDICTOR_NAME, predictor_speed_table, resolve_registered
 from scheduling.output import plan_store, schedules
 from scheduling.output.plan_store import plan_id_for
@@ -105,18 +116,38 @@ def _power_table(fleet, db_path=None, data_dir=None, as_of=None):
     return load_power_table(fleet, data_dir=data_dir, db_path=db_path, as_of=as_of)
 
 
-def _speed_model(pending: pd.DataFrame, as_of, db_path=None, data_dir=None):
-    """(SpeedModel, info): speeds from the latest good registered predictor at `as_of`; else, flagged, Gavel's
-    measured isolated throughputs (the data the predictor is trained on; training it here would take minutes)."""
+def _speed_model(pending: pd.DataFrame, as_of, db_path=None, data_dir=None, fleet=None):
+    """(SpeedModel, info): speeds from the latest good registered predictor at `as_of`, refined by the runs finished
+    before `as_of` (runtime feedback, `_feedback`); else, flagged, Gavel's measured isolated throughputs (the data the
+    predictor is trained on; training it here would take minutes), which take no feedback."""
     predictor, info = resolve_registered(PREDICTOR_NAME, as_of=as_of, db_path=db_path)
     if predictor is not None:
         try:
-            table = predictor_speed_table(predictor, pending["job_type"].astype(str))
-            return SpeedModel(data_dir, table=table), {**info, "fallback": False}
+            observations, feedback = _feedback(predictor, as_of, db_path, data_dir, fleet)
+            table = predictor_speed_table(predictor, pending["job_type"].astype(str), observations)
+            model = SpeedModel(data_dir, table=table, absolute=True)
+            return model, {**info, "fallback": False, "feedback": feedback}
         except Exception as exc:  # noqa: BLE001 - a version that cannot predict these jobs: measured speeds
             info = {**info, "version": None, "source": None, "reason": f"predict failed ({type(exc).__name__}: {exc})"}
     model = SpeedModel(data_dir)
-    return model, {**info, "fallback": True, "source": model.source}
+    feedback = {**feedback_summary(None), "reason": "no predictor in use: measured speeds take no feedback"}
+    return model, {**info, "fallback": True, "source": model.source, "feedback": feedback}
+
+
+def _feedback(predictor, as_of, db_path=None, data_dir=None, fleet=None) -> tuple[pd.DataFrame | None, dict]:
+    """(observations, summary): the runs finished before `as_of` (`scheduling.executors.runs`, the newest
+    FEEDBACK_RUNS_PER_KEY per job type x GPU type) as observations for the predictor's refiner. Runs that cannot be
+    read leave the plan without feedback, said in the summary."""
+    try:
+        runs = finished_runs(as_of, db_path=db_path)
+    except Exception as exc:  # noqa: BLE001 - unreadable runs must not stop the plan; it plans without them
+        return None, {**feedback_summary(None), "reason": f"runs unreadable ({type(exc).__name__}: {exc})"}
+    if runs.empty:
+        return None, feedback_summary(None)
+    fleet = fleet if fleet is not None else plan_fleet(None, data_dir)
+    t0 = reference_throughput(predictor, runs["job_type"])
+    observations = run_observations(runs, t0, fleet.gpu_models, per_key=FEEDBACK_RUNS_PER_KEY)
+    return observations, feedback_summary(observations)
 
 
 def _forecasts(fleet, plan_time: pd.Timestamp, horizon_h: int, db_path=None, data_dir=None):
@@ -168,7 +199,7 @@ def make_plan(
         return Plan(plan_time=plan_time, policy=policy, forecast_version=None), info
     power_table = _power_table(fleet, db_path, data_dir, as_of=plan_time)
     table_jobs = pd.concat([jobs, arrived], ignore_index=True) if arrived is not None else jobs
-    speed_model, predictor_info = _speed_model(table_jobs, plan_time, db_path, data_dir)
+    speed_model, predictor_info = _speed_model(table_jobs, plan_time, db_path, data_dir, fleet)
     table = JobTable(
         table_jobs,
         fleet,
@@ -195,6 +226,8 @@ def _model_ref(info: dict) -> dict:
     """The part of a model's resolution recorded with a plan: name, version (None = fallback), trained_at,
     source, fallback flag, and versions skipped because their artifact would not load."""
     ref = {k: info.get(k) for k in ("name", "version", "trained_at", "source", "fallback")}
+    if "feedback" in info:
+        ref["feedback"] = info["feedback"]
     if info.get("skipped"):
         ref["skipped"] = [s["version"] for s in info["skipped"]]
     if info.get("fallback") and info.get("reason"):

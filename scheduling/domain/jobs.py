@@ -128,13 +128,19 @@ def _data_dir(data_dir) -> Path:
 
 # ---------------------------------------------------------------------------------------------------- speeds
 class SpeedModel:
-    """Throughput of a job type on a GPU model relative to a V100 (the reference of `duration_h_ref`).
+    """Throughput of a job type on a GPU model relative to a V100 at the default power limit (the reference of
+    `duration_h_ref`).
 
     Models with a Gavel type (k80/p100/v100) use Gavel's isolated, consolidated, scale-1 throughputs of that job
     type (`gavel_sim_isolated_throughputs.csv`; the same numbers the predictor is trained on); other models use the
-    fleet's `relative_speed`. Unknown job types get the median ratio of the GPU type."""
+    fleet's `relative_speed`. Unknown job types get the median ratio of the GPU type.
 
-    def __init__(self, data_dir=None, table: pd.DataFrame | None = None):
+    `table` (job_type x gpu_type) replaces the file: throughputs (only the ratios to its v100 column count), or, with
+    `absolute=True`, speeds relative to the reference, whose v100 column is each job type's own V100 speed (1
+    unless runtime feedback says otherwise); that factor then also scales the job type's other GPU types and the
+    `relative_speed` models (`reference`; 1 for job types the table lacks)."""
+
+    def __init__(self, data_dir=None, table: pd.DataFrame | None = None, absolute: bool = False):
         if table is None:
             path = _data_dir(data_dir) / "interference" / "gavel" / "gavel_sim_isolated_throughputs.csv"
             if path.exists():
@@ -145,21 +151,26 @@ class SpeedModel:
                 table = pd.DataFrame()
         self.ratio: dict[str, dict[str, float]] = {}
         self.median: dict[str, float] = {"v100": 1.0}
+        self.reference: dict[str, float] = {}
         if not table.empty and "v100" in table.columns:
             for gpu in table.columns:
                 r = (table[gpu] / table["v100"]).replace([np.inf, -np.inf], np.nan).dropna()
                 r = r[r > 0]
                 self.ratio[gpu] = r.to_dict()
                 self.median[gpu] = float(r.median()) if len(r) else 1.0
+            if absolute:
+                v = table["v100"].replace([np.inf, -np.inf], np.nan).dropna()
+                self.reference = v[v > 0].to_dict()
         self.source = "gavel-isolated-throughputs" if self.ratio else "relative_speed-only"
 
     def speed(self, job_type: str, model) -> float:
+        factor = self.reference.get(job_type, 1.0)
         if model.gavel:
             gpu = str(model.gavel)
             if gpu == "v100":
-                return 1.0
-            return float(self.ratio.get(gpu, {}).get(job_type, self.median.get(gpu, 1.0)))
-        return float(model.relative_speed or 1.0)
+                return float(factor)
+            return float(self.ratio.get(gpu, {}).get(job_type, self.median.get(gpu, 1.0)) * factor)
+        return float((model.relative_speed or 1.0) * factor)
 
     def matrix(self, job_types, fleet) -> np.ndarray:
         """(N, C) speed of each job on each cluster of the fleet."""

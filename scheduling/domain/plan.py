@@ -46,6 +46,9 @@ EXTRA_ASSIGNMENT_COLUMNS = (
     "run_now_kw",  # draw at the default power limit on that cluster, PUE included
     "run_now_duration_h",  # estimated run time there at the default limit
     "late",
+    # the speed the plan assumed on the chosen cluster, relative to a V100 at the default limit (duration_h_ref /
+    # run time at the default limit): with the run's actual time, what runtime feedback learns from
+    "speed",
 )
 UNPLACED_COLUMNS = ("job_id", "reason")
 EXPLANATION_KEYS = (
@@ -74,7 +77,7 @@ def empty_assignments() -> pd.DataFrame:
         cols[c] = pd.Series(dtype="datetime64[us, UTC]")
     for c in ("gpu_milli", "gpu_count", "cpu_milli", "memory_mib"):
         cols[c] = pd.Series(dtype="int64")
-    for c in ("power_limit_w", "expected_energy_kwh", "expected_kgco2e", "priority"):
+    for c in ("power_limit_w", "expected_energy_kwh", "expected_kgco2e", "priority", "speed"):
         cols[c] = pd.Series(dtype="float64")
     for c in ("checkpointing", "late"):
         cols[c] = pd.Series(dtype=bool)

@@ -67,10 +67,25 @@ def load_latest_good(name: str, as_of=None, db_path=None):
     return resolve_registered(name, as_of=as_of, db_path=db_path)[0]
 
 
-def predictor_speed_table(predictor, job_types, gpu_types=("k80", "p100", "v100")) -> pd.DataFrame:
-    """job_type x gpu_type isolated steps/s from a registered predictor (network 1 + network 2, so feedback the
-    version has absorbed counts): the table `scheduling.domain.jobs.SpeedModel(table=...)` turns into speeds."""
+def predictor_speed_table(
+    predictor, job_types, observations: pd.DataFrame | None = None, gpu_types=("k80", "p100", "v100")
+) -> pd.DataFrame:
+    """job_type x gpu_type speeds relative to a V100 at the default power limit, the table
+    `scheduling.domain.jobs.SpeedModel(table=..., absolute=True)` reads: isolated throughput (network 1 + network 2,
+    with the runtime `observations` conditioned on; `scheduling.models.performance.runs`) divided by the version's
+    own isolated V100 throughput T0. Without observations the v100 column is exactly 1 and the others are the
+    version's throughput ratios. The registered `predictor` is never changed: the observations go to a copy."""
     types = sorted(set(job_types))
+    raw = _throughputs(predictor, types, gpu_types)
+    t0 = raw["v100"]
+    if observations is not None and len(observations):
+        refined = predictor.copy()
+        refined.observe(observations)
+        raw = _throughputs(refined, types, gpu_types)
+    return raw.div(t0, axis=0)
+
+
+def _throughputs(predictor, types: list[str], gpu_types) -> pd.DataFrame:
     out = pd.DataFrame(index=pd.Index(types, name="job_type"))
     for gpu in gpu_types:
         out[gpu] = predictor.isolated(pd.DataFrame({"job_type": types}), gpu)

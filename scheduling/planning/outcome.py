@@ -116,6 +116,7 @@ class PlanOutcome:
                     "home_zone": np.array(p.zones, dtype=object)[home],
                     "run_now_kw": p.kw[sel, 0, home],
                     "run_now_duration_h": p.dur[sel, 0, home],
+                    "speed": p.speed[sel, cc] if p.speed is not None else np.full(len(sel), np.nan),
                 }
             )
             a = a[list(ASSIGNMENT_COLUMNS + EXTRA_ASSIGNMENT_COLUMNS)]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from scheduling.domain.jobs import SpeedModel, durations, hostable
+from scheduling.domain.jobs import SpeedModel, hostable
 from scheduling.planning.power_options import PowerTable, load_power_table, option_arrays
 
 HOUR_NS = 3_600_000_000_000
@@ -86,6 +86,8 @@ class PlanningProblem:
     * `allowed` (N, C) the cluster can host the job (GPU model constraint and node shape).
     * `transfer_kwh` (N, C) network energy if the job runs on that cluster (0 in its home region); `home` (N,)
       home cluster index (-1: not in this fleet).
+    * `speed` (N, C) or None: the speed behind `dur` (relative to a V100 at the default limit), recorded with each
+      assignment for runtime feedback.
     """
 
     now: pd.Timestamp
@@ -124,6 +126,7 @@ class PlanningProblem:
     # hours left of each one's current run
     running: PlanningProblem | None = None
     runs_on: np.ndarray | None = None
+    speed: np.ndarray | None = None  # (N, C) speed relative to a V100 at the default limit (None: not recorded)
 
     @property
     def n_jobs(self) -> int:
@@ -188,7 +191,9 @@ class JobTable:
         self.speed_model = speed_model or SpeedModel(data_dir)
         self.power_table = power_table or load_power_table(fleet, data_dir=data_dir)
         n, C = len(self.jobs), len(fleet)
-        base = durations(self.jobs, fleet, self.speed_model)  # (N, C) at the default limit
+        # (N, C) speed relative to a V100 and run time at the default limit (`scheduling.domain.jobs.durations`)
+        self.speed = self.speed_model.matrix(self.jobs["job_type"], fleet)
+        base = self.jobs["duration_h_ref"].to_numpy(float)[:, None] / np.maximum(self.speed, 1e-6)
         tf, pw, lw = option_arrays(fleet, self.power_table, power_aware=True)
         self.K = tf.shape[0]
         self.base_dur = base
@@ -281,6 +286,7 @@ class JobTable:
             renewable=renewable,
             free_other=free_other,
             req_other=self.req_other[idx] if free_other is not None else None,
+            speed=self.speed[idx],
         )
 
 

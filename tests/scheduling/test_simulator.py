@@ -225,7 +225,7 @@ def test_evaluation_forecasts_keep_the_backtest(tmp_warehouse, data_dir):
 
 def test_plan_hour_api(data_dir):
     from scheduling.domain.fleet import load_fleet
-    from scheduling.domain.jobs import generate_jobs
+    from scheduling.domain.jobs import SpeedModel, generate_jobs
     from scheduling.planning.session import plan_hour
 
     fleet = load_fleet(regions=3, data_dir=data_dir)
@@ -248,6 +248,15 @@ def test_plan_hour_api(data_dir):
     assert plan.forecast_version.startswith("naive-24")
     disp = plan.dispatched()
     assert disp["node"].notna().all()
+    # each assignment records the speed its run time assumed (relative to a V100 at the default limit)
+    a = plan.assignments.merge(jobs[["job_id", "job_type", "duration_h_ref"]], on="job_id")
+    models = [fleet.model_of(fleet.index(c)) for c in a["cluster"]]
+    speed = SpeedModel(data_dir)
+    np.testing.assert_allclose(a["speed"], [speed.speed(t, m) for t, m in zip(a["job_type"], models)])
+    full = (a["power_limit_w"] == [m.peak_w for m in models]).to_numpy()
+    planned_h = (a["end_time"] - a["start_time"]).dt.total_seconds() / 3600.0
+    assert full.any()
+    np.testing.assert_allclose((a["duration_h_ref"] / a["speed"])[full], planned_h[full], rtol=1e-6)
 
 
 def test_cli_evaluate_json_only(capsys, data_dir, tmp_path):

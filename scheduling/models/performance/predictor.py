@@ -13,6 +13,7 @@ feature-based estimate.
 from __future__ import annotations
 
 import json
+from copy import deepcopy
 from pathlib import Path
 
 import numpy as np
@@ -100,6 +101,11 @@ class PerformancePredictor:
         return cls(prior, refiner, metadata=meta)
 
     # -- feedback ----------------------------------------------------------------------------------------------
+    def copy(self) -> PerformancePredictor:
+        """A predictor that shares the trained networks (only read when predicting) and has its own feedback and
+        metadata: `observe` on the copy leaves this one, e.g. a cached registered version, as it is."""
+        return PerformancePredictor(self.prior, self.refiner, self.feedback.copy(), deepcopy(self.metadata))
+
     def observe(self, feedback) -> int:
         """Add runtime measurements: rows with job_type (+ job features), gpu_type, partner_job_type (None for
         isolated), steps_per_s of the job. Returns the number of stored observations. Network 1 is untouched;

@@ -506,6 +506,7 @@ class RollingLP(PlacementPolicy):
             capacity_price=more(p.capacity_price, 1),
             release_c=more(p.release_c, 1),
             free_other=more(p.free_other, 2),
+            speed=more(p.speed, 1),
         )
         return split, np.concatenate([np.arange(C), cs_arr])
 
@@ -521,6 +522,7 @@ def _with_expected(p):
         per_job["req_other"] = np.concatenate([p.req_other, e.req_other])
     if p.release_c is not None:
         per_job["release_c"] = np.concatenate([p.release_c, np.repeat(e.release[:, None], p.n_clusters, 1)])
+    per_job["speed"] = np.concatenate([p.speed, e.speed]) if p.speed is not None and e.speed is not None else None
     return dataclasses.replace(
         p, jobs=pd.concat([p.jobs, e.jobs], ignore_index=True), pods=None, expected=None, **per_job
     )
@@ -548,6 +550,8 @@ def _subset(p, idx: np.ndarray):
         per_job["release_c"] = p.release_c[idx]
     if p.pods is not None:
         per_job["pods"] = [p.pods[i] for i in idx]
+    if p.speed is not None:
+        per_job["speed"] = p.speed[idx]
     return dataclasses.replace(p, jobs=p.jobs.iloc[idx].reset_index(drop=True), **per_job)
 
 
