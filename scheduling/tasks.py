@@ -34,16 +34,20 @@ from warehouse.config import var_dir
 # ------------------------------------------------------------------------------------------------ plan_hourly
 
 
+def _run_time(params: dict, name: str, run_times) -> str:
+    """The Param `name` when set, else the first of the run's times given (data interval end, logical date,
+    run_after) as ISO; "" when there is none. Never the wall clock."""
+    value = str(params.get(name) or "").strip()
+    if value:
+        return value
+    return next((iso_z(t) for t in run_times if t is not None), "")
+
+
 def resolve_plan_run(params: dict, data_interval_end=None, logical_date=None, run_after=None) -> dict:
     """The checked settings of one plan_hourly DAG run: the planning time is the `as_of` Param when given, else
     the run's data interval end, else its logical date, else its run_after (a manual run without a date), floored
     to the hour; never the wall clock. ValueError naming the bad value."""
-    as_of = str(params.get("as_of") or "").strip()
-    if not as_of:
-        for candidate in (data_interval_end, logical_date, run_after):
-            if candidate is not None:
-                as_of = iso_z(candidate)
-                break
+    as_of = _run_time(params, "as_of", (data_interval_end, logical_date, run_after))
     if not as_of:
         raise ValueError("no planning time: set the as_of Param (ISO, e.g. 2021-07-15T12:00Z)")
     dry_run = params.get("dry_run", False)
@@ -98,12 +102,7 @@ def resolve_ledger_run(params: dict, data_interval_end=None, logical_date=None, 
     """The checked period of one ledger DAG run, {start, end} (ISO UTC): the jobs submitted on the days of
     [start, end). An empty `end` is the run's data interval end (else its logical date, else its run_after), an
     empty `start` the day before `end`; never the wall clock. ValueError naming a bad value."""
-    end = str(params.get("end") or "").strip()
-    if not end:
-        for candidate in (data_interval_end, logical_date, run_after):
-            if candidate is not None:
-                end = iso_z(candidate)
-                break
+    end = _run_time(params, "end", (data_interval_end, logical_date, run_after))
     if not end:
         raise ValueError("no period end: set the end Param (ISO date, e.g. 2021-07-16)")
     end_at = parse_time(end, "end")
@@ -279,12 +278,7 @@ def resolve_submission(params: dict, data_interval_end=None, logical_date=None, 
     this first task, naming the field and the value; a file is read here (a file that cannot be read fails), its
     jobs are checked one by one by the submit task. `as_of` (the submission time of jobs without submitted_at) is
     the `as_of` Param, else the run's data interval end, logical date or run_after; never the wall clock."""
-    as_of = str(params.get("as_of") or "").strip()
-    if not as_of:
-        for candidate in (data_interval_end, logical_date, run_after):
-            if candidate is not None:
-                as_of = iso_z(candidate)
-                break
+    as_of = _run_time(params, "as_of", (data_interval_end, logical_date, run_after))
     if not as_of:
         raise ValueError("no submission time: set the as_of Param (ISO, e.g. 2021-07-15T12:00Z)")
     as_of = iso_z(parse_time(as_of, "as_of"))
