@@ -17,7 +17,7 @@ from tabulate import tabulate
 
 from forecasting import service as forecast_service
 from forecasting.service import cutoff_from
-from pipeline.operate import run_demo_loop
+from pipeline.operate import planning_forecast_models, run_demo_loop
 from scheduling.planning.policies.registry import DEFAULT_POLICY
 from scheduling.tasks import train_models
 from transforms.runner import build
@@ -106,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
         n_jobs=args.loop_jobs,
         hours=args.loop_hours,
         policy=args.policy,
+        forecast_models=planning_forecast_models(r.model for r in trained if r.status == "good"),
         progress=lambda msg: print(f"   {msg}", flush=True),
     )
     print(tabulate([demo.ledger.totals], headers="keys", floatfmt=".3f"))

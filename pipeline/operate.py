@@ -21,6 +21,7 @@ from scheduling import loop
 from scheduling.evaluation.scenario import scenario_for_jobs
 from scheduling.evaluation.simulator import run_now, simulate
 from scheduling.output.ledger import Ledger, ledger, write_ledger_report
+from scheduling.planning.forecasts import PREFERRED_MODELS
 from scheduling.queue.intake import IntakeReport, submit_mappings
 from scheduling.queue.trace import trace_frame, trace_jobs
 from scheduling.tasks import build_ledger
@@ -46,10 +47,12 @@ def run_demo_loop(
     hours: int = 48,
     forecast_every_h: int = 6,
     policy: str | None = None,
+    forecast_models=None,
     progress=None,
 ) -> LoopDemo:
     """Submit `n_jobs` trace jobs of the day of `as_of`, run the loop `hours` hours from its midnight, build the
-    ledger marts and write the ledger report; `progress(message)` hears about each step."""
+    ledger marts and write the ledger report; `forecast_models`: the forecasters issued every `forecast_every_h`
+    hours (default the service's set); `progress(message)` hears about each step."""
     if hours < 1 or forecast_every_h < 1:
         raise ValueError("hours and forecast_every_h must be ≥ 1")
     say = progress or (lambda _msg: None)
@@ -65,7 +68,7 @@ def run_demo_loop(
     issues = 0
     for first in range(0, hours, forecast_every_h):
         start = day + first * HOUR
-        forecast_service.predict(start, horizon=96)
+        forecast_service.predict(start, horizon=96, models=forecast_models)
         issues += 1
         chunk = loop.run_hours(start, min(forecast_every_h, hours - first), **settings)
         results.extend(chunk)
@@ -81,6 +84,13 @@ def run_demo_loop(
     finished = book.jobs.loc[book.jobs["outcome"] == "finished", "job_id"]
     simulated = simulate_same_jobs(day, n_jobs, ctx.fleet, [ctx.policy, BASELINE_POLICY], job_ids=finished)
     return LoopDemo(intake, results, issues, book, report, simulated)
+
+
+def planning_forecast_models(available) -> list[str] | None:
+    """The one forecaster of `available` the plans read (the planner's preference order), so the loop issues only
+    that one; None (the service's set) when none of them is available."""
+    have = set(available)
+    return next(([m] for m in PREFERRED_MODELS if m in have), None)
 
 
 def simulate_same_jobs(day, n_jobs: int, fleet, policies, job_ids=None) -> list[dict]:
