@@ -12,18 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from common.timeutil import HOUR, utc
 from forecasting import service as forecast_service
 from scheduling import loop
-from scheduling.evaluation.scenario import scenario_for_jobs
-from scheduling.evaluation.simulator import run_now, simulate
+from scheduling.evaluation.same_jobs import simulate_same_jobs
 from scheduling.output.ledger import Ledger, ledger, write_ledger_report
 from scheduling.planning.forecasts import PREFERRED_MODELS
 from scheduling.queue.intake import IntakeReport, submit_mappings
-from scheduling.queue.trace import trace_frame, trace_jobs
+from scheduling.queue.trace import trace_jobs
 from scheduling.tasks import build_ledger
 
 # the simulator's policies on the same jobs: the loop's policy and the baseline without carbon awareness
@@ -91,29 +89,3 @@ def planning_forecast_models(available) -> list[str] | None:
     that one; None (the service's set) when none of them is available."""
     have = set(available)
     return next(([m] for m in PREFERRED_MODELS if m in have), None)
-
-
-def simulate_same_jobs(day, n_jobs: int, fleet, policies, job_ids=None) -> list[dict]:
-    """One row per policy: the simulator's run of the loop's jobs (the same trace draw, on the same fleet, planned
-    from the stored forecasts), valued against the same run-now counterfactual as the ledger, summed over
-    `job_ids` (the intake's ids, e.g. the jobs the ledger counts as finished; default all)."""
-    jobs = trace_frame(day, n_jobs, fleet)
-    sc = scenario_for_jobs(jobs, fleet, day, 24)
-    intake_ids = f"{utc(day):%Y%m%d}-" + jobs["job_id"].astype(str)
-    keep = intake_ids.isin(set(job_ids)).to_numpy() if job_ids is not None else np.ones(len(jobs), dtype=bool)
-    base = float(run_now(sc)["kg"][keep].sum())
-    rows = []
-    for policy in policies:
-        result = simulate(sc, policy)
-        kg = float(result.records["kgco2e"].to_numpy()[keep].sum())
-        rows.append(
-            {
-                "policy": policy,
-                "jobs": int(keep.sum()),
-                "deadlines_met_pct": round(100 * float(result.records["met_deadline"].to_numpy()[keep].mean()), 2),
-                "kgco2e": round(kg, 3),
-                "run_now_kgco2e": round(base, 3),
-                "saving_pct": round(100 * (1 - kg / base), 2) if base else None,
-            }
-        )
-    return rows

@@ -116,7 +116,7 @@ def _power_table(fleet, db_path=None, data_dir=None, as_of=None):
     return load_power_table(fleet, data_dir=data_dir, db_path=db_path, as_of=as_of)
 
 
-def _speed_model(pending: pd.DataFrame, as_of, db_path=None, data_dir=None, fleet=None):
+def plan_speed_model(pending: pd.DataFrame, as_of, db_path=None, data_dir=None, fleet=None):
     """(SpeedModel, info): speeds from the latest good registered predictor at `as_of`, refined by the runs finished
     before `as_of` (runtime feedback, `_feedback`); else, flagged, Gavel's measured isolated throughputs (the data the
     predictor is trained on; training it here would take minutes), which take no feedback."""
@@ -199,7 +199,7 @@ def make_plan(
         return Plan(plan_time=plan_time, policy=policy, forecast_version=None), info
     power_table = _power_table(fleet, db_path, data_dir, as_of=plan_time)
     table_jobs = pd.concat([jobs, arrived], ignore_index=True) if arrived is not None else jobs
-    speed_model, predictor_info = _speed_model(table_jobs, plan_time, db_path, data_dir, fleet)
+    speed_model, predictor_info = plan_speed_model(table_jobs, plan_time, db_path, data_dir, fleet)
     table = JobTable(
         table_jobs,
         fleet,

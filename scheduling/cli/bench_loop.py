@@ -95,7 +95,7 @@ def bench_fleet(fleet_gpus: int, data_dir=None):
     return fleet.scaled(fleet_gpus) if fleet_gpus else fleet
 
 
-def _copy_warehouse(source: Path | None, target: Path) -> bool:
+def copy_warehouse(source: Path | None, target: Path) -> bool:
     """Copy the warehouse file (under its shared lock) and drop the loop's state in the copy. False when there is
     no warehouse to copy: the copy then starts empty and the plan reads the grid from the DATA_DIR files."""
     if source is not None and source.exists():
@@ -288,7 +288,7 @@ def bench_loop(
     with tempfile.TemporaryDirectory(prefix="bench-loop-") as tmp:
         tmp = Path(tmp)
         prepared = tmp / "prepared.duckdb"
-        copied = _copy_warehouse(source, prepared)
+        copied = copy_warehouse(source, prepared)
         with reader(prepared) as con:
             grid_mart = table_exists(con, "marts.grid_hourly")
         state = prepare(

@@ -215,6 +215,7 @@ def scenario_for_jobs(
     hours: int,
     *,
     forecasts: str = "auto",
+    speed_model: SpeedModel | None = None,
     db_path=None,
     data_dir=None,
     tail_days: int = DEFAULT_TAIL_DAYS,
@@ -223,7 +224,7 @@ def scenario_for_jobs(
     [start, start + hours) on `fleet` as it is (no load sizing): the simulator's side of a comparison with the
     operating loop on the same jobs."""
     start = utc(start).floor("h")
-    speed = SpeedModel(data_dir)
+    speed = speed_model or SpeedModel(data_dir)
     power = load_power_table(fleet, data_dir=data_dir, db_path=db_path, as_of=start)
     table = JobTable(jobs, fleet, speed, power)
     end = start + (int(hours) + tail_days * 24 + 24 * 8) * HOUR

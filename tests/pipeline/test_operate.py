@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.operate import planning_forecast_models, simulate_same_jobs
+from pipeline.operate import planning_forecast_models
+from scheduling.evaluation.same_jobs import simulate_same_jobs
 from scheduling.queue.trace import trace_jobs
 from scheduling.service import plan_fleet
 

@@ -138,7 +138,7 @@ def test_plan_uses_and_records_the_latest_good_versions(registry_db, data_dir, t
     fallback = load_power_table(fleet, data_dir=data_dir, db_path=tmp_path / "empty.duckdb", as_of=PLAN_TIME)
     assert fallback.model_info["fallback"] is True and len(fallback.options("T4")) > 1
     jobs = pd.DataFrame({"job_type": ["ResNet-50 (batch size 64)", "LM (batch size 20)"]})
-    speed, info = plan_service._speed_model(jobs, PLAN_TIME, db, data_dir)
+    speed, info = plan_service.plan_speed_model(jobs, PLAN_TIME, db, data_dir)
     assert info["version"] == versions[PREDICTOR_NAME]["good"]
     model, _ = resolve_registered(PREDICTOR_NAME, as_of=PLAN_TIME, db_path=db)
     expected = model.isolated(jobs, "k80") / model.isolated(jobs, "v100")
