@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pandas as pd
 
 HOUR = pd.Timedelta(hours=1)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def utc(value) -> pd.Timestamp:
@@ -25,7 +28,9 @@ def utc_hour(value) -> pd.Timestamp:
 
 def iso_z(value) -> str:
     """ISO 8601 in UTC with a `Z`, seconds precision: 2021-07-15T12:00:00Z."""
-    return utc(value).floor("s").strftime("%Y-%m-%dT%H:%M:%SZ")
+    # whole seconds from the epoch by integer division: Timestamp.floor costs ~30x more, and plans format many times
+    seconds = utc(value).value // 1_000_000_000
+    return (_EPOCH + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_time(value, name: str) -> pd.Timestamp:

@@ -21,6 +21,7 @@ dispatched as pending and their runs as not yet running, so it is the same plan.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -48,7 +49,7 @@ from scheduling.service import (
     validate_inputs,
     write_plan,
 )
-from warehouse.db import reader, table_exists
+from warehouse.db import reader, session, table_exists
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,18 @@ def context(
     )
 
 
+def one_connection(step):
+    """Run a step (its first argument: the LoopContext) on one warehouse connection (`warehouse.db.session`): a
+    step opens the warehouse dozens of times, and each open and close of a large file costs tens of ms."""
+
+    @functools.wraps(step)
+    def wrapped(ctx, *args, **kwargs):
+        with session(ctx.db_path):
+            return step(ctx, *args, **kwargs)
+
+    return wrapped
+
+
 # ------------------------------------------------------------------------------------------------ 1. sync
 
 
@@ -202,6 +215,7 @@ def apply_events(events: pd.DataFrame, ctx: LoopContext) -> dict[str, int]:
     return entered
 
 
+@one_connection
 def sync(ctx: LoopContext) -> dict:
     """Step 1 (see the module doc): staged submissions, cancellations, the executors' events of [T-1h, T)."""
     T = ctx.plan_time
@@ -281,6 +295,7 @@ def inputs(ctx: LoopContext) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     return pending, running.reset_index(drop=True), arrived
 
 
+@one_connection
 def plan(ctx: LoopContext, *, dry_run: bool = False, created_from: str = "loop") -> tuple[Plan, dict, pd.DataFrame]:
     """Step 2 (see the module doc): (the plan, its summary, the pending job frame)."""
     t0 = time.perf_counter()
@@ -306,6 +321,7 @@ def plan(ctx: LoopContext, *, dry_run: bool = False, created_from: str = "loop")
         created_from=created_from,
         explainer=ctx.explainer,
         started=t0,
+        job_files={cluster: executor.job_files for cluster, executor in ctx.executors.items()},
     )
     summary["files"] = len(summary["files"])
     if not dry_run and len(result.assignments):
@@ -325,6 +341,7 @@ def plan(ctx: LoopContext, *, dry_run: bool = False, created_from: str = "loop")
 # ------------------------------------------------------------------------------------------------ 3. dispatch
 
 
+@one_connection
 def dispatch_plan(ctx: LoopContext, result: Plan | None = None, pending: pd.DataFrame | None = None) -> dict:
     """Step 3 (see the module doc): the plan's jobs that start at T, to their clusters' executors, exactly once;
     those jobs -> dispatched. `result`/`pending` default to the stored plan of the hour and the queue."""

@@ -287,8 +287,10 @@ def write_plan(
     created_from: str = "service",
     explainer=None,
     started: float | None = None,
+    job_files: dict | None = None,
 ) -> dict:
-    """Write `plan` (see the module doc) with its explanation texts; returns the summary: plan_id, plan_time,
+    """Write `plan` (see the module doc) with its explanation texts (`job_files`: cluster -> the per-job schedule
+    files it gets, see `schedules.render`); returns the summary: plan_id, plan_time,
     policy, dry_run, forecast_version, forecast_source, n_jobs, n_assigned, n_dispatched (start now), n_unplaced,
     n_running, n_arrived_dispatched, expected_kgco2e, schedule_dir, files, tables, models, seconds."""
     t0 = time.perf_counter() if started is None else started
@@ -301,7 +303,9 @@ def write_plan(
         plan_store.write_plan(plan, texts=texts, explanations_only=True, created_from=created_from, db_path=db_path)
         tables = ["plan.explanations"]
     else:
-        result = schedules.write_schedules(plan, schedule_root, plan_id=plan_id)  # files first, then the rows
+        result = schedules.write_schedules(
+            plan, schedule_root, plan_id=plan_id, job_files=job_files
+        )  # files first, then the rows
         schedule_dir, files = str(result.path), result.files
         plan_store.write_plan(plan, schedule_dir=schedule_dir, texts=texts, created_from=created_from, db_path=db_path)
         tables = ["plan.plans", "plan.assignments", "plan.explanations", "plan.unplaced"]

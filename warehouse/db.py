@@ -3,12 +3,14 @@
 DuckDB lets one process open a file for writing, and no other process may open it meanwhile. Every process
 that touches the warehouse therefore goes through an advisory file lock beside the database: writers take it
 exclusively, readers shared. Airflow additionally serializes warehouse tasks with a one-slot pool; the lock makes
-the CLI, tests and ad-hoc scripts safe too. Connections are short-lived: open, do the work, close.
+the CLI, tests and ad-hoc scripts safe too. Connections are short-lived: open, do the work, close; a step that
+opens many in a row (one hour of the operating loop) holds one for its duration with `session`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import fcntl
 import hashlib
 import json
@@ -71,6 +73,38 @@ class WarehouseLockTimeout(RuntimeError):
     pass
 
 
+# (resolved path, connection) of the `session` this context is in, if any
+_SESSION: contextvars.ContextVar[tuple[Path, duckdb.DuckDBPyConnection] | None] = contextvars.ContextVar(
+    "warehouse_session", default=None
+)
+
+
+def _session_connection(path) -> duckdb.DuckDBPyConnection | None:
+    active = _SESSION.get()
+    if active is None or _shared_target(path) is not None:
+        return None
+    db_path = Path(path) if path else warehouse_path()
+    return active[1] if db_path.resolve() == active[0] else None
+
+
+@contextlib.contextmanager
+def session(path: Path | str | None = None, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold the writing connection for a block of work: every `reader`/`writer` of the same warehouse inside it
+    (in this thread of control) reuses it instead of opening its own. Opening and closing a connection costs tens of
+    milliseconds on a large file, and a loop hour opens dozens. Nested sessions reuse the outer one; the shared
+    catalogs (no file lock) are not held."""
+    if _shared_target(path) is not None or _session_connection(path) is not None:
+        yield
+        return
+    db_path = (Path(path) if path else warehouse_path()).resolve()
+    with writer(db_path, timeout_s=timeout_s) as con:
+        token = _SESSION.set((db_path, con))
+        try:
+            yield
+        finally:
+            _SESSION.reset(token)
+
+
 @contextlib.contextmanager
 def _file_lock(path: Path, exclusive: bool, timeout_s: float) -> Iterator[None]:
     lock_path = path.with_name(path.name + ".lock")
@@ -114,7 +148,12 @@ def _connect(path: Path, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyCo
 @contextlib.contextmanager
 def writer(path: Path | str | None = None, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[duckdb.DuckDBPyConnection]:
     """The one writing connection: exclusive lock, schemas ensured, closed on exit. With WAREHOUSE_CATALOG=ducklake
-    or motherduck (and no explicit path): a connection to the shared catalog, which arbitrates writers itself."""
+    or motherduck (and no explicit path): a connection to the shared catalog, which arbitrates writers itself.
+    Inside a `session` of the same warehouse: the session's connection."""
+    held = _session_connection(path)
+    if held is not None:
+        yield held
+        return
     target = _shared_target(path)
     if target is not None:
         con = catalog.connect(target)
@@ -141,7 +180,12 @@ def writer(path: Path | str | None = None, timeout_s: float = LOCK_TIMEOUT_S) ->
 @contextlib.contextmanager
 def reader(path: Path | str | None = None, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[duckdb.DuckDBPyConnection]:
     """A read-only connection (shared lock). Fails clearly when the warehouse does not exist yet. Shared catalog:
-    the lake attached read-only (or the MotherDuck database), no file lock."""
+    the lake attached read-only (or the MotherDuck database), no file lock. Inside a `session` of the same
+    warehouse: the session's (writing) connection."""
+    held = _session_connection(path)
+    if held is not None:
+        yield held
+        return
     target = _shared_target(path)
     if target is not None:
         con = catalog.connect(target, read_only=True)

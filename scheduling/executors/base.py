@@ -165,6 +165,9 @@ class Executor(ABC):
     """Runs what plans dispatch; reports what happened (see the module doc for each method's contract)."""
 
     kind: str = ""
+    # the per-job files of the plan's schedule directory this executor's clusters get (`schedules.JOB_FILES`):
+    # what a person or system starting the jobs by hand reads; an executor that reads the plan rows needs none
+    job_files: tuple[str, ...] = ("k8s", "slurm")
 
     def __init__(self, name: str | None = None):
         self.name = str(name or self.kind)

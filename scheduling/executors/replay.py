@@ -143,6 +143,7 @@ class ReplayExecutor(Executor):
     """Runs in replayed time (see the module doc). Settings: `truth`, `sigma`, `failure_rate`, `seed`, `name`."""
 
     kind = "replay"
+    job_files = ()  # it runs the dispatch items; no Pod manifests or batch scripts to read
     SETTINGS = ("name", "truth", "sigma", "failure_rate", "seed")
 
     def __init__(

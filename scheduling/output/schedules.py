@@ -13,6 +13,9 @@ Layout of `<root>/<plan time>/` (plan time filesystem-safe, e.g. ``2021-07-15T12
     slurm/<cluster>/<job>.sbatch      one Slurm batch header per job
     index.json                        every other file with its sha256 and size (written last)
 
+The per-job files (`JOB_FILES`) are written for every cluster by default; `job_files` (cluster -> kinds) limits
+them to what each cluster's executor reads (the replay executor reads none).
+
 Kubernetes manifests follow the GPU-sharing annotations of the openb trace's simulator (hkust-adsl/
 kubernetes-scheduler-simulator, `pod_csv_to_yaml.py`; the openb README itself names none):
 ``alibabacloud.com/gpu-milli`` (share per device, 1000 = whole GPU), ``alibabacloud.com/gpu-count``,
@@ -88,6 +91,7 @@ ANN_GPU_COUNT = "alibabacloud.com/gpu-count"
 ANN_GPU_INDEX = "alibabacloud.com/gpu-index"
 ANN_GPU_MODEL = "alibabacloud.com/gpu-card-model"
 INDEX = "index.json"
+JOB_FILES = ("k8s", "slurm")
 
 
 # ------------------------------------------------------------------------------------------------ names
@@ -392,8 +396,9 @@ def slurm_header(row: dict, meta: dict, record: dict | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(plan: Any, plan_id: str | None = None) -> dict[str, bytes]:
-    """Every file of the schedule directory (relative path -> bytes), except index.json. Pure: no I/O."""
+def render(plan: Any, plan_id: str | None = None, job_files: dict | None = None) -> dict[str, bytes]:
+    """Every file of the schedule directory (relative path -> bytes), except index.json. Pure: no I/O.
+    `job_files`: cluster -> the per-job file kinds (`JOB_FILES`) it gets; None = all of them everywhere."""
     fields = plan_fields(plan)
     plan_id = plan_id or plan_id_for(fields["policy"], fields["plan_time"])
     meta = _plan_meta(fields, plan_id)
@@ -420,14 +425,24 @@ def render(plan: Any, plan_id: str | None = None) -> dict[str, bytes]:
         doc = {"plan": meta, "cluster": cluster, "regions": regions, "assignments": _assignment_records(part)}
         stem = file_stem(cluster)
         files[f"clusters/{stem}.json"] = (canonical_json(doc, indent=2) + "\n").encode()
+        kinds = JOB_FILES if job_files is None else tuple(job_files.get(cluster, JOB_FILES))
+        if not kinds:
+            continue
         for row in part.to_dict(orient="records"):
             job = file_stem(str(row["job_id"]))
             record = records.get(str(row["job_id"]))
-            manifest = k8s_manifest(row, meta, record)
-            files[f"k8s/{stem}/{job}.yaml"] = yaml.dump(
-                manifest, Dumper=YAML_DUMPER, sort_keys=True, default_flow_style=False, allow_unicode=True, width=1000
-            ).encode()
-            files[f"slurm/{stem}/{job}.sbatch"] = slurm_header(row, meta, record).encode()
+            if "k8s" in kinds:
+                manifest = k8s_manifest(row, meta, record)
+                files[f"k8s/{stem}/{job}.yaml"] = yaml.dump(
+                    manifest,
+                    Dumper=YAML_DUMPER,
+                    sort_keys=True,
+                    default_flow_style=False,
+                    allow_unicode=True,
+                    width=1000,
+                ).encode()
+            if "slurm" in kinds:
+                files[f"slurm/{stem}/{job}.sbatch"] = slurm_header(row, meta, record).encode()
     if len(a) and a["cluster"].isna().any():
         raise ValueError("assignments: every assignment needs a cluster")
     return files
@@ -544,9 +559,10 @@ def write_schedules(
     root: str | Path | None = None,
     *,
     plan_id: str | None = None,
+    job_files: dict | None = None,
     _fault: Callable[[str, str | None], None] = _noop,
 ) -> ScheduleResult:
-    """Write the schedule directory of `plan` under `root` atomically (see the module doc).
+    """Write the schedule directory of `plan` under `root` atomically (see the module doc; `job_files` as `render`).
 
     `_fault(stage, path)` is a test hook: called after each file ("file", path), then ("built", None) before the
     swap, ("swapped", None) between renames (fallback path only) and ("done", None)."""
@@ -554,7 +570,7 @@ def write_schedules(
     fields = plan_fields(plan)
     plan_id = plan_id or plan_id_for(fields["policy"], fields["plan_time"])
     name = schedule_dirname(fields["plan_time"])
-    files = render(plan, plan_id)
+    files = render(plan, plan_id, job_files)
     files[INDEX] = index_document(files, _plan_meta(fields, plan_id))
     final = root / name
     with _root_lock(root):

@@ -219,3 +219,19 @@ def test_verify_detects_tampering(tmp_path):
 def test_default_root_from_env(tmp_path, monkeypatch):
     monkeypatch.setenv("SCHEDULES_DIR", str(tmp_path / "elsewhere"))
     assert schedules.schedule_dir_for("2021-07-15T12:00Z") == tmp_path / "elsewhere" / "2021-07-15T12-00Z"
+
+
+def test_job_files_follow_each_clusters_executor(tmp_path):
+    """A cluster whose executor reads no per-job files (replay) gets its cluster JSON only; the others keep the
+    kinds they name; clusters not named get every kind."""
+    full = write_schedules(sample_plan(), tmp_path / "full")
+    part = write_schedules(sample_plan(), tmp_path / "part", job_files={"usw-v100m32": (), "eun-g2": ("slurm",)})
+    files = set(part.files)
+    assert "clusters/usw-v100m32.json" in files and "clusters/eun-g2.json" in files
+    assert not [f for f in files if f.startswith(("k8s/usw-v100m32/", "slurm/usw-v100m32/", "k8s/eun-g2/"))]
+    kept = {f for f in full.files if f.startswith("slurm/eun-g2/")}
+    assert kept and kept <= files
+    # what is written is the same bytes either way
+    for rel in files - {"index.json"}:
+        assert (part.path / rel).read_bytes() == (full.path / rel).read_bytes(), rel
+    verify_schedule_dir(part.path)

@@ -47,3 +47,28 @@ def test_reader_is_read_only_and_errors_without_warehouse(tmp_warehouse):
     with reader() as con:
         with pytest.raises(duckdb.Error):
             con.execute("CREATE TABLE raw.nope (x INT)")
+
+
+def test_session_shares_one_connection_and_holds_the_lock(tmp_warehouse):
+    """Inside `session`, every reader/writer of that warehouse is the session's connection (writes visible at
+    once); another warehouse still gets its own; after it, connections are separate again."""
+    import fcntl
+
+    from warehouse.db import session
+
+    other = tmp_warehouse.parent / "other.duckdb"
+    with session(tmp_warehouse):
+        with writer(tmp_warehouse) as w:
+            w.execute("CREATE TABLE raw.session_probe AS SELECT 1 AS x")
+        with reader(tmp_warehouse) as r:
+            assert r is w
+            assert r.execute("SELECT x FROM raw.session_probe").fetchone() == (1,)
+        with writer(other) as o:
+            assert o is not w
+        # the exclusive lock is held for the whole session
+        with open(tmp_warehouse.with_name(tmp_warehouse.name + ".lock"), "a+") as handle:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    with reader(tmp_warehouse) as r1, reader(tmp_warehouse) as r2:
+        assert r1 is not r2
+        assert r1.execute("SELECT x FROM raw.session_probe").fetchone() == (1,)
