@@ -530,6 +530,16 @@ def _fallback_rows(
     return out
 
 
+def _load(record, name: str, target: str, loaded: dict | None):
+    """The forecaster of a registry record: from `loaded` when the caller keeps one (see `predict`), else loaded."""
+    if loaded is None:
+        return record.load()
+    key = (name, target, record.version)
+    if key not in loaded:
+        loaded[key] = record.load()
+    return loaded[key]
+
+
 def predict(
     as_of,
     horizon: int = 96,
@@ -541,8 +551,13 @@ def predict(
     db_path=None,
     write: bool = True,
     bootstrap_tiny: bool = False,
+    loaded: dict | None = None,
 ) -> tuple[pd.DataFrame, list[PredictResult]]:
-    """Issue forecasts at `as_of` (see module docstring). Returns the rows (as stored) and a summary per job."""
+    """Issue forecasts at `as_of` (see module docstring). Returns the rows (as stored) and a summary per job.
+    `loaded`: a dict the caller keeps between issues in one process (a replay loop), holding the forecasters loaded
+    so far by (name, target, version); a reused one keeps its members' forecasts of earlier issue times (its
+    `ForecastMemory`, as in a backtest), so the ensemble's rolling weights cost one new member forecast per issue
+    instead of one per day of its window."""
     import torch  # noqa: PLC0415 - torch loads in seconds; only training/prediction paths need it
 
     torch.set_num_threads(1)
@@ -605,7 +620,7 @@ def predict(
             try:
                 if record is None:
                     raise LookupError(f"no good version of {name}/{target} trained before {issued.isoformat()}")
-                forecaster = record.load()
+                forecaster = _load(record, name, target, loaded)
                 out = forecaster.predict(issued, horizon, data)
                 good, problems = _check_output(out, regions, issued, horizon)
             except Exception as exc:  # noqa: BLE001 - any failure falls back

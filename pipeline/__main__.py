@@ -56,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         train_end=args.train_end,
         budget_s=args.budget_s,
         tiny=args.tiny,
+        workers=args.workers,
         progress=lambda msg: print(f"   {msg}", flush=True),
     )
     print(
@@ -128,7 +129,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--as-of", default=DEFAULT_AS_OF, help=f"planning/issue time (default {DEFAULT_AS_OF})")
     p.add_argument("--train-end", default="2021-06-30", help="training cut-off for the forecasters")
     p.add_argument("--models", nargs="+", default=None, help="forecasters to train (default: the service's set)")
-    p.add_argument("--budget-s", type=float, default=600.0, help="time budget for forecaster training (s)")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=330.0,
+        help="wall-clock budget of each training lane (s, default 330; with --workers 2 the TFT has a lane of its own)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        choices=(1, 2),
+        default=2,
+        help="training lanes: 2 (default) trains the TFT in a second process beside the other forecasters",
+    )
     p.add_argument("--tiny", action="store_true", help="tiny model settings (quick demo)")
     p.add_argument("--policy", default=DEFAULT_POLICY, help=f"placement policy (default {DEFAULT_POLICY})")
     p.add_argument("--loop-jobs", type=int, default=320, help="trace jobs submitted for the day (default 320)")

@@ -3,8 +3,9 @@ the embedded replay executor, and the carbon ledger of what ran.
 
 The jobs are the demo jobs of `scheduling.queue.trace` for the UTC day of `as_of`, submitted through the same
 intake as an operator's file; the loop runs `hours` planning hours from that day's midnight, issuing forecasts every
-`forecast_every_h` hours (each hour plans on the latest issue at or before it); the ledger marts are then rebuilt
-with dbt and summed over the day's jobs.
+`forecast_every_h` hours (each hour plans on the latest issue at or before it; the forecasters are loaded once, so
+an issue reuses their member forecasts of earlier days, as a backtest does); the ledger marts are then rebuilt with
+dbt and summed over the day's jobs.
 """
 
 from __future__ import annotations
@@ -64,9 +65,10 @@ def run_demo_loop(
     settings = {**settings, "fleet": ctx.fleet, "executors": ctx.executors}
     results: list[loop.HourResult] = []
     issues = 0
+    loaded: dict = {}  # the forecasters, loaded once for all the issues
     for first in range(0, hours, forecast_every_h):
         start = day + first * HOUR
-        forecast_service.predict(start, horizon=96, models=forecast_models)
+        forecast_service.predict(start, horizon=96, models=forecast_models, loaded=loaded)
         issues += 1
         chunk = loop.run_hours(start, min(forecast_every_h, hours - first), **settings)
         results.extend(chunk)

@@ -85,6 +85,21 @@ def test_predict_is_idempotent(trained, frame, warehouse):
     assert (stored1["issued_at"] == pd.Timestamp(as_of)).all()
 
 
+def test_predict_with_loaded_forecasters_loads_each_version_once(trained, frame, warehouse):
+    """A caller's `loaded` dict keeps the forecasters between issues (one entry per model version, the same object
+    the next issue uses); the first issue's rows equal those of a plain issue."""
+    plain, _ = service.predict("2021-07-05T12:00Z", 24, REGIONS, models=["prophet"], data=frame, write=False)
+    loaded: dict = {}
+    first, _ = service.predict(
+        "2021-07-05T12:00Z", 24, REGIONS, models=["prophet"], data=frame, write=False, loaded=loaded
+    )
+    assert list(loaded) == [("prophet", "carbon_intensity", "20210701T0000Z.1")]
+    kept = loaded[("prophet", "carbon_intensity", "20210701T0000Z.1")]
+    service.predict("2021-07-05T18:00Z", 24, REGIONS, models=["prophet"], data=frame, write=False, loaded=loaded)
+    assert len(loaded) == 1 and loaded[("prophet", "carbon_intensity", "20210701T0000Z.1")] is kept
+    pd.testing.assert_frame_equal(plain.reset_index(drop=True), first.reset_index(drop=True))
+
+
 def test_fallback_on_corrupted_artifact_flags_rows(trained, frame, warehouse):
     earlier = pd.Timestamp("2021-07-05T00:00Z")
     before, _ = service.predict(earlier, 24, REGIONS, models=["prophet"], data=frame)
