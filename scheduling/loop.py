@@ -188,19 +188,24 @@ def apply_events(events: pd.DataFrame, ctx: LoopContext) -> dict[str, int]:
     """Move queue states after the window's events, in time order; an event of an older attempt than the job's
     current one is history and changes nothing. The changes are written together (`store.apply_changes`: one
     transaction, a few statements). Returns the number of jobs per state entered."""
-    current = _queue_rows(ctx.db_path, LIVE_STATES).set_index(["tenant", "job_id"])
+    live = _queue_rows(ctx.db_path, LIVE_STATES)
+    # plain dicts: this runs once per event (thousands an hour), where frame lookups cost ~0.5 ms each
+    current = {
+        (t, j): {"state": st, "attempts": int(a), "max_retries": int(m)}
+        for t, j, st, a, m in zip(live["tenant"], live["job_id"], live["state"], live["attempts"], live["max_retries"])
+    }
     entered: dict[str, int] = {}
     changes = []
     ordered = events.sort_values(["event_time", "planner_job_id", "event"], kind="mergesort")
     for event in ordered.itertuples(index=False):
         key = (event.tenant, event.job_id)
         target = EVENT_STATE.get(event.event)
-        if target is None or key not in current.index:
+        row = current.get(key)
+        if target is None or row is None:
             continue
-        row = current.loc[key]
-        if int(row["attempts"]) != int(event.attempt):
+        if row["attempts"] != int(event.attempt):
             continue
-        if target == "failed" and int(row["attempts"]) <= int(row["max_retries"]):
+        if target == "failed" and row["attempts"] <= row["max_retries"]:
             target = "queued"  # a retry: planned again from the next hour
         if target == row["state"]:
             continue
@@ -208,9 +213,9 @@ def apply_events(events: pd.DataFrame, ctx: LoopContext) -> dict[str, int]:
         changes.append((key, target, event.event_time, reason))
         entered[target] = entered.get(target, 0) + 1
         if target in LIVE_STATES:
-            current.loc[key, "state"] = target
+            row["state"] = target
         else:
-            current = current.drop(index=key)
+            del current[key]
     store.apply_changes(changes, source="loop:sync", db_path=ctx.db_path)
     return entered
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from scheduling.output.plan_store import normalize_assignments
@@ -72,22 +73,31 @@ def check_items(items: pd.DataFrame) -> pd.DataFrame:
     for col in PAYLOAD_COLUMNS:
         if col not in out.columns:
             out[col] = None
-    for i, row in out.iterrows():
-        job = row["job_id"]
-        for field in ("cluster", "start_time", "end_time"):
-            if _missing(row[field]):
-                raise ValueError(f"dispatch item {job!r}: field {field!r} is empty")
-        if row["end_time"] <= row["start_time"]:
-            raise ValueError(f"dispatch item {job!r}: field 'end_time' {row['end_time']} is not after start_time")
-        tenant, queue_id = split_job_id(job)
-        if _missing(row["queue_job_id"]):
-            out.at[i, "queue_job_id"] = queue_id
-        if _missing(row["tenant"]):
-            out.at[i, "tenant"] = tenant
-        if _missing(row["attempt"]):
-            out.at[i, "attempt"] = 1
-        if _missing(row["est_duration_h"]):
-            out.at[i, "est_duration_h"] = (row["end_time"] - row["start_time"]).total_seconds() / 3600.0
+    missing = {f: out[f].map(_missing).to_numpy(dtype=bool) for f in ("cluster", "start_time", "end_time")}
+    timed = ~missing["start_time"] & ~missing["end_time"]
+    backwards = np.zeros(len(out), dtype=bool)
+    backwards[timed] = (out.loc[timed, "end_time"] <= out.loc[timed, "start_time"]).to_numpy(dtype=bool)
+    bad = np.flatnonzero(missing["cluster"] | missing["start_time"] | missing["end_time"] | backwards)
+    if len(bad):  # the first bad row, its first bad field
+        row = out.iloc[bad[0]]
+        field = next((f for f in ("cluster", "start_time", "end_time") if missing[f][bad[0]]), None)
+        if field is not None:
+            raise ValueError(f"dispatch item {row['job_id']!r}: field {field!r} is empty")
+        raise ValueError(f"dispatch item {row['job_id']!r}: field 'end_time' {row['end_time']} is not after start_time")
+    tenants, queue_ids = zip(*map(split_job_id, out["job_id"])) if len(out) else ((), ())
+    defaults = {
+        "queue_job_id": pd.Series(queue_ids, index=out.index, dtype=object),
+        "tenant": pd.Series(tenants, index=out.index, dtype=object),
+        "attempt": pd.Series(1, index=out.index, dtype=object),
+        "est_duration_h": (pd.to_datetime(out["end_time"], utc=True) - pd.to_datetime(out["start_time"], utc=True))
+        .dt.total_seconds()
+        .div(3600.0)
+        .astype(object),
+    }
+    for col, default in defaults.items():
+        empty = out[col].map(_missing).to_numpy(dtype=bool)
+        if empty.any():
+            out[col] = out[col].astype(object).where(~empty, default)
     for col in _TEXT:
         out[col] = out[col].map(lambda v: None if _missing(v) else str(v)).astype(object)
     for col in _INT:

@@ -399,7 +399,10 @@ def slurm_header(row: dict, meta: dict, record: dict | None = None) -> str:
 def render(plan: Any, plan_id: str | None = None, job_files: dict | None = None) -> dict[str, bytes]:
     """Every file of the schedule directory (relative path -> bytes), except index.json. Pure: no I/O.
     `job_files`: cluster -> the per-job file kinds (`JOB_FILES`) it gets; None = all of them everywhere."""
-    fields = plan_fields(plan)
+    return _render(plan_fields(plan), plan_id, job_files)
+
+
+def _render(fields: dict, plan_id: str | None, job_files: dict | None) -> dict[str, bytes]:
     plan_id = plan_id or plan_id_for(fields["policy"], fields["plan_time"])
     meta = _plan_meta(fields, plan_id)
     records = {str(e.get("job_id")): e for e in fields["explanations"]}
@@ -570,7 +573,7 @@ def write_schedules(
     fields = plan_fields(plan)
     plan_id = plan_id or plan_id_for(fields["policy"], fields["plan_time"])
     name = schedule_dirname(fields["plan_time"])
-    files = render(plan, plan_id, job_files)
+    files = _render(fields, plan_id, job_files)
     files[INDEX] = index_document(files, _plan_meta(fields, plan_id))
     final = root / name
     with _root_lock(root):

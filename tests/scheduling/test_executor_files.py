@@ -116,3 +116,22 @@ def test_the_job_command_goes_into_the_pod_and_the_slurm_script(tmp_path):
     assert "command" not in other["spec"]["containers"][0]  # the image's own entry point
     plain = next((directory / "slurm" / "eun-v100m32").glob("globex_job-0001*.sbatch")).read_text()
     assert plain.rstrip().endswith('srun "${JOB_COMMAND:?set JOB_COMMAND to the job command}"')
+
+
+def test_check_items_fills_defaults_and_names_the_first_bad_job():
+    items = sample_items(4).drop(columns=["tenant", "queue_job_id", "attempt", "est_duration_h"], errors="ignore")
+    items.loc[1, "job_id"] = "no-tenant-job"
+    out = check_items(items).set_index("job_id")
+    assert out.loc["acme/job-0000", "tenant"] == "acme" and out.loc["acme/job-0000", "queue_job_id"] == "job-0000"
+    assert pd.isna(out.loc["no-tenant-job", "tenant"]) and out.loc["no-tenant-job", "queue_job_id"] == "no-tenant-job"
+    assert (out["attempt"] == 1).all()
+    assert out.loc["acme/job-0002", "est_duration_h"] == pytest.approx(3.0)  # the planned duration
+    late = sample_items(4)
+    late.loc[2, "end_time"] = late.loc[2, "start_time"]
+    late.loc[3, "cluster"] = None
+    with pytest.raises(ValueError, match=r"'acme/job-0002': field 'end_time' .* is not after start_time"):
+        check_items(late)
+    gone = sample_items(4)
+    gone.loc[1, "start_time"] = pd.NaT
+    with pytest.raises(ValueError, match=r"'globex/job-0001': field 'start_time' is empty"):
+        check_items(gone)
