@@ -34,6 +34,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scheduling.planning.candidates import BATCH_CELLS, Evaluator
 from scheduling.planning.problem import PlanningProblem, abs_hours
 
+CAPACITY_CHUNK = 20_000  # candidates per chunk while the capacity matrix is built (bounds its index temporaries)
 _MILP_STATUS = {0: "optimal", 1: "iteration_or_time_limit", 2: "infeasible", 3: "unbounded", 4: "numerical"}
 
 
@@ -341,11 +342,21 @@ def _energy(problem: PlanningProblem, job, k, s, c):
     return energy, kw * wr + tk * 0.5 * (rh + R[s, c])
 
 
-def _capacity_rows(problem: PlanningProblem, job, k, s, c, resources: str, hourly_rows: int | None, block_h: int):
+def _capacity_rows(
+    problem: PlanningProblem,
+    job,
+    k,
+    s,
+    c,
+    resources: str,
+    hourly_rows: int | None,
+    block_h: int,
+    chunk: int = CAPACITY_CHUNK,
+):
     """The capacity rows of `solve_lp` as a sparse matrix over [candidates, late variables], their bounds, the mask
     of the (resource, hour, cluster) rows kept (those some candidate touches) and the number of resources. A function
-    of its own so that its index temporaries (several arrays of the matrix's size) are freed before the solver
-    runs: the solve's peak memory is then the matrix and HiGHS's copies of it."""
+    of its own so that its index temporaries are freed before the solver runs; with one resource they are built
+    `chunk` candidates at a time, so the solve's peak memory is the matrix and HiGHS's copies of it."""
     N, H, C = problem.n_jobs, problem.hours, problem.n_clusters
     n = len(job)
     occ = np.ceil(problem.dur[job, k, c] - 1e-9).astype(np.int64)
@@ -358,7 +369,7 @@ def _capacity_rows(problem: PlanningProblem, job, k, s, c, resources: str, hourl
     R = len(coefs)
     b_ub = np.concatenate(bounds)
     blocked = R == 1 and hourly_rows is not None and hourly_rows < H
-    if not blocked:
+    if R > 1:
         # capacity rows: for candidate v, rows (h, c) with h in [s, s + occ)
         total = int(occ.sum())
         var = np.repeat(np.arange(n), occ)
@@ -381,31 +392,53 @@ def _capacity_rows(problem: PlanningProblem, job, k, s, c, resources: str, hourl
             b_lo = (np.maximum(s, hr) - hr) // bh
             n_block = np.where(e > hr, (e - 1 - hr) // bh - b_lo + 1, 0)
             counts = n_hourly + n_block
-            var = np.repeat(np.arange(n), counts)
-            t = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-            in_hours = t < n_hourly[var]
-            b = b_lo[var] + (t - n_hourly[var])
-            lo = np.maximum(s[var], hr + b * bh)
-            hi = np.minimum(e[var], hr + (b + 1) * bh)
-            row_hour = np.where(in_hours, s[var] + t, hr + b)
-            rows = row_hour * C + c[var]
-            weight = np.where(in_hours, 1.0, (hi - lo) / length[np.minimum(row_hour, n_blocks - 1)])
-            vals = coefs[0][job][var] * weight
+
+            def entries(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+                """(row, value) of candidates [lo, hi), candidate by candidate, rows ascending."""
+                cnt = counts[lo:hi]
+                var = lo + np.repeat(np.arange(hi - lo), cnt)
+                t = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+                in_hours = t < n_hourly[var]
+                b = b_lo[var] + (t - n_hourly[var])
+                lo_h = np.maximum(s[var], hr + b * bh)
+                hi_h = np.minimum(e[var], hr + (b + 1) * bh)
+                row_hour = np.where(in_hours, s[var] + t, hr + b)
+                weight = np.where(in_hours, 1.0, (hi_h - lo_h) / length[np.minimum(row_hour, n_blocks - 1)])
+                return row_hour * C + c[var], coefs[0][job[var]] * weight
+
             hb = np.where(np.arange(H) < hr, np.arange(H), hr + (np.arange(H) - hr) // bh)
             fb = np.zeros((n_blocks, C))
             np.add.at(fb, hb, problem.free.astype(float))
             b_ub = (fb / length[:, None]).reshape(-1)
             H_rows = n_blocks
         else:
-            vals = np.repeat(coefs[0][job], occ)
             counts = occ
+
+            def entries(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+                cnt = occ[lo:hi]
+                var = lo + np.repeat(np.arange(hi - lo), cnt)
+                first = np.repeat(np.cumsum(cnt) - cnt, cnt)
+                return (s[var] + (np.arange(int(cnt.sum())) - first)) * C + c[var], np.repeat(coefs[0][job[lo:hi]], cnt)
+
             H_rows = H
+        # two passes over chunks of candidates (which rows are used, then the entries): the index temporaries
+        # stay chunk-sized instead of several arrays of the matrix's size
+        chunks = [(lo, min(lo + chunk, n)) for lo in range(0, n, chunk)] or [(0, 0)]
         used = np.zeros(H_rows * C, dtype=bool)
-        used[rows] = True
+        for lo, hi in chunks:
+            used[entries(lo, hi)[0]] = True
         keep = used
         remap = np.cumsum(used) - 1
-        indptr = np.concatenate([[0], np.cumsum(counts), np.full(N, int(counts.sum()))]).astype(np.int64)
-        A_ub = sparse.csc_matrix((vals, remap[rows], indptr), shape=(int(used.sum()), n + N))
+        nnz = int(counts.sum())
+        index_type = np.int32 if nnz < 2**31 - 1 and H_rows * C < 2**31 - 1 else np.int64  # HiGHS takes int32
+        indptr = np.concatenate([[0], np.cumsum(counts), np.full(N, nnz)]).astype(index_type)
+        indices = np.empty(nnz, dtype=index_type)
+        vals = np.empty(nnz, dtype=float)
+        for lo, hi in chunks:
+            rows, values = entries(lo, hi)
+            indices[indptr[lo] : indptr[hi]] = remap[rows]
+            vals[indptr[lo] : indptr[hi]] = values
+        A_ub = sparse.csc_matrix((vals, indices, indptr), shape=(int(used.sum()), n + N))
         b_ub = b_ub[keep]
     else:
         A_ub = sparse.csr_matrix(
