@@ -1,9 +1,8 @@
 """The operating loop on the shared data (temporary warehouse, schedule root and replay executor): only the
 submitted jobs are planned; an hour run twice leaves every table, the dispatch log and the schedule files as they
 were; the next hour sees what the executor reports (dispatched jobs are not pending, running ones hold their GPUs,
-CPU and memory however long ago they were submitted);
-events move the queue (finished, failures retried or failed, cancellations); forecasts issued after the planning
-time are never used; bad settings fail before any work."""
+CPU and memory however long ago they were submitted); events move the queue (finished, failures retried or failed,
+cancellations); forecasts issued after the planning time are never used; bad settings fail before any work."""
 
 from __future__ import annotations
 
