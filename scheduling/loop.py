@@ -267,6 +267,19 @@ def _running(executor: Executor, T) -> pd.DataFrame:
         return pd.DataFrame()
 
 
+def _resources(running: pd.DataFrame, db_path) -> pd.DataFrame:
+    """CPU milli-cores and memory MiB of the running jobs, by planner id, from the queue: a run holds them however
+    long ago its job was submitted (the recent arrivals do not list a job running for more than a day)."""
+    keys = [store.split_id(j) for j in running["job_id"]]
+    with reader(db_path) as con:
+        rows = store.fetch(con, keys)
+    frame = pd.DataFrame(
+        [(f"{t}/{j}", r["cpu_milli"], r["memory_mib"]) for (t, j), r in rows.items()],
+        columns=["job_id", "cpu_milli", "memory_mib"],
+    )
+    return frame.set_index("job_id")
+
+
 def inputs(ctx: LoopContext) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(pending, running, arrived) at T: the queued and planned jobs submitted by T (plus those the hour's own
     plan dispatched, on a re-run), what the executors report running at T (not the runs the hour's own plan
@@ -292,8 +305,7 @@ def inputs(ctx: LoopContext) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
         return pending, pd.DataFrame(), arrived
     running = pd.concat(runs, ignore_index=True)
     running = running[~running["job_id"].isin(mine)]
-    resources = pd.concat([pending, frame], ignore_index=True).drop_duplicates("job_id")
-    running = running.join(resources.set_index("job_id")[["cpu_milli", "memory_mib"]], on="job_id")
+    running = running.join(_resources(running, db), on="job_id")
     running[["cpu_milli", "memory_mib"]] = running[["cpu_milli", "memory_mib"]].fillna(0).astype("int64")
     running = running.rename(columns={"gpu_count": "num_gpu"})
     running["gpu_devices"] = running["gpu_devices"].fillna("")

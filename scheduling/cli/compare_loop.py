@@ -18,6 +18,7 @@ import json
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -58,6 +59,7 @@ def register(subparsers) -> None:
     c.add_argument("--max-hours", type=int, default=240, help="loop hours at most (default 240)")
     c.add_argument("--db", default=None, help="warehouse to copy (default WAREHOUSE_PATH); never written")
     c.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    c.add_argument("--keep", default=None, help="work in this (new or empty) directory and keep the warehouse copy")
     c.set_defaults(func=cmd_compare_loop)
 
 
@@ -71,14 +73,35 @@ def _has_forecasts(db: Path) -> bool:
         return table_exists(con, FORECASTS) and con.execute(f"SELECT count(*) FROM {FORECASTS}").fetchone()[0] > 0
 
 
+@contextmanager
+def _workdir(keep):
+    """A temporary directory, or `keep` (created; it must be empty) when given."""
+    if keep is None:
+        with tempfile.TemporaryDirectory(prefix="compare-loop-") as tmp:
+            yield tmp
+        return
+    path = Path(keep)
+    path.mkdir(parents=True, exist_ok=True)
+    if any(path.iterdir()):
+        raise ValueError(f"--keep {path}: not empty")
+    yield str(path)
+
+
 def compare_loop(
-    day="2021-07-15", n_jobs: int = 320, policy: str = DEFAULT_POLICY, max_hours: int = 240, db=None, data_dir=None
+    day="2021-07-15",
+    n_jobs: int = 320,
+    policy: str = DEFAULT_POLICY,
+    max_hours: int = 240,
+    db=None,
+    data_dir=None,
+    keep=None,
 ):
-    """The comparison's JSON document (see the module doc)."""
+    """The comparison's JSON document (see the module doc). `keep`: a directory to work in instead of a temporary
+    one, left with the warehouse copy and the schedules for inspection."""
     day = utc(day).floor("D")
     source = Path(db) if db else warehouse_path()
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="compare-loop-") as tmp:
+    with _workdir(keep) as tmp:
         copy = Path(tmp) / "warehouse.duckdb"
         if not copy_warehouse(source, copy):
             raise ValueError(f"no warehouse at {source}: run `make run` (or ingest + transform) first")
@@ -139,7 +162,7 @@ def compare_loop(
 
 def cmd_compare_loop(args: argparse.Namespace) -> int:
     try:
-        doc = compare_loop(args.day, args.jobs, args.policy, args.max_hours, args.db)
+        doc = compare_loop(args.day, args.jobs, args.policy, args.max_hours, args.db, keep=args.keep)
     except ValueError as exc:
         print(f"compare-loop: {exc}", file=sys.stderr)
         return 2

@@ -1,8 +1,8 @@
 """The operating loop on the shared data (temporary warehouse, schedule root and replay executor): only the
 submitted jobs are planned; an hour run twice leaves every table, the dispatch log and the schedule files as they
-were; the next hour sees what the executor reports (dispatched jobs are not pending, running ones hold their GPUs);
-events move the queue (finished, failures retried or failed, cancellations); forecasts issued after the planning
-time are never used; bad settings fail before any work."""
+were; the next hour sees what the executor reports (dispatched jobs are not pending, running ones hold their GPUs,
+CPU and memory however long ago they were submitted); events move the queue (finished, failures retried or failed,
+cancellations); forecasts issued after the planning time are never used; bad settings fail before any work."""
 
 from __future__ import annotations
 
@@ -148,6 +148,23 @@ def test_next_hour_sees_what_the_executor_reports(tmp_warehouse, tmp_path, data_
     assert second.plan["n_arrived_dispatched"] >= len(started) - second.sync["entered"].get("queued", 0)
     tentative = set(p1.assignments["job_id"]) - set(started["job_id"])
     assert tentative <= set(p2.assignments["job_id"]) | set(p2.unplaced["job_id"])  # planned again
+
+
+def test_a_job_running_for_more_than_a_day_still_holds_its_cpu_and_memory(tmp_warehouse, tmp_path, data_dir):
+    _submit_day(tmp_warehouse, tmp_path, data_dir)
+    truth = tmp_path / "truth.csv"
+    jobs = store.list_jobs(db_path=tmp_warehouse)
+    pd.DataFrame({"job_id": jobs["tenant"] + "/" + jobs["job_id"], "true_duration_h": 48.0}).to_csv(truth, index=False)
+    executor = _executor(tmp_warehouse, truth=truth, failure_rate=0.0)
+    started = read_plan(_hour(tmp_warehouse, tmp_path, data_dir, T, executor).plan["plan_id"], db_path=tmp_warehouse)
+    assert len(started.dispatched()) >= 1
+    # a day and more after the jobs' submission: they are no recent arrivals, yet run on their nodes
+    _, running, _ = loop.inputs(_ctx(tmp_warehouse, tmp_path, data_dir, T + pd.Timedelta(hours=30), executor))
+    assert set(running["job_id"]) == set(started.dispatched()["job_id"])
+    queued = jobs.assign(job_id=jobs["tenant"] + "/" + jobs["job_id"]).set_index("job_id")
+    held = running.set_index("job_id")[["cpu_milli", "memory_mib"]]
+    assert (held > 0).all().all()
+    assert held.to_numpy().tolist() == queued.loc[held.index, ["cpu_milli", "memory_mib"]].to_numpy().tolist()
 
 
 def test_an_unreachable_executor_fails_open_and_the_next_hour_dispatches(tmp_warehouse, tmp_path, data_dir):

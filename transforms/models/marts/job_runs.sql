@@ -1,12 +1,19 @@
 -- One row per dispatched attempt of a job: planned against actual start, end and run time, the energy (measured
--- where the executor reported it, else the plan's draw x the actual run time), and the realized carbon at the
--- actual hourly intensity of the cluster's zone.
+-- where the executor reported it, else the plan's draw x the actual run time plus the data transfer), and the
+-- realized carbon at the actual hourly intensity: the run at the cluster's zone over the run, the data moved to a
+-- cluster outside the home region at the mean of the home and the cluster's zone in the hour it starts (as the
+-- planner prices a move and the simulator values it).
 with attempts as (
     select * from {{ ref('int_jobs__attempts') }}
 ),
 
 windows as (
     select * from {{ ref('job_window_carbon') }}
+),
+
+grid as (
+    select region, hour_utc, carbon_intensity_direct_gco2_per_kwh as ci
+    from {{ ref('grid_hourly') }}
 ),
 
 runs as (
@@ -16,7 +23,10 @@ runs as (
         epoch(a.ended_at - a.started_at) / 3600.0 as actual_runtime_h,
         run.ci_hours / nullif(run.hours, 0) as mean_ci_gco2_per_kwh,
         run.missing_hours as ci_missing_hours,
-        planned.ci_hours as planned_ci_hours
+        planned.ci_hours as planned_ci_hours,
+        -- the intensity a data transfer is charged at: both ends of the network, in the hour the run starts
+        0.5 * (run_home.ci + run_dest.ci) as transfer_ci,
+        0.5 * (planned_home.ci + planned_dest.ci) as planned_transfer_ci
     from attempts as a
     left join windows as run
         on run.tenant = a.tenant and run.job_id = a.job_id and run.attempt = a.attempt and run.plan_id = a.plan_id
@@ -24,6 +34,12 @@ runs as (
     left join windows as planned
         on planned.tenant = a.tenant and planned.job_id = a.job_id and planned.attempt = a.attempt
         and planned.plan_id = a.plan_id and planned.kind = 'planned'
+    left join grid as run_home on run_home.region = a.home_zone and run_home.hour_utc = {{ utc_hour('a.started_at') }}
+    left join grid as run_dest on run_dest.region = a.zone and run_dest.hour_utc = {{ utc_hour('a.started_at') }}
+    left join grid as planned_home
+        on planned_home.region = a.home_zone and planned_home.hour_utc = {{ utc_hour('a.planned_start') }}
+    left join grid as planned_dest
+        on planned_dest.region = a.zone and planned_dest.hour_utc = {{ utc_hour('a.planned_start') }}
 ),
 
 energy as (
@@ -36,7 +52,13 @@ energy as (
         case
             when measured_energy_kwh is not null then 'measured'
             when actual_runtime_h is not null then 'power_model'
-        end as energy_source
+        end as energy_source,
+        case
+            when measured_energy_kwh is not null then measured_energy_kwh * mean_ci_gco2_per_kwh
+            when actual_runtime_h is not null
+                then draw_kw * actual_runtime_h * mean_ci_gco2_per_kwh
+                + transfer_kwh * coalesce(transfer_ci, mean_ci_gco2_per_kwh)
+        end as realized_gco2e
     from runs
 )
 
@@ -67,11 +89,14 @@ select
     energy_source,
     mean_ci_gco2_per_kwh,
     ci_missing_hours,
-    -- energy spread evenly over the run (the data transfer too) at the zone's actual intensity
-    energy_kwh * mean_ci_gco2_per_kwh / 1000.0 as realized_kgco2e,
+    -- the run at the zone's actual intensity over the run, a data transfer at its ends' in the start hour
+    realized_gco2e / 1000.0 as realized_kgco2e,
     expected_kgco2e,
-    -- the planned window at the actual intensity: expected_kgco2e against this is the forecast's error alone
-    (draw_kw * planned_ci_hours + transfer_kwh * planned_ci_hours / nullif(est_runtime_h, 0)) / 1000.0
-        as planned_window_actual_kgco2e,
+    -- the planned window at the actual intensity, valued as the plan's forecast was: expected_kgco2e against this is
+    -- the forecast's error alone
+    (
+        draw_kw * planned_ci_hours
+        + transfer_kwh * coalesce(planned_transfer_ci, planned_ci_hours / nullif(est_runtime_h, 0))
+    ) / 1000.0 as planned_window_actual_kgco2e,
     case when outcome = 'finished' then ended_at <= deadline end as deadline_met
 from energy
