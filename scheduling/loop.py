@@ -287,11 +287,7 @@ def inputs(ctx: LoopContext) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     T, db = ctx.plan_time, ctx.db_path
     mine = _dispatched_by(ctx.plan_id, db)
     pending = pending_job_frame(T, ctx.fleet, db_path=db, data_dir=ctx.data_dir)
-    others = [
-        (spec, row)
-        for spec, row in store.load_specs(HANDED_ON_STATES, as_of=T, db_path=db)
-        if spec.planner_id in mine or pd.Timestamp(spec.submitted_at) >= T - ARRIVALS_LOOKBACK
-    ]
+    others = store.load_specs(HANDED_ON_STATES, as_of=T, db_path=db, since=T - ARRIVALS_LOOKBACK, or_ids=mine)
     frame = job_frame([s for s, _ in others], ctx.fleet, rows=[r for _, r in others], data_dir=ctx.data_dir)
     own = frame["job_id"].isin(mine)
     if own.any():

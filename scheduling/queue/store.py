@@ -444,9 +444,13 @@ def list_jobs(state: str | None = None, tenant: str | None = None, db_path=None)
         return pd.DataFrame(columns=list(COLUMNS))
 
 
-def load_specs(states: Iterable[str], as_of=None, db_path=None) -> list[tuple[JobSpec, dict]]:
-    """(spec, stored row) of every job in `states`, submitted at or before `as_of` when given; a stored row that
-    no longer parses raises JobSpecError naming it (the intake never stores one)."""
+def load_specs(
+    states: Iterable[str], as_of=None, db_path=None, *, since=None, or_ids: Iterable[str] = ()
+) -> list[tuple[JobSpec, dict]]:
+    """(spec, stored row) of every job in `states`, submitted at or before `as_of` when given, and at or after
+    `since` when given unless its planner id is one of `or_ids`; a stored row that no longer parses raises
+    JobSpecError naming it (the intake never stores one). `since` keeps an hourly caller from parsing every job
+    the queue ever finished."""
     states = list(states)
     bad = [s for s in states if s not in STATES]
     if bad:
@@ -456,6 +460,11 @@ def load_specs(states: Iterable[str], as_of=None, db_path=None) -> list[tuple[Jo
     if as_of is not None:
         sql += " AND submitted_at <= ?"
         params.append(utc(as_of).to_pydatetime())
+    if since is not None:
+        ids = sorted(set(or_ids))
+        named = f" OR tenant || '/' || job_id IN ({', '.join('?' for _ in ids)})" if ids else ""
+        sql += f" AND (submitted_at >= ?{named})"
+        params += [utc(since).to_pydatetime(), *ids]
     sql += " ORDER BY submitted_at, tenant, job_id"
     try:
         with reader(db_path) as con:
