@@ -1,13 +1,14 @@
-"""The planner-facing predictor: network 1 (prior) + network 2 (refiner) + the feedback observed so far.
+"""The trainable predictor: network 1 (prior) + network 2 (refiner) in torch + the feedback observed so far.
 
-    predictor = PerformancePredictor.train(throughput)          # or load_latest_good("gpu-predictor")
+    predictor = PerformancePredictor.train(throughput)          # or PerformancePredictor.load(artifact_dir)
     predictor.isolated(jobs, "v100")                            # steps/s, refined by any feedback of the job
     predictor.colocated(job_a, job_b, "p100")                   # (normalized A, normalized B)
     predictor.observe(feedback_rows)                            # online: new runtime measurements, no retraining
 
 Jobs are described by a frame (or a dict / list of dicts) with job_type and, optionally, model_family,
 batch_size, scale_factor (default 1) and consolidated (default True). Job types network 1 never saw still get a
-feature-based estimate.
+feature-based estimate. The plan predicts with the numpy `inference.PredictorRuntime` of the saved predictor
+(`load_latest_good("gpu-predictor")`), which gives the same numbers without importing torch.
 """
 
 from __future__ import annotations
