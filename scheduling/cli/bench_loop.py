@@ -15,7 +15,7 @@ dispatches to a real executor):
   after that, so that all of them are queued at T.
 
 Each repeat copies the prepared file and runs the hour T in a fresh process (as an Airflow task or `plan-hourly`
-does: cold caches; the imports, torch's for the performance predictor included, are made first and timed apart as
+does: cold caches; the imports, the performance predictor's numpy runtime included, are made first and timed apart as
 `import_s`), timing `loop.sync`, `loop.plan` and `loop.dispatch_plan`; the process's
 peak resident memory (ru_maxrss, interpreter and libraries included) comes back with it.
 """
@@ -57,7 +57,7 @@ from warehouse.db import reader, table_exists, warehouse_lock, writer
 
 TARGETS = {"loop_hour_s": 5.0, "peak_mb": 500.0}
 PREP_POLICY = "performance-first"  # starts each job at once where it fits: the running set
-PLAN_IMPORTS = "scheduling.models.performance.predictor"  # what a plan imports lazily (torch): not a loop cost
+PLAN_IMPORTS = "scheduling.models.performance.inference"  # the predictor runtime a plan loads: not a loop cost
 LOOP_STATE = ("queue", "executor", "plan")  # schemas the loop writes; raw.job_events is the fourth part
 
 

@@ -1,7 +1,8 @@
 """The registered versions of the performance predictor and the power model (trained by `scheduling.tasks`).
 
     load_latest_good(name, as_of=None, db_path=None)
-        The newest good version: a PerformancePredictor for "gpu-predictor", a PowerModel for "gpu-power".
+        The newest good version: for "gpu-predictor" the numpy `PredictorRuntime` of the registered
+        PerformancePredictor (what the plan predicts with, no torch import), a PowerModel for "gpu-power".
     resolve_registered(name, as_of=None, db_path=None) -> (model | None, info)
         The same with the version used (or why none was), for the planner to record in its explanations.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import pandas as pd
 
 from common.timeutil import utc
+from scheduling.models.performance.inference import PredictorRuntime
 from warehouse import model_registry
 
 PREDICTOR_NAME = "gpu-predictor"
@@ -24,6 +26,10 @@ TARGETS = {PREDICTOR_NAME: PREDICTOR_TARGET, POWER_NAME: POWER_TARGET}
 
 
 _LOADED: dict = {}  # artifact path -> loaded model (an artifact never changes once registered)
+
+
+# model name -> artifact loader other than the manifest's class: the predictor as its numpy runtime (no torch)
+LOADERS = {PREDICTOR_NAME: PredictorRuntime.load}
 
 
 def resolve_registered(name: str, as_of=None, db_path=None) -> tuple[object | None, dict]:
@@ -47,7 +53,7 @@ def resolve_registered(name: str, as_of=None, db_path=None) -> tuple[object | No
         try:
             model = _LOADED.get(record.artifact_path)
             if model is None:
-                model = record.load()
+                model = record.load(LOADERS.get(name))
                 _LOADED[record.artifact_path] = model
         except model_registry.ArtifactError as exc:
             info["skipped"].append({"version": record.version, "error": str(exc)})

@@ -11,7 +11,7 @@ is a relative error of about e), log normalized throughput for a job co-located 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -21,6 +21,7 @@ from scheduling.models.measured import parse_job_type
 FAMILIES = ("A3C", "CycleGAN", "LM", "Recommendation", "ResNet-18", "ResNet-50", "Transformer")
 GPU_TYPES = ("k80", "p100", "v100")
 N_TYPE_FEATURES = len(FAMILIES) + 2  # family one-hot, log2 batch size, no-batch-size flag
+N_CELL_FEATURES = len(GPU_TYPES) + 1 + len(FAMILIES) + 2 + 1  # the refiner's placement features
 MULTI_GPU_SHAPES = ("x2c", "x2u", "x4c", "x4u", "x8c", "x8u")
 N_JOB_FEATURES = N_TYPE_FEATURES + 3 + len(MULTI_GPU_SHAPES)  # + log2 scale, spread flag, 1/scale, shape one-hot
 
@@ -62,6 +63,80 @@ def job_features(jobs: pd.DataFrame) -> np.ndarray:
         if name in MULTI_GPU_SHAPES:
             out[i, k + 5 + MULTI_GPU_SHAPES.index(name)] = 1.0
     return out
+
+
+def cell_features(cells: pd.DataFrame) -> np.ndarray:
+    """Features of a placement, deliberately free of the job's identity (the kernel must transfer to job types
+    never seen in feedback): GPU one-hot, co-located flag, partner family one-hot + log2 batch size + missing
+    flag (all zero for isolated cells), network 1's log normalized throughput of the placement.
+
+    cells: gpu_type, partner_job_type (None for isolated), prior_log_norm."""
+    n = len(cells)
+    out = np.zeros((n, N_CELL_FEATURES), dtype=np.float32)
+    gpu = cells["gpu_type"].to_numpy()
+    for i, g in enumerate(GPU_TYPES):
+        out[:, i] = gpu == g
+    col = len(GPU_TYPES)
+    partner = cells["partner_job_type"].to_numpy(dtype=object)
+    co = np.array([isinstance(p, str) and p != "" for p in partner])
+    out[:, col] = co
+    col += 1
+    for r, p in enumerate(partner):
+        if co[r]:
+            fam, bs = parse_job_type(p)
+            if fam in FAMILIES:
+                out[r, col + FAMILIES.index(fam)] = 1.0
+            if np.isfinite(bs):
+                out[r, col + len(FAMILIES)] = (np.log2(bs) - 6.0) / 3.0
+            else:
+                out[r, col + len(FAMILIES) + 1] = 1.0
+    col += len(FAMILIES) + 2
+    out[:, col] = cells["prior_log_norm"].to_numpy(dtype=float)
+    return out
+
+
+def normalise_jobs(jobs: pd.DataFrame) -> pd.DataFrame:
+    """Normalise a job description frame: needs job_type, batch_size, scale_factor, consolidated (model_family
+    optional); adds job_key."""
+    frame = jobs.copy()
+    if "model_family" not in frame:
+        frame["model_family"] = None
+    if "scale_factor" not in frame:
+        frame["scale_factor"] = 1
+    if "consolidated" not in frame:
+        frame["consolidated"] = True
+    if "batch_size" not in frame:
+        frame["batch_size"] = np.nan
+    frame["job_key"] = [job_key(t, s, c) for t, s, c in zip(frame.job_type, frame.scale_factor, frame.consolidated)]
+    return frame
+
+
+@dataclass
+class Vocab:
+    """Network 1's vocabularies: job types and job keys with a learnt embedding (any other gets the padding index,
+    one past the last, whose embedding is zero) and the GPU types."""
+
+    types: list[str]
+    keys: list[str]
+    gpus: list[str] = field(default_factory=lambda: list(GPU_TYPES))
+
+    def type_index(self, values) -> np.ndarray:
+        lookup = {v: i for i, v in enumerate(self.types)}
+        return np.array([lookup.get(v, len(self.types)) for v in values], dtype=np.int64)
+
+    def key_index(self, values) -> np.ndarray:
+        lookup = {v: i for i, v in enumerate(self.keys)}
+        return np.array([lookup.get(v, len(self.keys)) for v in values], dtype=np.int64)
+
+    def gpu_index(self, values) -> np.ndarray:
+        lookup = {v: i for i, v in enumerate(self.gpus)}
+        try:
+            return np.array([lookup[str(v).lower()] for v in values], dtype=np.int64)
+        except KeyError as exc:
+            raise ValueError(
+                f"unknown GPU type {exc.args[0]!r}; network 1 knows {self.gpus} "
+                "(map other models with scheduling.domain.gpus.map_gpu_type)"
+            ) from None
 
 
 @dataclass

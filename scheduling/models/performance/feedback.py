@@ -12,12 +12,16 @@ Data quality: Gavel's oracle file reports Recommendation jobs in a different uni
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
 from scheduling.models.measured import parse_job_type
 from scheduling.models.performance.features import GPU_TYPES, job_key
-from scheduling.models.performance.prior import PriorModel
+
+if TYPE_CHECKING:  # any network 1 with predict_log_isolated / predict_log_norm: torch's or the numpy runtime's
+    from scheduling.models.performance.prior import PriorModel
 
 UNIT_RATIO = 4.0
 

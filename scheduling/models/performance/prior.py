@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,12 +29,12 @@ import torch
 from torch import nn
 
 from scheduling.models.performance.features import (
-    GPU_TYPES,
     N_JOB_FEATURES,
     N_TYPE_FEATURES,
     PerfTables,
+    Vocab,
     job_features,
-    job_key,
+    normalise_jobs,
 )
 
 
@@ -123,61 +123,20 @@ class PriorNet(nn.Module):
         return self.log_norm_code(self.encode(xa, ta, ka), self.encode(xb, tb, kb), g)
 
 
-@dataclass
-class _Vocab:
-    types: list[str]
-    keys: list[str]
-    gpus: list[str] = field(default_factory=lambda: list(GPU_TYPES))
-
-    def type_index(self, values) -> np.ndarray:
-        lookup = {v: i for i, v in enumerate(self.types)}
-        return np.array([lookup.get(v, len(self.types)) for v in values], dtype=np.int64)
-
-    def key_index(self, values) -> np.ndarray:
-        lookup = {v: i for i, v in enumerate(self.keys)}
-        return np.array([lookup.get(v, len(self.keys)) for v in values], dtype=np.int64)
-
-    def gpu_index(self, values) -> np.ndarray:
-        lookup = {v: i for i, v in enumerate(self.gpus)}
-        try:
-            return np.array([lookup[str(v).lower()] for v in values], dtype=np.int64)
-        except KeyError as exc:
-            raise ValueError(
-                f"unknown GPU type {exc.args[0]!r}; network 1 knows {self.gpus} "
-                "(map other models with scheduling.domain.gpus.map_gpu_type)"
-            ) from None
-
-
-def _job_frame(jobs: pd.DataFrame) -> pd.DataFrame:
-    """Normalise a job description frame: needs job_type, batch_size, scale_factor, consolidated (model_family
-    optional); adds job_key."""
-    frame = jobs.copy()
-    if "model_family" not in frame:
-        frame["model_family"] = None
-    if "scale_factor" not in frame:
-        frame["scale_factor"] = 1
-    if "consolidated" not in frame:
-        frame["consolidated"] = True
-    if "batch_size" not in frame:
-        frame["batch_size"] = np.nan
-    frame["job_key"] = [job_key(t, s, c) for t, s, c in zip(frame.job_type, frame.scale_factor, frame.consolidated)]
-    return frame
-
-
 class PriorModel:
     """Network 1: fit on simulation tables; predict isolated steps/s and normalized co-located throughput."""
 
     def __init__(self, config: PriorConfig | None = None):
         self.config = config or PriorConfig()
         self.nets: list[PriorNet] = []
-        self.vocab: _Vocab | None = None
+        self.vocab: Vocab | None = None
         self.iso_mean = 0.0
         self.iso_std = 1.0
         self.history: list[list[float]] = []
 
     # -- tensors ---------------------------------------------------------------------------------------------
     def _job_tensors(self, jobs: pd.DataFrame):
-        frame = _job_frame(jobs)
+        frame = normalise_jobs(jobs)
         x = torch.from_numpy(job_features(frame))
         t = torch.from_numpy(self.vocab.type_index(frame.job_type))
         k = torch.from_numpy(self.vocab.key_index(frame.job_key))
@@ -190,7 +149,7 @@ class PriorModel:
     def fit(self, tables: PerfTables, log_every: int = 0) -> PriorModel:
         cfg = self.config
         torch.set_num_threads(1)
-        self.vocab = _Vocab(types=sorted(tables.jobs.job_type.unique()), keys=sorted(tables.jobs.index))
+        self.vocab = Vocab(types=sorted(tables.jobs.job_type.unique()), keys=sorted(tables.jobs.index))
         iso, pairs = tables.iso, tables.pairs
         y_iso = torch.tensor(iso.log_y.to_numpy(), dtype=torch.float32)
         self.iso_mean = float(y_iso.mean())
@@ -297,7 +256,7 @@ class PriorModel:
         directory = Path(directory)
         meta = json.loads((directory / "prior.json").read_text())
         model = cls(PriorConfig(**meta["config"]))
-        model.vocab = _Vocab(**meta["vocab"])
+        model.vocab = Vocab(**meta["vocab"])
         model.iso_mean, model.iso_std = meta["iso_mean"], meta["iso_std"]
         states = torch.load(directory / "prior.pt", weights_only=True)
         cfg = model.config

@@ -35,39 +35,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from scheduling.models.performance.features import FAMILIES, GPU_TYPES, parse_job_type
-
-N_CELL_FEATURES = len(GPU_TYPES) + 1 + len(FAMILIES) + 2 + 1
-
-
-def cell_features(cells: pd.DataFrame) -> np.ndarray:
-    """Features of a placement, deliberately free of the job's identity (the kernel must transfer to job types
-    never seen in feedback): GPU one-hot, co-located flag, partner family one-hot + log2 batch size + missing
-    flag (all zero for isolated cells), network 1's log normalized throughput of the placement.
-
-    cells: gpu_type, partner_job_type (None for isolated), prior_log_norm."""
-    n = len(cells)
-    out = np.zeros((n, N_CELL_FEATURES), dtype=np.float32)
-    gpu = cells["gpu_type"].to_numpy()
-    for i, g in enumerate(GPU_TYPES):
-        out[:, i] = gpu == g
-    col = len(GPU_TYPES)
-    partner = cells["partner_job_type"].to_numpy(dtype=object)
-    co = np.array([isinstance(p, str) and p != "" for p in partner])
-    out[:, col] = co
-    col += 1
-    for r, p in enumerate(partner):
-        if co[r]:
-            fam, bs = parse_job_type(p)
-            if fam in FAMILIES:
-                out[r, col + FAMILIES.index(fam)] = 1.0
-            if np.isfinite(bs):
-                out[r, col + len(FAMILIES)] = (np.log2(bs) - 6.0) / 3.0
-            else:
-                out[r, col + len(FAMILIES) + 1] = 1.0
-    col += len(FAMILIES) + 2
-    out[:, col] = cells["prior_log_norm"].to_numpy(dtype=float)
-    return out
+from scheduling.models.performance.features import GPU_TYPES, N_CELL_FEATURES, cell_features, parse_job_type
 
 
 @dataclass
