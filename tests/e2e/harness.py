@@ -137,6 +137,22 @@ class AirflowServer:
             time.sleep(2)
         raise TimeoutError(f"DAG {dag_id} not parsed in {timeout_s} s: {self.log_tail()}")
 
+    def wait_for_parsing(self, quiet_s: float = 8, timeout_s: float = 180) -> list[str]:
+        """The DAG ids, once no new DAG has appeared for `quiet_s`: the DAG processor's first pass over the folder
+        is done, so it no longer writes to the metadata database (on SQLite, each of its writes can make a
+        concurrent request fail as locked)."""
+        deadline = time.monotonic() + timeout_s
+        seen, since = None, time.monotonic()
+        while time.monotonic() < deadline:
+            reply = self.api("GET", "/dags", params={"limit": 100})
+            dag_ids = sorted(d["dag_id"] for d in reply.json().get("dags", [])) if reply.ok else []
+            if dag_ids != seen:
+                seen, since = dag_ids, time.monotonic()
+            elif dag_ids and time.monotonic() - since >= quiet_s:
+                return dag_ids
+            time.sleep(1)
+        raise TimeoutError(f"DAG list still changing after {timeout_s} s: {seen}")
+
     def pause(self, dag_id: str, paused: bool = True) -> None:
         reply = self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": paused})
         assert reply.ok, reply.text
@@ -201,10 +217,11 @@ class AirflowServer:
     ) -> dict:
         """An Airflow backfill (`POST /backfills`): one run per schedule interval whose logical date lies in
         [from_date, to_date] (both included), started in logical-date order; returns the backfill's record. On
-        SQLite, creating the runs fails (503) when another Airflow process holds the write lock at that moment: the
-        request is tried again up to `tries` times. The scheduler starts backfill runs of unpaused DAGs only, so
-        the DAG is unpaused afterwards."""
+        SQLite, creating the runs fails (503) when another Airflow process writes meanwhile: it is created after the
+        DAG processor's first pass, and tried again up to `tries` times. The scheduler starts backfill runs of
+        unpaused DAGs only, so the DAG is unpaused afterwards."""
         self.wait_for_dag(dag_id)
+        self.wait_for_parsing()
         body = {
             "dag_id": dag_id,
             "from_date": from_date,
