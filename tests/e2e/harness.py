@@ -137,6 +137,22 @@ class AirflowServer:
             time.sleep(2)
         raise TimeoutError(f"DAG {dag_id} not parsed in {timeout_s} s: {self.log_tail()}")
 
+    def wait_for_parsing(self, quiet_s: float = 8, timeout_s: float = 180) -> list[str]:
+        """The DAG ids, once no new DAG has appeared for `quiet_s`: the DAG processor's first pass over the folder
+        is done, so it no longer writes to the metadata database (on SQLite, each of its writes can make a
+        concurrent request fail as locked)."""
+        deadline = time.monotonic() + timeout_s
+        seen, since = None, time.monotonic()
+        while time.monotonic() < deadline:
+            reply = self.api("GET", "/dags", params={"limit": 100})
+            dag_ids = sorted(d["dag_id"] for d in reply.json().get("dags", [])) if reply.ok else []
+            if dag_ids != seen:
+                seen, since = dag_ids, time.monotonic()
+            elif dag_ids and time.monotonic() - since >= quiet_s:
+                return dag_ids
+            time.sleep(1)
+        raise TimeoutError(f"DAG list still changing after {timeout_s} s: {seen}")
+
     def pause(self, dag_id: str, paused: bool = True) -> None:
         reply = self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": paused})
         assert reply.ok, reply.text
@@ -189,6 +205,71 @@ class AirflowServer:
         reply = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances", params={"limit": 100})
         tasks = {ti["task_id"]: ti["state"] for ti in reply.json().get("task_instances", [])} if reply.ok else {}
         raise TimeoutError(f"{dag_id} run {run_id} still {state} after {timeout_s} s; tasks: {tasks}")
+
+    def backfill(
+        self,
+        dag_id: str,
+        from_date: str,
+        to_date: str,
+        conf: dict | None = None,
+        max_active_runs: int = 1,
+        tries: int = 10,
+    ) -> dict:
+        """An Airflow backfill (`POST /backfills`): one run per schedule interval whose logical date lies in
+        [from_date, to_date] (both included), started in logical-date order; returns the backfill's record. On
+        SQLite, creating the runs fails (503) when another Airflow process writes meanwhile: it is created after the
+        DAG processor's first pass, and tried again up to `tries` times. The scheduler starts backfill runs of
+        unpaused DAGs only, so the DAG is unpaused afterwards."""
+        self.wait_for_dag(dag_id)
+        self.wait_for_parsing()
+        body = {
+            "dag_id": dag_id,
+            "from_date": from_date,
+            "to_date": to_date,
+            "dag_run_conf": conf or {},
+            "max_active_runs": max_active_runs,
+            "run_backwards": False,
+            "reprocess_behavior": "none",
+        }
+        for attempt in range(1, tries + 1):
+            reply = self.api("POST", "/backfills", json=body)
+            if reply.status_code != 503:
+                break
+            print(f"backfill of {dag_id}, try {attempt}: {reply.status_code} {reply.text[:200]}")
+            time.sleep(2)  # SQLite busy: Airflow removed the partly created backfill; try again
+        assert reply.ok, reply.text
+        self.pause(dag_id, False)
+        return reply.json()
+
+    def backfill_runs(self, dag_id: str) -> list[dict]:
+        """The DAG's backfill runs, in logical-date order."""
+        reply = self.api(
+            "GET",
+            f"/dags/{dag_id}/dagRuns",
+            params={"run_type": "backfill", "order_by": "logical_date", "limit": 100},
+        )
+        assert reply.ok, reply.text
+        return reply.json()["dag_runs"]
+
+    def wait_for_backfill(self, backfill: dict, timeout_s: float = 1800) -> list[dict]:
+        """Poll until the backfill has completed, then return its runs (logical-date order). The first failed run
+        cancels the backfill (the runs after it would plan on a warehouse that already differs) and fails, with its
+        failed tasks' logs."""
+        deadline = time.monotonic() + timeout_s
+        dag_id, path = backfill["dag_id"], f"/backfills/{backfill['id']}"
+        while time.monotonic() < deadline:
+            failed = [r for r in self.backfill_runs(dag_id) if r["state"] == "failed"]
+            if failed:
+                self.api("PUT", f"{path}/cancel")
+                run_id = failed[0]["dag_run_id"]
+                raise AssertionError(f"backfill run {run_id} failed:\n{self.failed_task_logs(dag_id, run_id)}")
+            reply = self.api("GET", path)
+            assert reply.ok, reply.text
+            if reply.json().get("completed_at"):
+                return self.backfill_runs(dag_id)
+            time.sleep(5)
+        states = [r["state"] for r in self.backfill_runs(dag_id)]
+        raise TimeoutError(f"backfill {backfill['id']} of {dag_id} not complete after {timeout_s} s: {states}")
 
     def failed_task_logs(self, dag_id: str, run_id: str, chars: int = 4000) -> str:
         """The end of the log of every failed task of the run (its last try), for the assertion message."""

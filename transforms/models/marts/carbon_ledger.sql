@@ -23,9 +23,9 @@ per_job as (
         tenant,
         job_id,
         count(*) as attempts,
-        sum(realized_kgco2e) as realized_kgco2e,
-        sum(expected_kgco2e) filter (where started_at is not null) as forecast_kgco2e,
-        sum(planned_window_actual_kgco2e) filter (where started_at is not null) as planned_window_actual_kgco2e,
+        {{ fixed_order_sum('realized_kgco2e') }} as realized_kgco2e,
+        {{ fixed_order_sum('expected_kgco2e') }} filter (where started_at is not null) as forecast_kgco2e,
+        {{ fixed_order_sum('planned_window_actual_kgco2e') }} filter (where started_at is not null) as planned_window_actual_kgco2e,
         bool_or(energy_source = 'measured') as any_measured_energy
     from runs
     group by tenant, job_id

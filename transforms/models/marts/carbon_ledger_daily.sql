@@ -11,8 +11,8 @@ select
     count(*) filter (where outcome = 'cancelled') as cancelled,
     count(*) filter (where outcome = 'finished' and deadline_met) as deadlines_met,
     count(*) filter (where energy_source = 'measured') as measured_energy_jobs,
-    sum(realized_kgco2e) as realized_kgco2e,
-    coalesce(sum(realized_kgco2e) filter (where counterfactual_kgco2e is not null), 0) as valued_realized_kgco2e,
-    coalesce(sum(counterfactual_kgco2e), 0) as counterfactual_kgco2e
+    {{ fixed_order_sum('realized_kgco2e') }} as realized_kgco2e,
+    coalesce({{ fixed_order_sum('realized_kgco2e') }} filter (where counterfactual_kgco2e is not null), 0) as valued_realized_kgco2e,
+    coalesce({{ fixed_order_sum('counterfactual_kgco2e') }}, 0) as counterfactual_kgco2e
 from {{ ref('carbon_ledger') }}
 group by submitted_day, tenant, region

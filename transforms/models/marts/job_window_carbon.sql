@@ -55,8 +55,8 @@ select
     attempt,
     plan_id,
     kind,
-    sum(overlap_h) as hours,
-    sum(overlap_h * ci) as ci_hours,
-    coalesce(sum(overlap_h) filter (where ci is null), 0) as missing_hours
+    {{ fixed_order_sum('overlap_h') }} as hours,
+    {{ fixed_order_sum('overlap_h * ci') }} as ci_hours,
+    coalesce({{ fixed_order_sum('overlap_h') }} filter (where ci is null), 0) as missing_hours
 from weighted
 group by tenant, job_id, attempt, plan_id, kind

@@ -21,7 +21,7 @@ reported as (
         max(event_time) filter (where event in ('finished', 'failed', 'cancelled')) as ended_at,
         arg_max(event, event_time) filter (where event in ('finished', 'failed', 'cancelled')) as terminal_event,
         bool_or(event = 'unconfirmed') as unconfirmed,
-        sum(energy_kwh) as measured_energy_kwh
+        {{ fixed_order_sum('energy_kwh') }} as measured_energy_kwh
     from events
     group by tenant, job_id, planner_job_id, plan_id, attempt
 )
