@@ -2,9 +2,11 @@
 
 base          the `Executor` interface, event/running/record frames, the plan-time clock
 items         what a dispatch carries: the plan's assignments that start now + each job's payload
-registry      `make_executor(kind, settings)`: replay (the embedded default), files
+registry      `make_executor(kind, settings)`: replay (the embedded default), files, kubernetes
 dispatch_log  exactly-once dispatch through `plan.dispatch_log` (intent -> sent | failed)
 replay        runs jobs in replayed time with true run times and failures (`executor.replay_runs`)
 files         hands schedule files (JSON, Kubernetes, Slurm) to another system
+k8s           gated Pods on Kubernetes clusters (k8s_pods: the Pod, k8s_api: the client calls,
+              k8s_sharing: GPU-sharing requests, k8s_clock: plan time onto the cluster clock)
 events        `raw.job_events`: what executors report, loaded per window
 """

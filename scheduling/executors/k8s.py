@@ -1,0 +1,330 @@
+"""`kubernetes`: runs dispatched jobs as gated Pods on Kubernetes clusters through the official client.
+
+Dispatch creates one Pod per job (`k8s_pods.pod_manifest`: scheduling gate ``carbonplanner.io/start-time``, the
+planned node as node affinity, the job's image and command, the power limit in the env, the GPU request of the
+cluster's `sharing`). Its name and dispatch-key label derive from (plan_id, job_id): `lookup` lists by the label,
+and a second create of one dispatch is refused. A job that already has a gated Pod of an earlier plan (in any of
+the executor's clusters) is moved: that Pod is deleted and the new one created in the new cluster's context.
+
+Gates: `release(now)` removes the gate of every Pod whose planned start has come (a JSON patch that tests the
+gate's name before removing it); dispatch and `sync` call it, so each loop hour releases what starts then.
+Fail-open: each Pod carries ``carbonplanner.io/latest-start`` (the latest start that still meets its deadline,
+else start + `fail_open_after_min`), and the gate-release CronJob of deploy/kubernetes/ releases a gated Pod
+whose latest start has passed with no planner running; the init container still waits for the planned start.
+
+Clock: `now` and the events are plan time; the cluster's wall clock is `clock.to_wall(plan time)` (`k8s_clock`).
+Nothing here reads the wall clock. `sync(now, since)` lists the Pods and reports ``dispatched`` at the plan time,
+``started`` at the main container's start, ``finished`` (exit 0) / ``failed`` at its end (or, for a Pod Failed
+without one, its last condition change), ``cancelled`` at the cancel time: the Pods' state, read at any time after
+the window, gives the same events (a Pod deleted by hand takes its events with it). Run the loop's hour T once the
+cluster's clock has passed `to_wall(T)`.
+
+`running(now)`: the Pods not ended nor cancelled whose planned start is <= now, ``confirmed`` when the main
+container runs, until the planned end (or the next hour after `now` once that passed). `cancel(job_id, now)`
+annotates the job's live Pods with ``carbonplanner.io/cancelled-at`` (a gated Pod stays gated and holds nothing;
+the release steps skip it) and stops a started one through ``activeDeadlineSeconds``.
+
+Settings (the fleet's ``executor:`` block): ``namespace`` (default gpu-jobs), a connection (``context`` /
+``kubeconfig_path``, or ``host`` + ``token_env`` + ``ca_cert_path``, else in-cluster), ``sharing``
+(`k8s_sharing`), ``clock`` (`k8s_clock`), ``fail_open_after_min`` (default 60), ``name``, and ``clusters``:
+cluster -> connection keys and ``sharing`` overriding the above, for one executor over several clusters (then
+every cluster it serves is listed there; moves between them need this).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from common.timeutil import iso_z, utc
+from scheduling.executors.base import (
+    EVENT_COLUMNS,
+    RECORD_COLUMNS,
+    RUNNING_COLUMNS,
+    DuplicateDispatchError,
+    Executor,
+    check_window,
+    in_window,
+    plan_time_of,
+    sort_events,
+    typed_frame,
+)
+from scheduling.executors.items import check_items
+from scheduling.executors.k8s_api import CONNECTION_KEYS, ApiError, PodApi
+from scheduling.executors.k8s_clock import ClusterClock
+from scheduling.executors.k8s_pods import (
+    CANCELLED_AT,
+    ITEM_FIELDS,
+    KEY_LABEL,
+    dispatch_key,
+    is_gated,
+    main_state,
+    pod_item,
+    pod_manifest,
+    selector,
+)
+from scheduling.executors.k8s_sharing import GpuSharing
+from scheduling.output.schedules import GATE_NAME, NAMESPACE
+
+DEFAULT = "default"
+ENDED = ("Succeeded", "Failed")
+
+
+def _pointer(key: str) -> str:
+    """`key` as a JSON pointer segment (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _annotation(pod: dict, key: str) -> str | None:
+    return ((pod.get("metadata") or {}).get("annotations") or {}).get(key)
+
+
+class KubernetesExecutor(Executor):
+    """Gated Pods on Kubernetes (see the module doc)."""
+
+    kind = "kubernetes"
+    job_files = ("k8s",)
+    SETTINGS = ("name", *CONNECTION_KEYS, "sharing", "clock", "fail_open_after_min", "clusters")
+
+    def __init__(
+        self,
+        *,
+        db_path=None,
+        name: str | None = None,
+        namespace: str = NAMESPACE,
+        sharing: Mapping | str | None = None,
+        clock: Mapping | None = None,
+        fail_open_after_min: float = 60.0,
+        clusters: Mapping[str, Mapping] | None = None,
+        **connection: Any,
+    ):
+        super().__init__(name)
+        self.db_path = db_path  # unused: the Pods are the executor's whole state
+        where = f"executor {self.name!r}"
+        self.clock = ClusterClock.from_setting(clock, f"{where}: clock")
+        self.fail_open_after = pd.Timedelta(minutes=float(fail_open_after_min))
+        if self.fail_open_after < pd.Timedelta(0):
+            raise ValueError(f"{where}: setting 'fail_open_after_min' must be >= 0, got {fail_open_after_min!r}")
+        base = {k: v for k, v in connection.items() if v is not None}
+        base["namespace"] = str(namespace)
+        self._connections: dict[str, dict] = {}
+        self._sharing: dict[str, GpuSharing] = {}
+        if clusters:
+            for cluster, override in dict(clusters).items():
+                override = dict(override or {})
+                unknown = sorted(set(override) - {*CONNECTION_KEYS, "sharing"})
+                if unknown:
+                    raise ValueError(f"{where}: clusters.{cluster}: unknown setting(s) {unknown}")
+                own = override.pop("sharing", sharing)
+                self._connections[str(cluster)] = {**base, **override}
+                self._sharing[str(cluster)] = GpuSharing.from_setting(own, f"{where}: clusters.{cluster}.sharing")
+        else:
+            self._connections[DEFAULT] = base
+            self._sharing[DEFAULT] = GpuSharing.from_setting(sharing, f"{where}: sharing")
+        self._apis: dict[str, PodApi] = {}
+
+    # ------------------------------------------------------------------------------------------- connections
+
+    def _connection_of(self, cluster: str) -> str | None:
+        if DEFAULT in self._connections:
+            return DEFAULT
+        return str(cluster) if str(cluster) in self._connections else None
+
+    def api(self, connection: str) -> PodApi:
+        if connection not in self._apis:
+            settings = self._connections[connection]
+            self._apis[connection] = PodApi(settings, settings["namespace"])
+        return self._apis[connection]
+
+    def _ref(self, connection: str, pod: dict) -> str:
+        return f"{connection}/{self._connections[connection]['namespace']}/{pod['metadata']['name']}"
+
+    def pods(self, **labels: str) -> list[tuple[str, dict]]:
+        """(connection, Pod) of every Pod of this executor (with `labels`), connection by connection."""
+        out = []
+        for connection in self._connections:
+            out += [(connection, pod) for pod in self.api(connection).list(selector(self.name, **labels))]
+        return out
+
+    # ------------------------------------------------------------------------------------------- dispatch
+
+    def dispatch(self, plan_id: str, items: pd.DataFrame) -> pd.DataFrame:
+        """Create a gated Pod per item, move the jobs' gated Pods of earlier plans, release what starts now;
+        DuplicateDispatchError (before creating anything) when a Pod of one of these dispatches exists."""
+        plan_time = plan_time_of(plan_id)
+        items = check_items(items)
+        existing = self.pods()
+        keys = {(pod["metadata"].get("labels") or {}).get(KEY_LABEL) for _, pod in existing}
+        dup = sorted(j for j in items["job_id"] if dispatch_key(plan_id, j) in keys)
+        if dup:
+            raise DuplicateDispatchError(f"executor {self.name!r}, plan {plan_id}: job(s) {dup[:5]} have Pods already")
+        records = []
+        for row in items.to_dict(orient="records"):
+            job = row["job_id"]
+            connection = self._connection_of(row["cluster"])
+            if row["start_time"] < plan_time:
+                error = f"start_time {row['start_time']} is before the plan's time {plan_time}"
+            elif connection is None:
+                error = f"cluster {row['cluster']!r} is not in the executor's setting 'clusters'"
+            else:
+                error = None
+            if error is not None:
+                records.append({"job_id": job, "executor_ref": None, "error": error})
+                continue
+            pod = pod_manifest(
+                row,
+                plan_id,
+                executor=self.name,
+                namespace=self._connections[connection]["namespace"],
+                clock=self.clock,
+                sharing=self._sharing[connection],
+                fail_open_after=self.fail_open_after,
+            )
+            try:
+                self.api(connection).create(pod)
+            except ApiError as exc:
+                records.append({"job_id": job, "executor_ref": None, "error": str(exc)})
+                continue
+            records.append({"job_id": job, "executor_ref": self._ref(connection, pod), "error": None})
+            self._move(job, plan_id, existing)
+        self.release(plan_time)
+        return pd.DataFrame(records, columns=list(RECORD_COLUMNS))
+
+    def _move(self, job_id: str, plan_id: str, existing: list[tuple[str, dict]]) -> None:
+        """Delete the job's gated, not cancelled Pods of other plans: it now runs where `plan_id` put it."""
+        for connection, pod in existing:
+            item = pod_item(pod)
+            if item is None or item["job_id"] != job_id or item["plan_id"] == plan_id:
+                continue
+            if is_gated(pod) and _annotation(pod, CANCELLED_AT) is None:
+                try:
+                    self.api(connection).delete(pod["metadata"]["name"])
+                except ApiError as exc:
+                    if exc.status != 404:
+                        raise
+
+    def release(self, now) -> list[str]:
+        """Remove the gate of every gated, not cancelled Pod whose planned start (wall clock) is <= `now` (plan
+        time) mapped onto the cluster's clock. Returns the executor_refs released."""
+        wall = self.clock.to_wall(now)
+        released = []
+        for connection, pod in self.pods():
+            if not is_gated(pod) or _annotation(pod, CANCELLED_AT) is not None:
+                continue
+            start = _annotation(pod, GATE_NAME)
+            if start is None or utc(start) > wall:
+                continue
+            gates = pod["spec"]["schedulingGates"]
+            i = next(k for k, g in enumerate(gates) if g.get("name") == GATE_NAME)
+            path = f"/spec/schedulingGates/{i}"
+            try:
+                self.api(connection).patch(
+                    pod["metadata"]["name"],
+                    [{"op": "test", "path": f"{path}/name", "value": GATE_NAME}, {"op": "remove", "path": path}],
+                )
+            except ApiError as exc:
+                if exc.status not in (404, 409, 422):  # gone, or released by someone else meanwhile
+                    raise
+                continue
+            released.append(self._ref(connection, pod))
+        return released
+
+    def lookup(self, plan_id: str, job_id: str) -> str | None:
+        found = self.pods(**{KEY_LABEL: dispatch_key(plan_id, str(job_id))})
+        return self._ref(*found[0]) if found else None
+
+    # ------------------------------------------------------------------------------------------- reading
+
+    def _fields(self, connection: str, pod: dict, item: dict) -> dict:
+        fields = {k: item.get(k) for k in ITEM_FIELDS if k in EVENT_COLUMNS}
+        return {
+            **fields,
+            "planner_job_id": item["job_id"],
+            "job_id": item.get("queue_job_id") or item["job_id"],
+            "executor": self.name,
+            "executor_ref": self._ref(connection, pod),
+            "energy_kwh": None,
+        }
+
+    def _plan(self, wall: str | None) -> pd.Timestamp | None:
+        return None if wall is None else self.clock.to_plan(wall)
+
+    def pod_events(self, connection: str, pod: dict) -> list[dict]:
+        """Every event of one Pod so far, in plan time (see the module doc)."""
+        item = pod_item(pod)
+        if item is None:
+            return []
+        base = self._fields(connection, pod, item)
+        cancelled = _annotation(pod, CANCELLED_AT)
+        cancelled = None if cancelled is None else utc(cancelled)
+        state = main_state(pod)
+        started = self._plan((state.get("running") or state.get("terminated") or {}).get("startedAt"))
+        ended, outcome = None, None
+        if state.get("terminated"):
+            ended = self._plan(state["terminated"].get("finishedAt"))
+            outcome = "finished" if int(state["terminated"].get("exitCode", 1)) == 0 else "failed"
+        elif (pod.get("status") or {}).get("phase") == "Failed":
+            times = [c.get("lastTransitionTime") for c in pod["status"].get("conditions") or []]
+            ended, outcome = self._plan(max((t for t in times if t), default=None)), "failed"
+        stream = [("dispatched", plan_time_of(item["plan_id"]))]
+        if started is not None and (cancelled is None or started < cancelled):
+            stream.append(("started", started))
+        if cancelled is not None and (ended is None or cancelled < ended):
+            stream.append(("cancelled", cancelled))
+        elif ended is not None:
+            stream.append((outcome, ended))
+        return [{**base, "event": event, "event_time": at} for event, at in stream]
+
+    def sync(self, now, since=None) -> pd.DataFrame:
+        since, now = check_window(since, now)
+        self.release(now)
+        events = [e for connection, pod in self.pods() for e in self.pod_events(connection, pod)]
+        frame = typed_frame(events, EVENT_COLUMNS)
+        return sort_events(frame[in_window(frame["event_time"], since, now)])
+
+    def running(self, now) -> pd.DataFrame:
+        now = utc(now)
+        next_hour = now.floor("h") + pd.Timedelta(hours=1)
+        rows = []
+        for connection, pod in self.pods():
+            item = pod_item(pod)
+            cancelled = _annotation(pod, CANCELLED_AT)
+            if item is None or (pod.get("status") or {}).get("phase") in ENDED or item["start_time"] > now:
+                continue
+            if cancelled is not None and utc(cancelled) <= now:
+                continue
+            rows.append(
+                {
+                    **{k: item.get(k) for k in RUNNING_COLUMNS if k in item},
+                    "queue_job_id": item.get("queue_job_id"),
+                    "executor": self.name,
+                    "executor_ref": self._ref(connection, pod),
+                    "end_time": item["end_time"] if item["end_time"] > now else next_hour,
+                    "confirmed": "running" in main_state(pod),
+                }
+            )
+        return typed_frame(rows, RUNNING_COLUMNS).sort_values("job_id", kind="mergesort").reset_index(drop=True)
+
+    # ------------------------------------------------------------------------------------------- cancel
+
+    def cancel(self, job_id: str, now) -> bool:
+        """Mark the job's live Pods cancelled at `now`; stop a started one (see the module doc)."""
+        now = utc(now)
+        done = False
+        for connection, pod in self.pods():
+            item = pod_item(pod)
+            if item is None or item["job_id"] != str(job_id) or _annotation(pod, CANCELLED_AT) is not None:
+                continue
+            if (pod.get("status") or {}).get("phase") in ENDED:
+                continue
+            ops = [{"op": "add", "path": f"/metadata/annotations/{_pointer(CANCELLED_AT)}", "value": iso_z(now)}]
+            began = (pod.get("status") or {}).get("startTime")
+            if began is not None:
+                seconds = (self.clock.to_wall(now) - utc(began)).total_seconds()
+                ops.append({"op": "add", "path": "/spec/activeDeadlineSeconds", "value": max(1, math.ceil(seconds))})
+            self.api(connection).patch(pod["metadata"]["name"], ops)
+            done = True
+        return done

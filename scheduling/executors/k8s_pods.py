@@ -1,0 +1,162 @@
+"""The Pod the `kubernetes` executor creates for one dispatch item, and what it reads back from a Pod.
+
+The Pod is the schedule file's (`scheduling.output.schedules.k8s_manifest`: scheduling gate, init container that
+waits for the start, image and command from queue.jobs, power limit in the env) with the cluster's side filled in:
+
+* times on the cluster's clock (`k8s_clock`): the gate annotation, the init container's wait and the deadline;
+* the planned node as a required node affinity on ``kubernetes.io/hostname`` (a gated Pod may not set nodeName);
+* the GPU request of the cluster's sharing mechanism (`k8s_sharing`);
+* ``restartPolicy: Never``: a failed attempt ends as phase Failed, and the planner decides on a retry;
+* identity: the name and the label ``carbonplanner.io/dispatch-key`` derive from (plan_id, job_id), so a second
+  create of one dispatch is refused by the API server (409) and `lookup` finds it by label;
+* ``carbonplanner.io/latest-start`` (wall clock): the fail-open time at which the gate-release CronJob
+  (deploy/kubernetes/) releases a still gated Pod without the planner; ``carbonplanner.io/item``: the dispatch
+  item's fields in plan time (JSON), from which events and running jobs are reported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import pandas as pd
+
+from common.timeutil import iso_z, utc
+from scheduling.executors.k8s_clock import ClusterClock
+from scheduling.executors.k8s_sharing import WHOLE_GPU, GpuSharing
+from scheduling.output.schedules import DOMAIN, GATE_NAME, dns_label, k8s_manifest
+
+MANAGED_BY = "carbon-planner"
+KEY_LABEL = f"{DOMAIN}/dispatch-key"
+EXECUTOR_LABEL = f"{DOMAIN}/executor"
+ITEM_ANNOTATION = f"{DOMAIN}/item"
+LATEST_START = f"{DOMAIN}/latest-start"
+CANCELLED_AT = f"{DOMAIN}/cancelled-at"
+MAIN = "main"
+ITEM_FIELDS = (
+    "job_id",
+    "tenant",
+    "queue_job_id",
+    "plan_id",
+    "attempt",
+    "cluster",
+    "node",
+    "gpu_devices",
+    "gpu_count",
+    "gpu_milli",
+    "power_limit_w",
+    "start_time",
+    "end_time",
+)
+
+
+def dispatch_key(plan_id: str, job_id: str) -> str:
+    """The label value that names one dispatch (plan_id, job_id): 40 hex characters."""
+    return hashlib.sha256(f"{plan_id}\x1f{job_id}".encode()).hexdigest()[:40]
+
+
+def pod_name(plan_id: str, job_id: str) -> str:
+    return f"{dns_label(job_id)[:50].rstrip('-')}-{dispatch_key(plan_id, job_id)[:12]}"
+
+
+def selector(executor: str, **labels: str) -> str:
+    """The label selector of this executor's Pods (and `labels`)."""
+    pairs = {"app.kubernetes.io/managed-by": MANAGED_BY, EXECUTOR_LABEL: dns_label(executor), **labels}
+    return ",".join(f"{k}={v}" for k, v in pairs.items())
+
+
+def _plain(value: Any) -> Any:
+    if value is None or value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, pd.Timestamp):
+        return iso_z(value)
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and value != value:
+        return None
+    return value
+
+
+def latest_start(row: dict, clock: ClusterClock, fail_open_after: pd.Timedelta) -> pd.Timestamp:
+    """The wall-clock time by which a gated Pod is released without the planner: the latest start that still
+    meets the deadline (deadline - planned duration), else the planned start + `fail_open_after`; never before the
+    planned start."""
+    start, end = utc(row["start_time"]), utc(row["end_time"])
+    deadline = _plain(row.get("deadline"))
+    latest = utc(deadline) - (end - start) if deadline is not None else start + fail_open_after
+    return clock.to_wall(max(start, latest))
+
+
+def pod_manifest(
+    row: dict,
+    plan_id: str,
+    *,
+    executor: str,
+    namespace: str,
+    clock: ClusterClock,
+    sharing: GpuSharing,
+    fail_open_after: pd.Timedelta,
+) -> dict:
+    """The Pod for dispatch item `row` (a `check_items` record) under `plan_id` (see the module doc)."""
+    plan_time = utc(plan_id.rsplit("@", 1)[1]) if "@" in plan_id else utc(row["start_time"])
+    wall = dict(row)
+    for key in ("start_time", "end_time", "deadline"):
+        if _plain(row.get(key)) is not None:
+            wall[key] = clock.to_wall(row[key])
+    meta = {
+        "plan_id": plan_id,
+        "plan_time": iso_z(plan_time),
+        "policy": plan_id.split("@", 1)[0],
+        "forecast_version": _plain(row.get("forecast_version")),
+    }
+    pod = k8s_manifest(wall, meta)
+    key = dispatch_key(plan_id, str(row["job_id"]))
+    metadata, spec = pod["metadata"], pod["spec"]
+    metadata["name"] = pod_name(plan_id, str(row["job_id"]))
+    metadata["namespace"] = namespace
+    metadata["labels"].update({KEY_LABEL: key, EXECUTOR_LABEL: dns_label(executor)})
+    item = {k: _plain(row.get(k)) for k in ITEM_FIELDS}
+    item["plan_id"] = plan_id
+    metadata["annotations"].update(
+        {
+            ITEM_ANNOTATION: json.dumps(item, sort_keys=True, separators=(",", ":")),
+            LATEST_START: iso_z(latest_start(row, clock, fail_open_after)),
+        }
+    )
+    spec["restartPolicy"] = "Never"
+    host = spec.pop("nodeSelector", {}).get("kubernetes.io/hostname")
+    if host:
+        term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [host]}]}
+        spec["affinity"] = {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+        }
+    limits = spec["containers"][0]["resources"]["limits"]
+    limits.pop(WHOLE_GPU, None)
+    count = int(_plain(row.get("gpu_count")) or 0)
+    milli = int(_plain(row.get("gpu_milli")) or (1000 if count else 0))
+    limits.update(sharing.limits(milli, count))
+    return pod
+
+
+def pod_item(pod: dict) -> dict | None:
+    """The dispatch item fields a Pod carries (plan times as Timestamps); None for a Pod without them."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ITEM_ANNOTATION)
+    if not raw:
+        return None
+    item = json.loads(raw)
+    for key in ("start_time", "end_time"):
+        item[key] = utc(item[key])
+    return item
+
+
+def is_gated(pod: dict) -> bool:
+    return any(g.get("name") == GATE_NAME for g in (pod.get("spec") or {}).get("schedulingGates") or [])
+
+
+def main_state(pod: dict) -> dict:
+    """The main container's state (``running`` / ``terminated`` / ``waiting``), {} before it has one."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == MAIN:
+            return status.get("state") or {}
+    return {}

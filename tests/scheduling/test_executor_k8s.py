@@ -1,0 +1,182 @@
+"""The kubernetes executor against a local API server that records the calls (tests/scheduling/k8s_api_server.py):
+gated Pods created once per dispatch, gates released at the planned start, moves between clusters, events and
+running jobs read back from Pod states in plan time, cancellation, and the exactly-once dispatch log."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from scheduling.executors.base import EVENT_COLUMNS, RUNNING_COLUMNS, DuplicateDispatchError
+from scheduling.executors.dispatch_log import dispatch
+from scheduling.executors.k8s import KubernetesExecutor
+from scheduling.executors.registry import make_executor
+from scheduling.output.schedules import GATE_NAME
+from tests.scheduling.executor_samples import PLAN_TIME, plan_id_at, sample_items
+from tests.scheduling.k8s_api_server import KubeApiServer
+
+H = pd.Timedelta(hours=1)
+PLAN_ID = plan_id_at()
+NS = "gpu-jobs"
+# plan time 2021-07-15T00:00Z is wall time 2026-11-26T00:00Z on the clusters
+CLOCK = {"plan_origin": "2021-07-15T00:00Z", "wall_origin": "2026-11-26T00:00Z"}
+WALL_NOON = "2026-11-26T12:00:00Z"
+
+
+@pytest.fixture
+def api(monkeypatch):
+    monkeypatch.setenv("K8S_TOKEN", "s3cret")
+    with KubeApiServer(token="s3cret") as server:
+        yield server
+
+
+def _executor(api, **settings) -> KubernetesExecutor:
+    return make_executor("kubernetes", {"host": api.url, "token_env": "K8S_TOKEN", "clock": CLOCK, **settings})
+
+
+def _later(items: pd.DataFrame, hours: float) -> pd.DataFrame:
+    out = items.copy()
+    out["start_time"] += pd.Timedelta(hours=hours)
+    out["end_time"] += pd.Timedelta(hours=hours)
+    return out
+
+
+def _gated(api) -> set[str]:
+    return {name for (_, name), pod in api.pods.items() if pod["spec"].get("schedulingGates")}
+
+
+def test_dispatch_creates_gated_pods_and_releases_them_at_the_planned_start(api):
+    executor = _executor(api)
+    items = pd.concat([sample_items(2), _later(sample_items(2, prefix="late"), 2)], ignore_index=True)
+    records = executor.dispatch(PLAN_ID, items).set_index("job_id")
+    assert records["error"].isna().all() and len(api.pods) == 4
+    posts = [r for r in api.requests if r["method"] == "POST"]
+    assert len(posts) == 4 and all(r["path"] == f"/api/v1/namespaces/{NS}/pods" for r in posts)
+    assert all(r["authorization"] == "Bearer s3cret" for r in api.requests)
+    # the two that start now were released by the dispatch; the later two stay gated until 14:00
+    assert _gated(api) == {
+        ref.split("/")[-1] for ref in records.loc[["acme/late-0000", "globex/late-0001"]].executor_ref
+    }
+    patches = [r for r in api.requests if r["method"] == "PATCH"]
+    assert all(r["content_type"] == "application/json-patch+json" for r in patches)
+    assert patches[0]["body"] == [
+        {"op": "test", "path": "/spec/schedulingGates/0/name", "value": GATE_NAME},
+        {"op": "remove", "path": "/spec/schedulingGates/0"},
+    ]
+    pod = api.pods[(NS, records.loc["acme/late-0000", "executor_ref"].split("/")[-1])]
+    assert pod["metadata"]["annotations"][GATE_NAME] == "2026-11-26T14:00:00Z"  # the wall clock
+    assert pod["spec"]["initContainers"][0]["command"][-1].endswith(
+        f"-lt {int(pd.Timestamp('2026-11-26T14:00Z').timestamp())} ]; do sleep 30; done"
+    )
+    main = pod["spec"]["containers"][0]
+    assert main["image"] == "registry.example/train:1.0" and main["command"][-1] == "python train.py --job 0"
+    assert {"name": "GPU_POWER_LIMIT_W", "value": "200"} in main["env"]
+    assert executor.sync(PLAN_TIME + 1.5 * H, since=PLAN_TIME).query("event == 'started'").empty
+    executor.sync(PLAN_TIME + 2 * H, since=PLAN_TIME + 1.5 * H)  # the loop hour at 14:00 releases them
+    assert _gated(api) == set()
+
+
+def test_lookup_and_duplicates(api):
+    executor = _executor(api)
+    assert executor.lookup(PLAN_ID, "acme/job-0000") is None
+    records = executor.dispatch(PLAN_ID, sample_items(3)).set_index("job_id")
+    assert executor.lookup(PLAN_ID, "acme/job-0000") == records.loc["acme/job-0000", "executor_ref"]
+    assert records.loc["acme/job-0000", "executor_ref"].startswith("default/gpu-jobs/acme-job-0000-")
+    assert executor.lookup(plan_id_at(PLAN_TIME + H), "acme/job-0000") is None
+    before = len(api.requests)
+    with pytest.raises(DuplicateDispatchError, match="acme/job-0000"):
+        executor.dispatch(PLAN_ID, sample_items(1))
+    assert [r["method"] for r in api.requests[before:]] == ["GET"]  # refused before creating anything
+
+
+def test_exactly_once_through_the_dispatch_log(api, tmp_warehouse):
+    executor = _executor(api)
+    first = dispatch(PLAN_ID, sample_items(5), executor, db_path=tmp_warehouse, batch_size=2)
+    again = dispatch(PLAN_ID, sample_items(5), executor, db_path=tmp_warehouse)
+    assert len(first.sent) == 5 and len(again.skipped) == 5 and len(api.pods) == 5
+
+
+def test_events_and_running_in_plan_time(api):
+    executor = _executor(api)
+    records = executor.dispatch(PLAN_ID, sample_items(3)).set_index("job_id")
+    name = {job: ref.split("/")[-1] for job, ref in records["executor_ref"].items()}
+    api.run_pod(NS, name["acme/job-0000"], "2026-11-26T12:01:00Z", "2026-11-26T13:31:00Z", exit_code=0)
+    api.run_pod(NS, name["globex/job-0001"], "2026-11-26T12:02:00Z", "2026-11-26T12:32:00Z", exit_code=3)
+    api.run_pod(NS, name["acme/job-0002"], "2026-11-26T12:03:00Z")
+    events = executor.sync(PLAN_TIME + 2 * H, since=PLAN_TIME)
+    assert list(events.columns) == list(EVENT_COLUMNS)
+    got = {(e.planner_job_id, e.event): e.event_time for e in events.itertuples()}
+    assert got == {
+        ("acme/job-0000", "dispatched"): PLAN_TIME,
+        ("acme/job-0000", "started"): PLAN_TIME + pd.Timedelta(minutes=1),
+        ("acme/job-0000", "finished"): PLAN_TIME + pd.Timedelta(minutes=91),
+        ("globex/job-0001", "dispatched"): PLAN_TIME,
+        ("globex/job-0001", "started"): PLAN_TIME + pd.Timedelta(minutes=2),
+        ("globex/job-0001", "failed"): PLAN_TIME + pd.Timedelta(minutes=32),
+        ("acme/job-0002", "dispatched"): PLAN_TIME,
+        ("acme/job-0002", "started"): PLAN_TIME + pd.Timedelta(minutes=3),
+    }
+    row = events.iloc[0]
+    assert (row.tenant, row.job_id, row.cluster, row.attempt) == ("acme", "job-0000", "usw-t4", 1)
+    # windows partition the events
+    halves = pd.concat(
+        [executor.sync(PLAN_TIME + H, since=PLAN_TIME), executor.sync(PLAN_TIME + 2 * H, since=PLAN_TIME + H)]
+    )
+    assert len(halves) == len(events)
+    running = executor.running(PLAN_TIME + H)
+    assert list(running.columns) == list(RUNNING_COLUMNS)
+    assert list(running["job_id"]) == ["acme/job-0002"] and running["confirmed"].all()
+    assert running["end_time"].iloc[0] == PLAN_TIME + 3 * H  # the plan's end (job 2: a 3 h estimate)
+
+
+def test_cancel_marks_and_stops(api):
+    executor = _executor(api)
+    items = pd.concat([sample_items(1), _later(sample_items(1, prefix="late"), 3)], ignore_index=True)
+    records = executor.dispatch(PLAN_ID, items).set_index("job_id")
+    running_pod = records.loc["acme/job-0000", "executor_ref"].split("/")[-1]
+    api.run_pod(NS, running_pod, "2026-11-26T12:00:00Z")
+    assert executor.cancel("acme/job-0000", PLAN_TIME + H) and executor.cancel("acme/late-0000", PLAN_TIME + H)
+    assert not executor.cancel("acme/job-0000", PLAN_TIME + H)  # already cancelled
+    pod = api.pods[(NS, running_pod)]
+    assert pod["spec"]["activeDeadlineSeconds"] == 3600
+    assert pod["metadata"]["annotations"]["carbonplanner.io/cancelled-at"] == "2021-07-15T13:00:00Z"
+    events = executor.sync(PLAN_TIME + 4 * H, since=PLAN_TIME)
+    assert set(zip(events["planner_job_id"], events["event"])) == {
+        ("acme/job-0000", "dispatched"),
+        ("acme/job-0000", "started"),
+        ("acme/job-0000", "cancelled"),
+        ("acme/late-0000", "dispatched"),
+        ("acme/late-0000", "cancelled"),
+    }
+    assert len(_gated(api)) == 1  # the cancelled gated Pod is never released
+    assert executor.running(PLAN_TIME + 2 * H).empty
+
+
+def test_a_move_deletes_and_recreates_in_the_other_clusters_context(monkeypatch):
+    monkeypatch.setenv("K8S_TOKEN", "t")
+    with KubeApiServer(token="t") as west, KubeApiServer(token="t") as north:
+        clusters = {"usw-t4": {"host": west.url}, "eun-v100m32": {"host": north.url, "namespace": "batch"}}
+        executor = make_executor("kubernetes", {"token_env": "K8S_TOKEN", "clock": CLOCK, "clusters": clusters})
+        job = _later(sample_items(1), 5)  # acme/job-0000 on usw-t4, gated until 17:00
+        executor.dispatch(PLAN_ID, job)
+        assert len(west.pods) == 1 and _gated(west)
+        moved = job.assign(
+            cluster="eun-v100m32", node="eun-v100m32/node-01", start_time=PLAN_TIME + H, end_time=PLAN_TIME + 2 * H
+        )
+        records = executor.dispatch(plan_id_at(PLAN_TIME + H), moved)
+        assert records["executor_ref"].iloc[0].startswith("eun-v100m32/batch/")
+        assert west.pods == {} and "DELETE" in [r["method"] for r in west.requests]
+        assert len(north.pods) == 1 and not _gated(north)  # starts now: released at once
+
+
+def test_settings_are_checked(api):
+    with pytest.raises(ValueError, match="unknown setting"):
+        make_executor("kubernetes", {"host": api.url, "nodes": 3})
+    with pytest.raises(ValueError, match="sharing.mechanism"):
+        make_executor("kubernetes", {"host": api.url, "sharing": {"mechanism": "vgpu"}})
+    with pytest.raises(ValueError, match="clusters.a: unknown"):
+        make_executor("kubernetes", {"clusters": {"a": {"replicas": 2}}})
+    executor = make_executor("kubernetes", {"host": api.url, "token_env": "K8S_TOKEN", "clusters": {"usw-t4": {}}})
+    records = executor.dispatch(PLAN_ID, sample_items(2))
+    assert "not in the executor's setting 'clusters'" in records["error"].iloc[1]
+    assert KubernetesExecutor.job_files == ("k8s",)
