@@ -25,6 +25,7 @@ import pandas as pd
 from common.timeutil import iso_z, utc
 from scheduling.executors.k8s_clock import ClusterClock
 from scheduling.executors.k8s_sharing import WHOLE_GPU, GpuSharing
+from scheduling.output.plan_store import parse_plan_id
 from scheduling.output.schedules import DOMAIN, GATE_NAME, dns_label, k8s_manifest
 
 MANAGED_BY = "carbon-planner"
@@ -99,7 +100,7 @@ def pod_manifest(
     fail_open_after: pd.Timedelta,
 ) -> dict:
     """The Pod for dispatch item `row` (a `check_items` record) under `plan_id` (see the module doc)."""
-    plan_time = utc(plan_id.rsplit("@", 1)[1]) if "@" in plan_id else utc(row["start_time"])
+    policy, plan_time, _ = parse_plan_id(plan_id)
     wall = dict(row)
     for key in ("start_time", "end_time", "deadline"):
         if _plain(row.get(key)) is not None:
@@ -107,7 +108,7 @@ def pod_manifest(
     meta = {
         "plan_id": plan_id,
         "plan_time": iso_z(plan_time),
-        "policy": plan_id.split("@", 1)[0],
+        "policy": policy,
         "forecast_version": _plain(row.get("forecast_version")),
     }
     pod = k8s_manifest(wall, meta)

@@ -4,13 +4,17 @@ running jobs read back from Pod states in plan time, cancellation, and the exact
 
 from __future__ import annotations
 
+import copy
+
 import pandas as pd
 import pytest
 
+from scheduling.domain.fleet import ExecutorConfig
 from scheduling.executors.base import EVENT_COLUMNS, RUNNING_COLUMNS, DuplicateDispatchError
 from scheduling.executors.dispatch_log import dispatch
 from scheduling.executors.k8s import KubernetesExecutor
 from scheduling.executors.registry import make_executor
+from scheduling.loop import fleet_executors
 from scheduling.output.schedules import GATE_NAME
 from tests.scheduling.executor_samples import PLAN_TIME, plan_id_at, sample_items
 from tests.scheduling.k8s_api_server import KubeApiServer
@@ -180,3 +184,29 @@ def test_settings_are_checked(api):
     records = executor.dispatch(PLAN_ID, sample_items(2))
     assert "not in the executor's setting 'clusters'" in records["error"].iloc[1]
     assert KubernetesExecutor.job_files == ("k8s",)
+
+
+def test_a_fleet_file_builds_one_executor_over_its_clusters(api):
+    block = {"host": api.url, "token_env": "K8S_TOKEN", "clock": CLOCK,
+             "sharing": {"mechanism": "mig", "profiles": ["1g.10gb", "4g.40gb"]},
+             "clusters": {"usw-t4": {}, "eun-v100m32": {"namespace": "batch", "sharing": "none"}}}  # fmt: skip
+
+    class Fleet:  # what `fleet_executors` reads of a fleet
+        def executors(self):
+            return {c: ExecutorConfig(kind="kubernetes", settings=copy.deepcopy(block)) for c in block["clusters"]}
+
+    executors = fleet_executors(Fleet())
+    assert len({id(e) for e in executors.values()}) == 1
+    executors["usw-t4"].dispatch(PLAN_ID, sample_items(4))
+    gpus = {
+        (ns, pod["metadata"]["annotations"]["carbonplanner.io/job-id"]): {
+            k: v for k, v in pod["spec"]["containers"][0]["resources"]["limits"].items() if k not in ("cpu", "memory")
+        }
+        for (ns, _), pod in api.pods.items()
+    }
+    assert gpus == {
+        ("gpu-jobs", "acme/job-0000"): {"nvidia.com/mig-4g.40gb": "1"},  # 500 milli: 4 of 7 slices
+        ("batch", "globex/job-0001"): {"nvidia.com/gpu": "2"},
+        ("gpu-jobs", "acme/job-0002"): {"nvidia.com/gpu": "2"},
+        ("batch", "globex/job-0003"): {"nvidia.com/gpu": "1"},  # no sharing there: a whole GPU
+    }
