@@ -78,6 +78,15 @@ def _pointer(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
+def _without_other_way_in(base: dict, override: dict) -> dict:
+    """`base` less its connection keys of the other kind when `override` names a kubeconfig or a host."""
+    if {"context", "kubeconfig_path"} & set(override):
+        return {k: v for k, v in base.items() if k not in ("host", "token_env", "ca_cert_path")}
+    if "host" in override:
+        return {k: v for k, v in base.items() if k not in ("context", "kubeconfig_path")}
+    return base
+
+
 def _annotation(pod: dict, key: str) -> str | None:
     return ((pod.get("metadata") or {}).get("annotations") or {}).get(key)
 
@@ -119,7 +128,7 @@ class KubernetesExecutor(Executor):
                 if unknown:
                     raise ValueError(f"{where}: clusters.{cluster}: unknown setting(s) {unknown}")
                 own = override.pop("sharing", sharing)
-                self._connections[str(cluster)] = {**base, **override}
+                self._connections[str(cluster)] = {**_without_other_way_in(base, override), **override}
                 self._sharing[str(cluster)] = GpuSharing.from_setting(own, f"{where}: clusters.{cluster}.sharing")
         else:
             self._connections[DEFAULT] = base

@@ -210,3 +210,11 @@ def test_a_fleet_file_builds_one_executor_over_its_clusters(api):
         ("gpu-jobs", "acme/job-0002"): {"nvidia.com/gpu": "2"},
         ("batch", "globex/job-0003"): {"nvidia.com/gpu": "1"},  # no sharing there: a whole GPU
     }
+
+
+def test_a_cluster_connection_replaces_the_base_one(api):
+    executor = _executor(api, clusters={"usw-t4": {}, "eun-v100m32": {"context": "north", "namespace": "batch"}})
+    assert executor._connections["usw-t4"]["host"] == api.url
+    assert executor._connections["eun-v100m32"] == {"context": "north", "namespace": "batch"}
+    executor = make_executor("kubernetes", {"context": "west", "token_env": "T", "clusters": {"a": {"host": "h"}}})
+    assert executor._connections["a"] == {"host": "h", "token_env": "T", "namespace": "gpu-jobs"}
