@@ -14,9 +14,10 @@ whose latest start has passed with no planner running; the init container still 
 
 Clock: `now` and the events are plan time; the cluster's wall clock is `clock.to_wall(plan time)` (`k8s_clock`).
 Nothing here reads the wall clock. `sync(now, since)` lists the Pods and reports ``dispatched`` at the plan time,
-``started`` at the main container's start, ``finished`` (exit 0) / ``failed`` at its end (or, for a Pod Failed
-without one, its last condition change), ``cancelled`` at the cancel time: the Pods' state, read at any time after
-the window, gives the same events (a Pod deleted by hand takes its events with it). Run the loop's hour T once the
+``started`` at the main container's start, ``finished`` (exit 0) / ``failed`` at its end (a Pod whose phase
+says more than its container statuses: ``started`` at the Pod's start when Running or Succeeded, the end at its last
+condition change), ``cancelled`` at the cancel time: the Pods' state, read at any time after the window, gives the
+same events (a Pod deleted by hand takes its events with it). Run the loop's hour T once the
 cluster's clock has passed `to_wall(T)`.
 
 `running(now)`: the Pods not ended nor cancelled whose planned start is <= now, ``confirmed`` when the main
@@ -269,15 +270,19 @@ class KubernetesExecutor(Executor):
         base = self._fields(connection, pod, item)
         cancelled = _annotation(pod, CANCELLED_AT)
         cancelled = None if cancelled is None else utc(cancelled)
-        state = main_state(pod)
+        state, status = main_state(pod), pod.get("status") or {}
+        phase = status.get("phase")
         started = self._plan((state.get("running") or state.get("terminated") or {}).get("startedAt"))
+        if started is None and phase in ("Running", "Succeeded"):  # no container status reported: the Pod's start
+            started = self._plan(status.get("startTime"))
         ended, outcome = None, None
         if state.get("terminated"):
             ended = self._plan(state["terminated"].get("finishedAt"))
             outcome = "finished" if int(state["terminated"].get("exitCode", 1)) == 0 else "failed"
-        elif (pod.get("status") or {}).get("phase") == "Failed":
-            times = [c.get("lastTransitionTime") for c in pod["status"].get("conditions") or []]
-            ended, outcome = self._plan(max((t for t in times if t), default=None)), "failed"
+        elif phase in ENDED:
+            times = [c.get("lastTransitionTime") for c in status.get("conditions") or []]
+            ended = self._plan(max((t for t in times if t), default=None))
+            outcome = "finished" if phase == "Succeeded" else "failed"
         stream = [("dispatched", plan_time_of(item["plan_id"]))]
         if started is not None and (cancelled is None or started < cancelled):
             stream.append(("started", started))

@@ -102,11 +102,16 @@ def test_exactly_once_through_the_dispatch_log(api, tmp_warehouse):
 
 def test_events_and_running_in_plan_time(api):
     executor = _executor(api)
-    records = executor.dispatch(PLAN_ID, sample_items(3)).set_index("job_id")
+    records = executor.dispatch(PLAN_ID, sample_items(4)).set_index("job_id")
     name = {job: ref.split("/")[-1] for job, ref in records["executor_ref"].items()}
     api.run_pod(NS, name["acme/job-0000"], "2026-11-26T12:01:00Z", "2026-11-26T13:31:00Z", exit_code=0)
     api.run_pod(NS, name["globex/job-0001"], "2026-11-26T12:02:00Z", "2026-11-26T12:32:00Z", exit_code=3)
     api.run_pod(NS, name["acme/job-0002"], "2026-11-26T12:03:00Z")
+    api.pods[(NS, name["globex/job-0003"])]["status"] = {  # the phase, no container statuses: an evicted Pod
+        "phase": "Failed",
+        "startTime": "2026-11-26T12:02:00Z",
+        "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": "2026-11-26T12:32:00Z"}],
+    }
     events = executor.sync(PLAN_TIME + 2 * H, since=PLAN_TIME)
     assert list(events.columns) == list(EVENT_COLUMNS)
     got = {(e.planner_job_id, e.event): e.event_time for e in events.itertuples()}
@@ -119,6 +124,8 @@ def test_events_and_running_in_plan_time(api):
         ("globex/job-0001", "failed"): PLAN_TIME + pd.Timedelta(minutes=32),
         ("acme/job-0002", "dispatched"): PLAN_TIME,
         ("acme/job-0002", "started"): PLAN_TIME + pd.Timedelta(minutes=3),
+        ("globex/job-0003", "dispatched"): PLAN_TIME,
+        ("globex/job-0003", "failed"): PLAN_TIME + pd.Timedelta(minutes=32),  # started unknown: not reported
     }
     row = events.iloc[0]
     assert (row.tenant, row.job_id, row.cluster, row.attempt) == ("acme", "job-0000", "usw-t4", 1)
