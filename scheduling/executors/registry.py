@@ -13,6 +13,7 @@ from scheduling.executors.base import Executor
 EXECUTORS = Registry("executor")
 EXECUTORS.register("replay", "scheduling.executors.replay:ReplayExecutor")  # the embedded default
 EXECUTORS.register("files", "scheduling.executors.files:FilesExecutor")
+EXECUTORS.register("slurm", "scheduling.executors.slurm:SlurmExecutor")
 DEFAULT_EXECUTOR = "replay"
 
 
