@@ -19,7 +19,10 @@ the inverse, so events are in plan time.
   (COMPLETED), ``cancelled`` (CANCELLED; no ``started`` when it never ran) or ``failed`` (any other end state:
   FAILED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, DEADLINE, ...) at Slurm's end time.
 * `running(now)`: the jobs Slurm runs (``confirmed``) or holds pending past their begin time (not confirmed), with
-  their node, GPU indexes and the plan's end (the next full hour once a run outlives it).
+  their node, the plan's GPU indexes and the plan's end (the next full hour once a run outlives it). The planned
+  indexes, not Slurm's: Slurm picks the devices itself (CUDA_VISIBLE_DEVICES), and 22.05 does not keep `gpu` and
+  `shard` allocations apart (a gpu:1 job and a shard job can get the same device), so its indexes can overlap where
+  the planner's bookkeeping cannot; the GPU-milli per node are the same either way.
 * `cancel`: ``scancel`` of the planned job's live Slurm jobs.
 
 Settings: ``conf`` (SLURM_CONF; default Slurm's own), ``partition``, ``output`` (``--output`` pattern),
@@ -280,7 +283,7 @@ class SlurmExecutor(Executor):
                     "executor_ref": str(job["job_id"]),
                     "cluster": key.cluster,
                     "node": note.get("node"),
-                    "gpu_devices": _devices(job.get("gres_detail")),
+                    "gpu_devices": note.get("gpu_devices") or _devices(job.get("gres_detail")),
                     "gpu_count": count,
                     "gpu_milli": int(note.get("gpu_milli", 1000 if count else 0)),
                     "power_limit_w": float(note["power_limit_w"]) if "power_limit_w" in note else math.nan,

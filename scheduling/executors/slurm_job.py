@@ -2,8 +2,8 @@
 
 The job name carries the identity Slurm keeps after the job ends (the jobcomp file has the name, not the comment):
 ``cp|<plan_id>|<tenant/job_id>|<attempt>|<cluster>``. The comment carries what `running` needs while the job lives
-(``plan= job= attempt= cluster= node= gpu_count= gpu_milli= power_limit_w= planned_start= planned_end=``, plan
-time), and the power-limit prolog reads it (deploy/slurm/prolog-power-limit.sh).
+(``plan= job= attempt= cluster= node= gpu_devices= gpu_count= gpu_milli= power_limit_w= planned_start=
+planned_end=``, plan time), and the power-limit prolog reads it (deploy/slurm/prolog-power-limit.sh).
 
 Options: ``--begin`` at the planned start on the wall clock (fail-open: Slurm starts the job then, planner or not;
 never a hold), ``--time`` the planned run time x `time_limit_factor`, ``--deadline`` the job's deadline when it
@@ -116,6 +116,7 @@ def submission(
         "attempt": key.attempt,
         "cluster": key.cluster,
         "node": _value(row, "node"),
+        "gpu_devices": _value(row, "gpu_devices"),
         "gpu_count": count,
         "gpu_milli": milli,
         "power_limit_w": None if power is None else int(round(float(power))),
