@@ -22,8 +22,8 @@ from transforms.runner import build
 from warehouse.ingest import ingest
 
 T0 = pd.Timestamp("2021-07-15T12:00:00Z")
-SECONDS_PER_HOUR = 8
-HOURS = 5
+SECONDS_PER_HOUR = 6
+HOURS = 4
 EXTRA_HOURS = 3  # a loaded machine runs jobs late: more hours until every job ended
 N_JOBS = 20
 
@@ -54,7 +54,7 @@ def _jobs() -> list[dict]:
             "job_id": f"short-{i:02d}",
             "submitted_at": (T0 - pd.Timedelta(minutes=30)).isoformat(),
             "gpus": 1,
-            "gpu_milli": 500 if i % 4 == 0 else 1000,
+            "gpu_milli": 1000 if i % 5 < 2 else 250,  # 8 whole GPUs, 12 quarters (shards)
             "cpu_milli": 1000,
             "memory_mib": 1024,
             "job_type": "ResNet-50 (batch size 64)",
