@@ -22,7 +22,8 @@ the inverse, so events are in plan time.
   their node, the plan's GPU indexes and the plan's end (the next full hour once a run outlives it). The planned
   indexes, not Slurm's: Slurm picks the devices itself (CUDA_VISIBLE_DEVICES), and 22.05 does not keep `gpu` and
   `shard` allocations apart (a gpu:1 job and a shard job can get the same device), so its indexes can overlap where
-  the planner's bookkeeping cannot; the GPU-milli per node are the same either way.
+  the planner's bookkeeping cannot; the GPU-milli per node are the same either way. Where the planned indexes
+  collide (a run that outlived its plan, an outage), `fit_devices` moves the report to free ones.
 * `cancel`: ``scancel`` of the planned job's live Slurm jobs.
 
 Settings: ``conf`` (SLURM_CONF; default Slurm's own), ``partition``, ``output`` (``--output`` pattern),
@@ -78,6 +79,35 @@ def _devices(gres_detail) -> str | None:
                 lo, _, hi = part.partition("-")
                 found += range(int(lo), int(hi or lo) + 1)
     return ",".join(str(i) for i in sorted(set(found))) or None
+
+
+def fit_devices(rows: list[dict], gpus_per_node: dict[str, int]) -> list[dict]:
+    """`rows` with GPU indexes that never hold more than a whole GPU: a job keeps its planned devices where they fit
+    beside the jobs before it (running ones first), else takes the least-used ones that fit; a job that fits nowhere
+    on its node (Slurm ran more there than the plan allowed) loses its node, so the planner counts its GPUs against
+    the cluster without binding devices."""
+    used: dict[tuple[str, int], int] = {}
+    out = []
+    for row in sorted(rows, key=lambda r: (not r["confirmed"], str(r["start_time"]), r["job_id"])):
+        host = node_hostname(row["node"], row["cluster"]) if row["node"] else None
+        count, milli = int(row["gpu_count"] or 0), int(row["gpu_milli"] or 0)
+        total = gpus_per_node.get(host or "", 0)
+        if not count or not total:
+            out.append(row)
+            continue
+        free = {g: 1000 - used.get((host, g), 0) for g in range(total)}
+        planned = [int(x) for x in str(row["gpu_devices"] or "").split(",") if x.strip().isdigit()]
+        if not (len(planned) == count and all(free.get(g, -1) >= milli for g in planned)):
+            fits = sorted((g for g in free if free[g] >= milli), key=lambda g: (-used.get((host, g), 0), g))
+            planned = sorted(fits[:count]) if len(fits) >= count else []
+        if planned:
+            for g in planned:
+                used[(host, g)] = used.get((host, g), 0) + milli
+            row = {**row, "gpu_devices": ",".join(map(str, planned))}
+        else:
+            row = {**row, "node": None, "gpu_devices": None}
+        out.append(row)
+    return out
 
 
 class SlurmExecutor(Executor):
@@ -292,6 +322,8 @@ class SlurmExecutor(Executor):
                     "confirmed": confirmed,
                 }
             )
+        if rows:
+            rows = fit_devices(rows, {n["name"]: n["gpus"] for n in self.nodes()})
         return typed_frame(rows, RUNNING_COLUMNS).sort_values("job_id", kind="mergesort").reset_index(drop=True)
 
     # ------------------------------------------------------------------------------------------- cancel

@@ -144,8 +144,9 @@ def submission(
             args.append(f"--gres=gpu:{count}")
         elif not shards_per_gpu:
             raise ValueError(
-                f"a {milli} milli-GPU share needs shards, and node {host!r} configures none "
-                "(GresTypes=gpu,shard; see docs/operating.md)"
+                f"a {milli} milli-GPU share needs shards, and Slurm reports none on node {host!r} (configure "
+                "GresTypes=gpu,shard, see docs/operating.md; 22.05 also reads 0 after a slurmctld restart until the "
+                "shard jobs running then end)"
             )
         else:
             args.append(f"--gres=shard:{shards_for(milli, count, shards_per_gpu)}")

@@ -69,7 +69,7 @@ def test_nodes_and_shards_come_from_the_cluster(slurm_cluster):
     key = JobKey("p@2021-07-15T12:00:00Z", row["job_id"], 1, row["cluster"])
     args, _ = submission(row, key, executor.clock, shards_per_gpu=SHARDS_PER_GPU)
     assert "--gres=shard:4" in args  # half a GPU of 8 shards, not of ten
-    with pytest.raises(ValueError, match="configures none"):
+    with pytest.raises(ValueError, match="Slurm reports none"):
         submission(row, key, executor.clock, shards_per_gpu=0)
 
 
@@ -198,3 +198,23 @@ def test_slurmctld_down_is_reported_and_the_dispatch_recovers_once(slurm_cluster
     assert result.reconciled == [items["job_id"].iloc[0]] and result.sent == [items["job_id"].iloc[1]]
     names = [j["name"] for j in executor.cli.jobs() if (k := JobKey.parse(j["name"])) and k.plan_id == plan_id]
     assert sorted(names) == sorted(set(names)) and len(names) == 2  # one Slurm job per planned job
+
+
+def test_running_reports_never_hold_more_than_a_gpu():
+    from scheduling.executors.slurm import fit_devices
+
+    def row(job, devices, milli=1000, count=1, confirmed=True):
+        return {"job_id": job, "cluster": "c", "node": "c/n1", "gpu_devices": devices, "gpu_count": count,
+                "gpu_milli": milli, "confirmed": confirmed, "start_time": PLAN_TIME}  # fmt: skip
+
+    rows = [
+        row("a", "0"),
+        row("b", "0", confirmed=False),
+        row("c", "1", 500),
+        row("d", "1", 500),
+        row("e", "0,1", count=2),
+    ]
+    out = {r["job_id"]: r for r in fit_devices(rows, {"n1": 3})}
+    assert [out[j]["gpu_devices"] for j in "acd"] == ["0", "1", "1"]  # running ones keep their planned devices
+    assert out["b"]["gpu_devices"] == "2"  # the pending one on a taken GPU moves to a free one
+    assert out["e"]["node"] is None and out["e"]["gpu_devices"] is None  # fits nowhere: counted, not bound
