@@ -5,10 +5,13 @@ and slurmctld stopped in the middle of a dispatch."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 
 import pandas as pd
 import pytest
+import yaml
 
 from scheduling.executors.dispatch_log import DispatchError, dispatch, read_log
 from scheduling.executors.registry import make_executor
@@ -65,6 +68,13 @@ def test_nodes_and_shards_come_from_the_cluster(slurm_cluster):
     assert executor.nodes() == [
         {"name": NODE, "gpus": GPUS, "cpus": CPUS, "memory_mib": MEMORY_MIB, "shards_per_gpu": SHARDS_PER_GPU}
     ]
+    out = subprocess.run(
+        [sys.executable, "-m", "scheduling", "slurm-nodes", "--conf", str(slurm_cluster.conf)],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    assert yaml.safe_load(out.stdout) == {
+        "nodes": [{"name": NODE, "gpus": GPUS, "cpus": CPUS, "memory_mib": MEMORY_MIB}]
+    }  # what a fleet file's cluster declares
     row = _items(1, gpu_milli=500, gpu_count=1).iloc[0].to_dict()
     key = JobKey("p@2021-07-15T12:00:00Z", row["job_id"], 1, row["cluster"])
     args, _ = submission(row, key, executor.clock, shards_per_gpu=SHARDS_PER_GPU)
