@@ -71,6 +71,22 @@ def missing_packages() -> list[str]:
     return [p for p in ("munged", "slurmctld", "slurmd", "sbatch") if shutil.which(p) is None]
 
 
+def leftover_processes(conf: Path) -> list[int]:
+    """Pids of the processes started for the cluster of `conf` (their environment holds SLURM_CONF=`conf`)."""
+    marker = f"SLURM_CONF={conf}".encode()
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker in env:
+            out.append(int(entry.name))
+    return out
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -175,11 +191,30 @@ class LocalSlurm:
         raise RuntimeError(f"local Slurm not ready after {timeout_s:.0f} s: {last!r}; logs in {self.dir / 'log'}")
 
     def stop(self) -> None:
+        """Cancel the jobs, stop the daemons, then every job step and script they left (slurmstepd outlives slurmd):
+        the processes whose environment names this cluster's SLURM_CONF, then munged."""
+        if "slurmctld" in self.procs:
+            subprocess.run(["scancel", "--partition=gpu"], env=self.env, capture_output=True, timeout=20)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                res = subprocess.run(["squeue", "-h"], env=self.env, capture_output=True, text=True, timeout=20)
+                if res.returncode != 0 or not res.stdout.strip():
+                    break
+                time.sleep(0.2)
         for name in ("slurmd", "slurmctld"):
             self._stop(name)
+        for pid in leftover_processes(self.conf):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         if self.munged_pid is not None:
             try:
                 os.kill(self.munged_pid, signal.SIGTERM)
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:  # it writes its seed file on the way out: wait for it
+                    os.kill(self.munged_pid, 0)
+                    time.sleep(0.05)
             except ProcessLookupError:
                 pass
             self.munged_pid = None
