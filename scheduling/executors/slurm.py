@@ -27,7 +27,8 @@ the inverse, so events are in plan time.
 * `cancel`: ``scancel`` of the planned job's live Slurm jobs.
 
 Settings: ``conf`` (SLURM_CONF; default Slurm's own), ``partition``, ``output`` (``--output`` pattern),
-``jobcomp`` (the jobcomp file; default JobCompLoc from ``scontrol show config``), ``timeout_s`` (30),
+``jobcomp`` (the jobcomp file; default JobCompLoc from ``scontrol show config``), ``token_env`` (a variable
+holding a Slurm JWT, passed to the clients as SLURM_JWT), ``timeout_s`` (30),
 ``time_limit_factor`` (1.5: ``--time`` is the planned run time times this), the clock settings above, ``name``.
 """
 
@@ -121,6 +122,7 @@ class SlurmExecutor(Executor):
         "partition",
         "output",
         "jobcomp",
+        "token_env",
         "timeout_s",
         "time_limit_factor",
         "plan_origin",
@@ -137,6 +139,7 @@ class SlurmExecutor(Executor):
         partition: str | None = None,
         output: str | None = None,
         jobcomp: str | None = None,
+        token_env: str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         time_limit_factor: float = 1.5,
         plan_origin=None,
@@ -145,7 +148,7 @@ class SlurmExecutor(Executor):
     ):
         super().__init__(name)
         self.db_path = db_path  # unused: Slurm is the state
-        self.cli = SlurmCli(conf=conf, timeout_s=timeout_s, jobcomp=jobcomp)
+        self.cli = SlurmCli(conf=conf, timeout_s=timeout_s, jobcomp=jobcomp, token_env=token_env)
         self.clock = PlanClock.from_settings(plan_origin, wall_origin, seconds_per_hour)
         self.partition = partition
         self.output = output

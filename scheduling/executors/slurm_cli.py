@@ -7,7 +7,8 @@
     cli.nodes()                                # sinfo --json nodes[]
     cli.update(job_id, StartTime=...); cli.cancel(job_id)
 
-Every call runs with TZ=UTC (Slurm's clients parse and print local times) and, when `conf` is set, SLURM_CONF.
+Every call runs with TZ=UTC (Slurm's clients parse and print local times), SLURM_CONF when `conf` is set, and
+SLURM_JWT from the variable `token_env` names (for clusters with AuthAltTypes=auth/jwt; never the token itself).
 `squeue --json` answers 0 with an `errors` list when slurmctld is down, so its errors are checked too: a Slurm
 that cannot be reached raises `SlurmUnavailable` naming the command and Slurm's own message.
 """
@@ -35,15 +36,28 @@ class SlurmRefused(RuntimeError):
 
 
 class SlurmCli:
-    def __init__(self, conf: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S, jobcomp: str | None = None):
+    def __init__(
+        self,
+        conf: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        jobcomp: str | None = None,
+        token_env: str | None = None,
+    ):
         self.conf = conf
         self.timeout_s = float(timeout_s)
         self._jobcomp = jobcomp
+        self.token_env = token_env
 
     def env(self) -> dict[str, str]:
+        """The clients' environment: TZ=UTC, SLURM_CONF, and SLURM_JWT from `token_env` (auth/jwt clusters)."""
         env = {**os.environ, "TZ": "UTC"}
         if self.conf:
             env["SLURM_CONF"] = str(self.conf)
+        if self.token_env:
+            token = os.environ.get(self.token_env)
+            if not token:
+                raise SlurmUnavailable(f"environment variable {self.token_env} (setting token_env) holds no Slurm JWT")
+            env["SLURM_JWT"] = token
         return env
 
     def run(self, args: list[str], stdin: str | None = None) -> str:

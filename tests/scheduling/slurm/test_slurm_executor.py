@@ -228,3 +228,19 @@ def test_running_reports_never_hold_more_than_a_gpu():
     assert [out[j]["gpu_devices"] for j in "acd"] == ["0", "1", "1"]  # running ones keep their planned devices
     assert out["b"]["gpu_devices"] == "2"  # the pending one on a taken GPU moves to a free one
     assert out["e"]["node"] is None and out["e"]["gpu_devices"] is None  # fits nowhere: counted, not bound
+
+
+def test_settings_are_checked_and_the_token_comes_from_the_environment(monkeypatch):
+    executor = make_executor("slurm", {"kind": "slurm", "token_env": "TEST_SLURM_JWT", "conf": "/etc/x.conf"})
+    with pytest.raises(SlurmUnavailable, match="TEST_SLURM_JWT"):
+        executor.cli.env()
+    monkeypatch.setenv("TEST_SLURM_JWT", "abc")
+    assert executor.cli.env()["SLURM_JWT"] == "abc" and executor.cli.env()["SLURM_CONF"] == "/etc/x.conf"
+    with pytest.raises(ValueError, match="unknown setting"):
+        make_executor("slurm", {"token": "abc"})
+    with pytest.raises(ValueError, match="go together"):
+        make_executor("slurm", {"plan_origin": "2021-07-15T00:00Z"})
+    clock = make_executor("slurm", {"plan_origin": "2021-07-15T00:00Z", "wall_origin": "2026-01-01T00:00Z",
+                                    "seconds_per_hour": 60}).clock  # fmt: skip
+    assert clock.to_wall("2021-07-15T02:30Z") == pd.Timestamp("2026-01-01T00:02:30Z")
+    assert clock.to_plan("2026-01-01T00:02:30Z") == pd.Timestamp("2021-07-15T02:30Z")
