@@ -6,6 +6,8 @@
     cluster.stop()                              # exactly the processes it started, then munged
 
 GPU GRES need character devices, so the folder holds /dev/nvidia-like nodes made with mknod (root only). The
+prolog runs with an `nvidia-smi` first on its PATH that only records its arguments (there are no GPUs here), so
+the shipped power-limit prolog is checked as it is. The
 scheduler runs every second (`sched_interval=1,bf_interval=1`) so a job starts within a second of its begin time.
 Recipe and pitfalls: docs/operating.md, "Run it on your Slurm cluster".
 """
@@ -117,12 +119,20 @@ class LocalSlurm:
             (d / sub).mkdir(parents=True, exist_ok=True)
         shutil.chown(d / "munge", "munge", "munge")
         os.chmod(d / "munge", 0o755)
+        (d / "bin").mkdir(exist_ok=True)
+        recorder = d / "bin" / "nvidia-smi"
+        recorder.write_text(f'#!/bin/sh\necho "$*" >> {d}/log/nvidia-smi.log\n')
+        recorder.chmod(0o755)
         for i in range(GPUS):
             dev = d / "dev" / f"nvidia{i}"
             if not dev.exists():
                 os.mknod(dev, 0o666 | 0o020000, os.makedev(195, i))
         host = socket.gethostname().split(".")[0]
-        prolog = self.prolog or "/bin/true"
+        prolog = "/bin/true"
+        if self.prolog is not None:  # slurmd gives prologs no PATH: the wrapper puts the recorder first
+            prolog = d / "prolog.sh"
+            prolog.write_text(f"#!/bin/sh\nPATH={d}/bin:/usr/sbin:/usr/bin:/sbin:/bin exec {self.prolog}\n")
+            prolog.chmod(0o755)
         self.conf.write_text(
             CONF.format(
                 d=d,
@@ -158,6 +168,12 @@ class LocalSlurm:
     def _spawn(self, name: str) -> None:
         out = open(self.dir / "log" / f"{name}.out", "ab")  # noqa: SIM115 - the daemon keeps it
         self.procs[name] = subprocess.Popen([name, "-D"], env=self.env, stdout=out, stderr=subprocess.STDOUT)
+
+    @property
+    def nvidia_smi_calls(self) -> list[str]:
+        """The arguments the prolog gave `nvidia-smi` (a recorder first on the prolog's PATH: no GPUs here)."""
+        log = self.dir / "log" / "nvidia-smi.log"
+        return log.read_text().splitlines() if log.exists() else []
 
     def start_controller(self) -> None:
         self._spawn("slurmctld")

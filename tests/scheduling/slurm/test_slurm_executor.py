@@ -148,6 +148,11 @@ def test_running_reports_nodes_and_devices(slurm_cluster):
     row = running.iloc[0]
     assert row["job_id"] == items["job_id"].iloc[0] and row["gpu_count"] == 2 and row["power_limit_w"] == 180.0
     assert row["gpu_devices"] == "2,3" and row["end_time"] == PLAN_TIME + H  # the plan's devices (see slurm.py)
+    # the prolog (deploy/slurm/) set the planned limit on the GPUs Slurm gave the job
+    job = next(j for j in executor.cli.jobs() if str(j["job_id"]) == row["executor_ref"])
+    first, _, last = job["gres_detail"][0].split("IDX:")[1].rstrip(")").partition("-")
+    expected = "-i " + ",".join(str(i) for i in range(int(first), int(last or first) + 1)) + " -pl 180"
+    assert expected in slurm_cluster.nvidia_smi_calls, slurm_cluster.nvidia_smi_calls
 
 
 def test_a_replan_moves_the_pending_job_and_a_cancel_ends_it(slurm_cluster):
