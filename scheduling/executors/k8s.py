@@ -12,7 +12,7 @@ Fail-open: each Pod carries ``carbonplanner.io/latest-start`` (the latest start 
 else start + `fail_open_after_min`), and the gate-release CronJob of deploy/kubernetes/ releases a gated Pod
 whose latest start has passed with no planner running; the init container still waits for the planned start.
 
-Clock: `now` and the events are plan time; the cluster's wall clock is `clock.to_wall(plan time)` (`k8s_clock`).
+Clock: `now` and the events are plan time; the cluster's wall clock is `clock.to_wall(plan time)` (`clock.PlanClock`).
 Nothing here reads the wall clock. `sync(now, since)` lists the Pods and reports ``dispatched`` at the plan time,
 ``started`` at the main container's start, ``finished`` (exit 0) / ``failed`` at its end (a Pod whose phase
 says more than its container statuses: ``started`` at the Pod's start when Running or Succeeded, the end at its last
@@ -27,7 +27,7 @@ the release steps skip it) and stops a started one through ``activeDeadlineSecon
 
 Settings (the fleet's ``executor:`` block): ``namespace`` (default gpu-jobs), a connection (``context`` /
 ``kubeconfig_path``, or ``host`` + ``token_env`` + ``ca_cert_path``, else in-cluster), ``sharing``
-(`k8s_sharing`), ``clock`` (`k8s_clock`), ``fail_open_after_min`` (default 60), ``name``, and ``clusters``:
+(`k8s_sharing`), ``clock`` (`clock.PlanClock`), ``fail_open_after_min`` (default 60), ``name``, and ``clusters``:
 cluster -> connection keys and ``sharing`` overriding the above, for one executor over several clusters (then
 every cluster it serves is listed there; moves between them need this).
 """
@@ -53,9 +53,9 @@ from scheduling.executors.base import (
     sort_events,
     typed_frame,
 )
+from scheduling.executors.clock import PlanClock
 from scheduling.executors.items import check_items
 from scheduling.executors.k8s_api import CONNECTION_KEYS, ApiError, PodApi
-from scheduling.executors.k8s_clock import ClusterClock
 from scheduling.executors.k8s_pods import (
     CANCELLED_AT,
     ITEM_FIELDS,
@@ -114,7 +114,7 @@ class KubernetesExecutor(Executor):
         super().__init__(name)
         self.db_path = db_path  # unused: the Pods are the executor's whole state
         where = f"executor {self.name!r}"
-        self.clock = ClusterClock.from_setting(clock, f"{where}: clock")
+        self.clock = PlanClock.from_setting(clock, f"{where}: clock")
         self.fail_open_after = pd.Timedelta(minutes=float(fail_open_after_min))
         if self.fail_open_after < pd.Timedelta(0):
             raise ValueError(f"{where}: setting 'fail_open_after_min' must be >= 0, got {fail_open_after_min!r}")

@@ -3,7 +3,7 @@
 The Pod is the schedule file's (`scheduling.output.schedules.k8s_manifest`: scheduling gate, init container that
 waits for the start, image and command from queue.jobs, power limit in the env) with the cluster's side filled in:
 
-* times on the cluster's clock (`k8s_clock`): the gate annotation, the init container's wait and the deadline;
+* times on the cluster's clock (`clock.PlanClock`): the gate annotation, the init container's wait and the deadline;
 * the planned node as a required node affinity on ``kubernetes.io/hostname`` (a gated Pod may not set nodeName);
 * the GPU request of the cluster's sharing mechanism (`k8s_sharing`);
 * ``restartPolicy: Never``: a failed attempt ends as phase Failed, and the planner decides on a retry;
@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from common.timeutil import iso_z, utc
-from scheduling.executors.k8s_clock import ClusterClock
+from scheduling.executors.clock import PlanClock
 from scheduling.executors.k8s_sharing import WHOLE_GPU, GpuSharing
 from scheduling.output.plan_store import parse_plan_id
 from scheduling.output.schedules import DOMAIN, GATE_NAME, dns_label, k8s_manifest
@@ -79,7 +79,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def latest_start(row: dict, clock: ClusterClock, fail_open_after: pd.Timedelta) -> pd.Timestamp:
+def latest_start(row: dict, clock: PlanClock, fail_open_after: pd.Timedelta) -> pd.Timestamp:
     """The wall-clock time by which a gated Pod is released without the planner: the latest start that still
     meets the deadline (deadline - planned duration), else the planned start + `fail_open_after`; never before the
     planned start."""
@@ -95,7 +95,7 @@ def pod_manifest(
     *,
     executor: str,
     namespace: str,
-    clock: ClusterClock,
+    clock: PlanClock,
     sharing: GpuSharing,
     fail_open_after: pd.Timedelta,
 ) -> dict:

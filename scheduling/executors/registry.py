@@ -14,6 +14,7 @@ EXECUTORS = Registry("executor")
 EXECUTORS.register("replay", "scheduling.executors.replay:ReplayExecutor")  # the embedded default
 EXECUTORS.register("files", "scheduling.executors.files:FilesExecutor")
 EXECUTORS.register("kubernetes", "scheduling.executors.k8s:KubernetesExecutor")
+EXECUTORS.register("slurm", "scheduling.executors.slurm:SlurmExecutor")
 DEFAULT_EXECUTOR = "replay"
 
 

@@ -251,13 +251,13 @@ def test_defaults_fill_tenant_queue_id_attempt_and_estimate(tmp_warehouse):
 
 
 def test_registry_builds_executors_and_names_its_errors(tmp_warehouse, tmp_path):
-    assert EXECUTORS.names == ("replay", "files", "kubernetes")
+    assert EXECUTORS.names == ("replay", "files", "kubernetes", "slurm")
     assert isinstance(make_executor(db_path=tmp_warehouse), ReplayExecutor)  # the default
     replay = make_executor("Replay", {"failure_rate": 0.5, "sigma": 0.3}, db_path=tmp_warehouse)
     assert (replay.failure_rate, replay.sigma, replay.name) == (0.5, 0.3, "replay")
     files = make_executor(None, {"kind": "files", "root": str(tmp_path / "out"), "name": "files-eu"})
     assert isinstance(files, FilesExecutor) and files.name == "files-eu" and files.root == tmp_path / "out"
-    with pytest.raises(UnknownNameError, match="unknown executor 'slurmish'; known: replay, files, kubernetes"):
+    with pytest.raises(UnknownNameError, match="unknown executor 'slurmish'; known: replay, files, kubernetes, slurm"):
         make_executor("slurmish")
     with pytest.raises(ValueError, match="executor 'replay': unknown setting\\(s\\) \\['failure'\\]"):
         make_executor("replay", {"failure": 0.1})

@@ -13,8 +13,8 @@ import yaml
 from kubernetes.client import ApiClient
 
 from scheduling.domain.plan import Plan
+from scheduling.executors.clock import PlanClock
 from scheduling.executors.items import check_items
-from scheduling.executors.k8s_clock import ClusterClock
 from scheduling.executors.k8s_pods import LATEST_START, pod_manifest
 from scheduling.executors.k8s_sharing import GpuSharing
 from scheduling.output.schedules import GATE_NAME, write_schedules
@@ -45,7 +45,7 @@ def check_model(doc: dict) -> None:
 
 def _pods(sharing) -> list[dict]:
     items = check_items(sample_items(6)).to_dict(orient="records")
-    clock = ClusterClock.from_setting({"plan_origin": "2021-07-15T00:00Z", "wall_origin": "2026-11-26T00:00Z"})
+    clock = PlanClock.from_setting({"plan_origin": "2021-07-15T00:00Z", "wall_origin": "2026-11-26T00:00Z"})
     return [
         pod_manifest(
             row,
@@ -127,14 +127,14 @@ def test_gate_release_manifests_are_valid():
 
 
 def test_clock_maps_both_ways():
-    clock = ClusterClock.from_setting(
-        {"plan_origin": "2021-07-15T00:00Z", "wall_origin": "2026-11-26T00:00Z", "scale": 0.1}
+    clock = PlanClock.from_setting(
+        {"plan_origin": "2021-07-15T00:00Z", "wall_origin": "2026-11-26T00:00Z", "seconds_per_hour": 360}
     )
     assert clock.to_wall("2021-07-15T10:00Z") == pd.Timestamp("2026-11-26T01:00Z")
     assert clock.to_plan("2026-11-26T01:00Z") == pd.Timestamp("2021-07-15T10:00Z")
-    assert ClusterClock.from_setting(None).to_wall("2021-07-15T10:00Z") == pd.Timestamp("2021-07-15T10:00Z")
+    assert PlanClock.from_setting(None).to_wall("2021-07-15T10:00Z") == pd.Timestamp("2021-07-15T10:00Z")
     with pytest.raises(ValueError, match="together"):
-        ClusterClock.from_setting({"plan_origin": "2021-07-15T00:00Z"})
+        PlanClock.from_setting({"plan_origin": "2021-07-15T00:00Z"})
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,338 @@
+"""`slurm`: runs dispatched jobs on a real Slurm cluster (slurmctld reached through its command-line clients).
+
+Slurm is the state: nothing is stored beside it. A submission's job name says which planned job it is
+(`slurm_job.JobKey`), so `lookup`, `sync`, `cancel` and `running` read everything back from `squeue --json` (live
+and recently ended jobs; it ignores filters, so this module filters) and the jobcomp/filetxt file (every ended
+job, also after squeue forgot it).
+
+Clock: plans are in plan time, Slurm runs on the wall clock; `PlanClock` maps one onto the other (settings
+`plan_origin`, `wall_origin`, `seconds_per_hour`; none: identity) and every time Slurm reports comes back through
+the inverse, so events are in plan time.
+
+* `dispatch`: one `sbatch` per job (options and script: `slurm_job.submission`). A planned job that already has a
+  pending Slurm job for the same attempt (an earlier plan's, or a submission whose answer was lost) is moved, not
+  submitted again: ``scontrol update`` of its StartTime, name, time limit and comment when it stays on its node,
+  else it is cancelled and submitted anew. A running one is left alone and refused for the new plan. So there are
+  never two Slurm jobs for one planned job. A job Slurm refuses gets its error; a Slurm that cannot be reached
+  raises `SlurmUnavailable` (the whole chunk fails; the dispatch log asks `lookup` before trying again).
+* `sync(now, since)`: ``dispatched`` at the plan time, ``started`` at Slurm's start time, then ``finished``
+  (COMPLETED), ``cancelled`` (CANCELLED; no ``started`` when it never ran) or ``failed`` (any other end state:
+  FAILED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, DEADLINE, ...) at Slurm's end time.
+* `running(now)`: the jobs Slurm runs (``confirmed``) or holds pending past their begin time (not confirmed), with
+  their node, the plan's GPU indexes and the plan's end (the next full hour once a run outlives it). The planned
+  indexes, not Slurm's: Slurm picks the devices itself (CUDA_VISIBLE_DEVICES), and 22.05 does not keep `gpu` and
+  `shard` allocations apart (a gpu:1 job and a shard job can get the same device), so its indexes can overlap where
+  the planner's bookkeeping cannot; the GPU-milli per node are the same either way. Where the planned indexes
+  collide (a run that outlived its plan, an outage), `fit_devices` moves the report to free ones.
+* `cancel`: ``scancel`` of the planned job's live Slurm jobs.
+
+Settings: ``conf`` (SLURM_CONF; default Slurm's own), ``partition``, ``output`` (``--output`` pattern),
+``jobcomp`` (the jobcomp file; default JobCompLoc from ``scontrol show config``), ``token_env`` (a variable
+holding a Slurm JWT, passed to the clients as SLURM_JWT), ``timeout_s`` (30),
+``time_limit_factor`` (1.5: ``--time`` is the planned run time times this), the clock settings above, ``name``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pandas as pd
+
+from common.timeutil import HOUR, utc
+from scheduling.executors.base import (
+    EVENT_COLUMNS,
+    RECORD_COLUMNS,
+    RUNNING_COLUMNS,
+    DuplicateDispatchError,
+    Executor,
+    check_window,
+    in_window,
+    plan_time_of,
+    sort_events,
+    typed_frame,
+)
+from scheduling.executors.clock import PlanClock
+from scheduling.executors.items import check_items
+from scheduling.executors.slurm_cli import (
+    DEFAULT_TIMEOUT_S,
+    SlurmCli,
+    SlurmRefused,
+    discover_nodes,
+    epoch,
+    gres_count,
+)
+from scheduling.executors.slurm_job import JobKey, parse_comment, submission
+from scheduling.output.schedules import node_hostname
+
+LIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING")
+STARTED = ("CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED")
+END_EVENT = {"COMPLETED": "finished", "CANCELLED": "cancelled"}  # every other end state: failed
+_IDX = re.compile(r"IDX:([0-9,\-]+)")
+
+
+def _devices(gres_detail) -> str | None:
+    """GPU indexes of squeue's gres_detail (``gpu:2(IDX:0-1)``, ``shard:5(IDX:0)``) as ``0,1``."""
+    found: list[int] = []
+    for entry in gres_detail or []:
+        for match in _IDX.findall(str(entry)):
+            for part in match.split(","):
+                lo, _, hi = part.partition("-")
+                found += range(int(lo), int(hi or lo) + 1)
+    return ",".join(str(i) for i in sorted(set(found))) or None
+
+
+def fit_devices(rows: list[dict], gpus_per_node: dict[str, int]) -> list[dict]:
+    """`rows` with GPU indexes that never hold more than a whole GPU: a job keeps its planned devices where they fit
+    beside the jobs before it (running ones first), else takes the least-used ones that fit; a job that fits nowhere
+    on its node (Slurm ran more there than the plan allowed) loses its node, so the planner counts its GPUs against
+    the cluster without binding devices."""
+    used: dict[tuple[str, int], int] = {}
+    out = []
+    for row in sorted(rows, key=lambda r: (not r["confirmed"], str(r["start_time"]), r["job_id"])):
+        host = node_hostname(row["node"], row["cluster"]) if row["node"] else None
+        count, milli = int(row["gpu_count"] or 0), int(row["gpu_milli"] or 0)
+        total = gpus_per_node.get(host or "", 0)
+        if not count or not total:
+            out.append(row)
+            continue
+        free = {g: 1000 - used.get((host, g), 0) for g in range(total)}
+        planned = [int(x) for x in str(row["gpu_devices"] or "").split(",") if x.strip().isdigit()]
+        if not (len(planned) == count and all(free.get(g, -1) >= milli for g in planned)):
+            fits = sorted((g for g in free if free[g] >= milli), key=lambda g: (-used.get((host, g), 0), g))
+            planned = sorted(fits[:count]) if len(fits) >= count else []
+        if planned:
+            for g in planned:
+                used[(host, g)] = used.get((host, g), 0) + milli
+            row = {**row, "gpu_devices": ",".join(map(str, planned))}
+        else:
+            row = {**row, "node": None, "gpu_devices": None}
+        out.append(row)
+    return out
+
+
+class SlurmExecutor(Executor):
+    """Submits to, and reads back from, one Slurm cluster (see the module doc)."""
+
+    kind = "slurm"
+    job_files: tuple[str, ...] = ()  # it submits from the plan rows
+    SETTINGS = (
+        "name",
+        "conf",
+        "partition",
+        "output",
+        "jobcomp",
+        "token_env",
+        "timeout_s",
+        "time_limit_factor",
+        "plan_origin",
+        "wall_origin",
+        "seconds_per_hour",
+    )
+
+    def __init__(
+        self,
+        *,
+        db_path=None,
+        name: str | None = None,
+        conf: str | None = None,
+        partition: str | None = None,
+        output: str | None = None,
+        jobcomp: str | None = None,
+        token_env: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        time_limit_factor: float = 1.5,
+        plan_origin=None,
+        wall_origin=None,
+        seconds_per_hour=None,
+    ):
+        super().__init__(name)
+        self.db_path = db_path  # unused: Slurm is the state
+        self.cli = SlurmCli(conf=conf, timeout_s=timeout_s, jobcomp=jobcomp, token_env=token_env)
+        self.clock = PlanClock.from_settings(plan_origin, wall_origin, seconds_per_hour)
+        self.partition = partition
+        self.output = output
+        self.time_limit_factor = float(time_limit_factor)
+        if not self.time_limit_factor >= 1.0:
+            raise ValueError(f"executor {self.name!r}: 'time_limit_factor' must be >= 1, got {time_limit_factor!r}")
+
+    # ------------------------------------------------------------------------------------------- reading Slurm
+
+    def _live(self) -> list[tuple[JobKey, dict]]:
+        """This executor's jobs in squeue (live and recently ended), by key."""
+        return [(key, job) for job in self.cli.jobs() if (key := JobKey.parse(job.get("name"))) is not None]
+
+    def _all_jobs(self) -> dict[str, tuple[JobKey, dict]]:
+        """Slurm job id -> (key, a normalised record) from squeue and the jobcomp file (which wins once ended)."""
+        out: dict[str, tuple[JobKey, dict]] = {}
+        for key, job in self._live():
+            out[str(job["job_id"])] = (
+                key,
+                {
+                    "state": str(job.get("job_state")),
+                    "start": epoch(job.get("start_time")),
+                    "end": epoch(job.get("end_time")),
+                    "node": job.get("nodes") or None,
+                },
+            )
+        for rec in self.cli.finished():
+            key = JobKey.parse(rec.get("Name"))
+            if key is None:
+                continue
+            out[str(rec["JobId"])] = (
+                key,
+                {
+                    "state": rec.get("JobState", "").split()[0],
+                    "start": epoch(rec.get("StartTime")),
+                    "end": epoch(rec.get("EndTime")),
+                    "node": rec.get("NodeList") if rec.get("NodeList") not in (None, "", "(null)", "None") else None,
+                },
+            )
+        return out
+
+    def shards_per_gpu(self) -> dict[str, int]:
+        """Node name -> shards per GPU, as the cluster configures them (0: no shards)."""
+        return {n["name"]: n["shards_per_gpu"] for n in discover_nodes(self.cli)}
+
+    def nodes(self) -> list[dict]:
+        """The cluster's nodes, GPUs, CPUs and memory (`slurm_cli.discover_nodes`): a fleet's declared nodes."""
+        return discover_nodes(self.cli)
+
+    # ------------------------------------------------------------------------------------------- dispatch
+
+    def dispatch(self, plan_id: str, items: pd.DataFrame) -> pd.DataFrame:
+        plan_time_of(plan_id)
+        items = check_items(items)
+        live = [(k, j) for k, j in self._live() if str(j.get("job_state")) in LIVE]
+        shards = None
+        records = []
+        for row in items.to_dict(orient="records"):
+            job = str(row["job_id"])
+            key = JobKey(plan_id, job, int(row["attempt"]), str(row["cluster"]))
+            mine = [(k, j) for k, j in live if k.job_id == job and k.attempt == key.attempt]
+            if any(k.plan_id == plan_id for k, _ in mine):
+                raise DuplicateDispatchError(f"executor {self.name!r}, plan {plan_id}: job {job!r} is in Slurm already")
+            if shards is None and 0 < int(row["gpu_milli"] or 0) < 1000:
+                shards = self.shards_per_gpu()
+            host = node_hostname(row.get("node"), row.get("cluster"))
+            try:
+                args, script = submission(
+                    row,
+                    key,
+                    self.clock,
+                    shards_per_gpu=(shards or {}).get(host or "", max((shards or {}).values(), default=0)),
+                    partition=self.partition,
+                    output=self.output,
+                    time_limit_factor=self.time_limit_factor,
+                )
+                ref = self._move(mine, key, args, host) if mine else None
+                if ref is None:
+                    ref = self.cli.sbatch(args, script)
+                records.append({"job_id": job, "executor_ref": ref, "error": None})
+            except (ValueError, SlurmRefused) as exc:
+                records.append({"job_id": job, "executor_ref": None, "error": str(exc)})
+        return pd.DataFrame(records, columns=list(RECORD_COLUMNS))
+
+    def _move(self, mine: list[tuple[JobKey, dict]], key: JobKey, args: list[str], host: str | None) -> str | None:
+        """Re-point the planned job's pending Slurm job at this plan (its ref), or cancel it (None: submit anew)."""
+        running = [j for _, j in mine if str(j.get("job_state")) != "PENDING"]
+        if running:
+            raise SlurmRefused(f"already running as Slurm job {running[0]['job_id']}; not submitted twice")
+        (_, job), *extra = mine
+        for _, other in extra:  # never two: keep one
+            self.cli.cancel(str(other["job_id"]))
+        opts = dict(a[2:].split("=", 1) for a in args if a.startswith("--") and "=" in a)
+        if str(job.get("tres_per_node") or "").removeprefix("gres:") == opts.get("gres", ""):
+            ref = str(job["job_id"])
+            fields = {"StartTime": opts["begin"], "TimeLimit": opts["time"], "JobName": key.name()}
+            if host:
+                fields["ReqNodeList"] = host
+            self.cli.update(ref, **fields)
+            self.cli.update(ref, Comment=opts["comment"])
+            return ref
+        self.cli.cancel(str(job["job_id"]))  # other resources: a new submission
+        return None
+
+    def lookup(self, plan_id: str, job_id: str) -> str | None:
+        found = [ref for ref, (k, _) in self._all_jobs().items() if k.plan_id == plan_id and k.job_id == str(job_id)]
+        return max(found, key=int) if found else None
+
+    # ------------------------------------------------------------------------------------------- events
+
+    def sync(self, now, since=None) -> pd.DataFrame:
+        since, now = check_window(since, now)
+        events = []
+        for ref, (key, rec) in sorted(self._all_jobs().items(), key=lambda kv: int(kv[0])):
+            tenant, queue_id = key.tenant_and_queue_id
+            base = {
+                "tenant": tenant,
+                "job_id": queue_id,
+                "planner_job_id": key.job_id,
+                "executor": self.name,
+                "executor_ref": ref,
+                "plan_id": key.plan_id,
+                "attempt": key.attempt,
+                "cluster": key.cluster,
+                "node": rec["node"],
+            }
+            events.append({**base, "event": "dispatched", "event_time": plan_time_of(key.plan_id)})
+            state, start, end = rec["state"], rec["start"], rec["end"]
+            ended = state not in LIVE
+            ran = start is not None and (state in STARTED or (ended and not (state == "CANCELLED" and start == end)))
+            if ran:
+                events.append({**base, "event": "started", "event_time": self.clock.to_plan(start)})
+            if ended and end is not None:
+                event = END_EVENT.get(state, "failed")
+                events.append({**base, "event": event, "event_time": self.clock.to_plan(end)})
+        frame = typed_frame(events, EVENT_COLUMNS)
+        return sort_events(frame[in_window(frame["event_time"], since, now)])
+
+    def running(self, now) -> pd.DataFrame:
+        now = utc(now)
+        rows = []
+        for key, job in self._live():
+            state = str(job.get("job_state"))
+            if state not in LIVE:
+                continue
+            note = parse_comment(job.get("comment"))
+            confirmed = state in STARTED
+            wall_start = epoch(job.get("start_time") if confirmed else job.get("eligible_time"))
+            start = self.clock.to_plan(wall_start) if wall_start is not None else utc(note["planned_start"])
+            if start > now:
+                continue
+            end = utc(note["planned_end"]) if "planned_end" in note else now + HOUR
+            if end <= now:
+                end = now.floor("h") + HOUR
+            tenant, queue_id = key.tenant_and_queue_id
+            count = gres_count(job.get("tres_per_node"), "gpu") or int(note.get("gpu_count", 0))
+            rows.append(
+                {
+                    "job_id": key.job_id,
+                    "tenant": tenant,
+                    "queue_job_id": queue_id,
+                    "plan_id": key.plan_id,
+                    "attempt": key.attempt,
+                    "executor": self.name,
+                    "executor_ref": str(job["job_id"]),
+                    "cluster": key.cluster,
+                    "node": note.get("node"),
+                    "gpu_devices": note.get("gpu_devices") or _devices(job.get("gres_detail")),
+                    "gpu_count": count,
+                    "gpu_milli": int(note.get("gpu_milli", 1000 if count else 0)),
+                    "power_limit_w": float(note["power_limit_w"]) if "power_limit_w" in note else math.nan,
+                    "start_time": start,
+                    "end_time": end,
+                    "confirmed": confirmed,
+                }
+            )
+        if rows:
+            rows = fit_devices(rows, {n["name"]: n["gpus"] for n in self.nodes()})
+        return typed_frame(rows, RUNNING_COLUMNS).sort_values("job_id", kind="mergesort").reset_index(drop=True)
+
+    # ------------------------------------------------------------------------------------------- cancel
+
+    def cancel(self, job_id: str, now) -> bool:
+        live = [j for k, j in self._live() if k.job_id == str(job_id) and str(j.get("job_state")) in LIVE]
+        for job in live:
+            self.cli.cancel(str(job["job_id"]))
+        return bool(live)

@@ -1,0 +1,158 @@
+"""Slurm end to end: 20 short jobs submitted through queue.jobs, planned hour by hour over replayed hours mapped
+onto seconds of wall clock (one plan hour = SECONDS_PER_HOUR s), dispatched with sbatch, run by Slurm, synced, and
+valued by the ledger (dbt): the ledger's actual start and end times are Slurm's own, mapped back to plan time. The
+fleet's node comes from Slurm. slurmctld is stopped for one hour (once the jobs running before it ended): that hour
+reports it unreachable and dispatches nothing, and after the restart every job is submitted exactly once."""
+
+from __future__ import annotations
+
+import time
+
+import duckdb
+import pandas as pd
+import yaml
+
+from scheduling import loop
+from scheduling.executors.clock import PlanClock
+from scheduling.executors.registry import make_executor
+from scheduling.executors.slurm_cli import epoch
+from scheduling.executors.slurm_job import JobKey
+from scheduling.output.ledger import LEDGER_SELECT
+from scheduling.queue.intake import submit_mappings
+from transforms.runner import build
+from warehouse.ingest import ingest
+
+T0 = pd.Timestamp("2021-07-15T12:00:00Z")
+SECONDS_PER_HOUR = 6
+HOURS = 5
+OUTAGE = T0 + pd.Timedelta(hours=1)  # slurmctld is down while this hour runs
+EXTRA_HOURS = 3  # a loaded machine runs jobs late: more hours until every job ended
+N_JOBS = 20
+
+
+def _fleet(path, cluster, settings) -> None:
+    nodes = make_executor("slurm", {"conf": settings["conf"]}).nodes()
+    spec = {
+        "version": 1,
+        "regions": {"us-west": {"zone": "CISO"}},
+        "gpu_models": {"V100": {"idle_w": 40, "peak_w": 300, "gavel": "v100"}},
+        "clusters": [
+            {
+                "name": "slurm-v100",
+                "region": "us-west",
+                "gpu_model": "V100",
+                "nodes": [{k: n[k] for k in ("name", "gpus", "cpus", "memory_mib")} for n in nodes],
+                "executor": {"kind": "slurm", **settings},
+            }
+        ],
+    }
+    path.write_text(yaml.safe_dump(spec))
+
+
+def _jobs() -> list[dict]:
+    return [
+        {
+            "tenant": "lab",
+            "job_id": f"short-{i:02d}",
+            "submitted_at": (T0 - pd.Timedelta(minutes=30)).isoformat(),
+            "gpus": 1,
+            "gpu_milli": 1000 if i % 5 < 2 else 250,  # 8 whole GPUs, 12 quarters (shards)
+            "cpu_milli": 1000,
+            "memory_mib": 1024,
+            "job_type": "ResNet-50 (batch size 64)",
+            "est_duration_h": 0.5,
+            "deadline": (T0 + pd.Timedelta(hours=4)).isoformat(),
+            "home_region": "us-west",
+            "command": ["/bin/sh", "-c", f"sleep 2; echo job {i} done"] if i % 2 else f"sleep 2 && echo job {i} done",
+        }
+        for i in range(N_JOBS)
+    ]
+
+
+def _wait_idle_queue(executor, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while any(j["job_state"] in ("PENDING", "RUNNING", "COMPLETING") for j in executor.cli.jobs()):
+        assert time.monotonic() < deadline, "Slurm jobs still running"
+        time.sleep(0.3)
+
+
+def _states(db) -> dict[str, int]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return dict(con.execute("SELECT state, count(*) FROM queue.jobs GROUP BY state").fetchall())
+
+
+def test_twenty_jobs_through_the_loop_on_slurm(slurm_cluster, tmp_warehouse, tmp_path, data_dir, monkeypatch):
+    ingest(["grid_ensembleci"], data_dir=data_dir, db_path=tmp_warehouse, progress=False)  # what the ledger values
+    build(select="+grid_hourly", warehouse_path=tmp_warehouse, target_path=tmp_path / "target")
+    wall0 = pd.Timestamp.now(tz="UTC").ceil("s") + pd.Timedelta(seconds=2)
+    clock = PlanClock.from_settings(T0, wall0, SECONDS_PER_HOUR)
+    settings = {
+        "conf": str(slurm_cluster.conf),
+        "output": str(slurm_cluster.dir / "loop-%j.txt"),
+        "plan_origin": T0.isoformat(),
+        "wall_origin": wall0.isoformat(),
+        "seconds_per_hour": SECONDS_PER_HOUR,
+    }
+    fleet_path = tmp_path / "fleet.yaml"
+    _fleet(fleet_path, slurm_cluster, settings)
+    monkeypatch.setenv("FLEET_PATH", str(fleet_path))
+    report = submit_mappings(_jobs(), source="test", as_of=T0, db_path=tmp_warehouse, data_dir=data_dir)
+    assert report.counts["accepted"] == N_JOBS, report.rejected[:3]
+
+    executor = make_executor("slurm", settings)
+
+    def pace(result):  # the next hour runs once the wall clock has reached it; slurmctld is down for OUTAGE
+        if result.plan_time == OUTAGE - pd.Timedelta(hours=1):
+            _wait_idle_queue(executor)  # no job ends while slurmctld is down (see docs/operating.md, "outage")
+            slurm_cluster.stop_controller()
+        elif result.plan_time == OUTAGE:
+            slurm_cluster.start_controller()
+            slurm_cluster.wait_idle()
+        wait = (clock.to_wall(result.plan_time + pd.Timedelta(hours=1)) - pd.Timestamp.now(tz="UTC")).total_seconds()
+        time.sleep(max(0.0, wait + 0.5))
+
+    time.sleep(max(0.0, (wall0 - pd.Timestamp.now(tz="UTC")).total_seconds()))
+    settings_of_run = {"db_path": tmp_warehouse, "data_dir": data_dir, "schedule_root": tmp_path / "schedules"}
+    results = loop.run_hours(T0, HOURS, progress=pace, **settings_of_run)
+    while len(results) < HOURS + EXTRA_HOURS and _states(tmp_warehouse) != {"finished": N_JOBS}:
+        results.append(loop.run_hour(results[-1].plan_time + pd.Timedelta(hours=1), **settings_of_run))
+        pace(results[-1])
+    down = next(r for r in results if r.plan_time == OUTAGE)
+    assert "slurmctld unreachable" in down.sync["unreachable"]["slurm"] and down.dispatch["sent"] == 0
+    assert all("slurmctld unreachable" in error for error in down.dispatch["failed"].values())
+    others = [r for r in results if r is not down]
+    assert not any(r.sync["unreachable"] for r in others)
+    # Slurm 22.05 reads 0 shards on the node after the restart until the shard jobs running then end: those
+    # dispatches are refused with the reason and go out an hour later
+    refused = [e for r in others for e in r.dispatch["failed"].values()]
+    assert all("Slurm reports none" in e for e in refused), refused
+    assert sum(r.dispatch["sent"] for r in results) == N_JOBS  # the failed ones once, after the restart
+
+    build(select=list(LEDGER_SELECT), warehouse_path=tmp_warehouse, target_path=tmp_path / "target")
+    with duckdb.connect(str(tmp_warehouse), read_only=True) as con:
+        events = con.execute(
+            "SELECT planner_job_id, event, event_time, executor_ref FROM raw.job_events ORDER BY event_time"
+        ).df()
+        runs = con.execute(
+            "SELECT e.executor_ref, r.outcome, r.started_at, r.ended_at FROM marts.job_runs AS r JOIN raw.job_events "
+            "AS e ON e.plan_id = r.plan_id AND e.planner_job_id = r.tenant || '/' || r.job_id AND e.event = 'started'"
+        ).df()
+    assert _states(tmp_warehouse) == {"finished": N_JOBS}
+    # one Slurm job per planned job, every one ended COMPLETED; the events carry Slurm's own times
+    ours = {r["JobId"]: r for r in executor.cli.finished() if JobKey.parse(r.get("Name"))}
+    mine = {ref: r for ref, r in ours.items() if JobKey.parse(r["Name"]).plan_id.startswith("rolling-lp@")}
+    assert len(mine) == N_JOBS and {r["JobState"] for r in mine.values()} == {"COMPLETED"}
+    assert len({JobKey.parse(r["Name"]).job_id for r in mine.values()}) == N_JOBS
+    for event, field in (("started", "StartTime"), ("finished", "EndTime")):
+        got = events[events["event"] == event].set_index("executor_ref")["event_time"]
+        assert len(got) == N_JOBS
+        for ref, at in got.items():
+            assert pd.Timestamp(at).tz_convert("UTC") == clock.to_plan(epoch(mine[ref][field]))
+    assert len(runs) == N_JOBS and set(runs["outcome"]) == {"finished"}
+    for row in runs.itertuples(index=False):  # the ledger's actual times are Slurm's
+        assert pd.Timestamp(row.started_at).tz_convert("UTC") == clock.to_plan(
+            epoch(mine[row.executor_ref]["StartTime"])
+        )
+        assert pd.Timestamp(row.ended_at).tz_convert("UTC") == clock.to_plan(epoch(mine[row.executor_ref]["EndTime"]))
+    outputs = sorted((slurm_cluster.dir / f"loop-{ref}.txt").read_text().strip() for ref in mine)
+    assert outputs == sorted(f"job {i} done" for i in range(N_JOBS))
