@@ -44,9 +44,11 @@ lint: $(STAMP)
 
 ## The test suite (what CI runs): lint first, then the tests. Long training tests are marked `slow` and skipped.
 test: setup lint
+	@bash deploy/install-services.sh postgresql
 	$(PY) -m pytest -q -m "not slow" tests
 
 test-all: setup lint
+	@bash deploy/install-services.sh postgresql redis-server
 	$(PY) -m pytest -q tests
 
 ## The Airflow UI on http://localhost:8080 (log-in: see README).
