@@ -21,20 +21,18 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import pwd
 import re
 import runpy
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.deploy.pg import create_database, skip_unless_ci
 from warehouse import catalog, db
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -600,147 +598,6 @@ def test_dbt_profile_matches_the_catalog():
 
 
 # --------------------------------------------------------- (d) a real PostgreSQL: metadata database and DuckLake
-def _pg_bin() -> Path | None:
-    found = shutil.which("initdb")
-    candidates = [Path(found).resolve().parent] if found else []
-    candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
-    for directory in candidates:
-        if all((directory / tool).exists() for tool in ("initdb", "pg_ctl", "postgres", "psql")):
-            return directory
-    return None
-
-
-def skip_unless_ci(reason: str) -> None:
-    """Skip with `reason`, except in CI (CI=true), where set-up installs what these tests need: there it fails."""
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"{reason} (CI must run this test: see deploy/install-services.sh)")
-    pytest.skip(reason)
-
-
-def _pg_bin_or_install() -> Path | None:
-    """The PostgreSQL server binaries; as root, installed from Debian first when missing (what `make test` does)."""
-    if _pg_bin() is None and os.geteuid() == 0:
-        subprocess.run(
-            ["bash", str(REPO_ROOT / "deploy" / "install-services.sh"), "postgresql"], timeout=600, check=False
-        )
-    return _pg_bin()
-
-
-@pytest.fixture(scope="module")
-def postgres():
-    """A throwaway PostgreSQL cluster in a temporary folder, run as the `postgres` user when root (initdb refuses
-    root): a free localhost port with password authentication, its unix socket in the folder. Stops exactly the
-    server it started (pg_ctl on its data folder) and removes the folder."""
-    bindir = _pg_bin_or_install()
-    if bindir is None:
-        skip_unless_ci("no PostgreSQL server binaries (initdb, pg_ctl, postgres, psql) and not root to install them")
-    prefix: list[str] = []
-    owner = None
-    if os.geteuid() == 0:  # initdb refuses to run as root
-        runuser = shutil.which("runuser")
-        user = next((u for u in ("postgres", "nobody") if _user_exists(u)), None)
-        if runuser is None or user is None:
-            skip_unless_ci("running as root without runuser or an unprivileged user for PostgreSQL")
-        prefix, owner = [runuser, "-u", user, "--"], pwd.getpwnam(user)
-    root = Path(tempfile.mkdtemp(prefix="scale-out-pg-"))
-    password = "pg-test-pw"
-    (root / "pw").write_text(password + "\n")
-    if owner is not None:
-        for path in (root, root / "pw"):
-            os.chown(path, owner.pw_uid, owner.pw_gid)
-    port = free_port()
-    data = root / "data"
-    started = False
-    try:
-        subprocess.run(
-            [
-                *prefix,
-                str(bindir / "initdb"),
-                "-D",
-                str(data),
-                "-U",
-                "airflow",
-                f"--pwfile={root / 'pw'}",
-                "--auth-host=scram-sha-256",
-                "--auth-local=trust",
-                "-E",
-                "UTF8",
-                "--no-sync",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
-        options = (
-            f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off "
-            "-c full_page_writes=off"
-        )
-        subprocess.run(
-            [
-                *prefix,
-                str(bindir / "pg_ctl"),
-                "-D",
-                str(data),
-                "-l",
-                str(root / "log"),
-                "-w",
-                "-t",
-                "60",
-                "-o",
-                options,
-                "start",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=90,
-        )
-        started = True
-
-        def psql(sql: str, database: str = "postgres") -> None:
-            subprocess.run(
-                [
-                    str(bindir / "psql"),
-                    "-h",
-                    "127.0.0.1",
-                    "-p",
-                    str(port),
-                    "-U",
-                    "airflow",
-                    "-d",
-                    database,
-                    "-v",
-                    "ON_ERROR_STOP=1",
-                    "-qc",
-                    sql,
-                ],
-                check=True,
-                capture_output=True,
-                timeout=60,
-                env={**os.environ, "PGPASSWORD": password},
-            )
-
-        psql("CREATE DATABASE airflow")
-        psql("CREATE ROLE ducklake LOGIN PASSWORD 'lake pw''s'")
-        psql("CREATE DATABASE ducklake_catalog OWNER ducklake")
-        yield {"port": port, "password": password, "lake_password": "lake pw's", "root": root}
-    finally:
-        if started:
-            subprocess.run(
-                [*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-                capture_output=True,
-                timeout=60,
-            )
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def _user_exists(name: str) -> bool:
-    try:
-        pwd.getpwnam(name)
-        return True
-    except KeyError:
-        return False
-
-
 _METADATA_PROBE = r"""
 import asyncio, json, sys
 from sqlalchemy import text
@@ -918,7 +775,7 @@ def test_dbt_connects_with_the_scale_out_profile(extension_directory, postgres, 
         PYTHONPATH=str(REPO_ROOT),
     )
     # its own catalog database: a lake keeps the DATA_PATH it was created with
-    _create_database(postgres, "ducklake_dbt")
+    create_database(postgres, "ducklake_dbt")
     env["DUCKLAKE_CATALOG_DSN"] = env["DUCKLAKE_CATALOG_DSN"].replace("dbname=ducklake_catalog", "dbname=ducklake_dbt")
     out = run(
         [
@@ -941,31 +798,6 @@ def test_dbt_connects_with_the_scale_out_profile(extension_directory, postgres, 
     assert postgres["lake_password"] not in out.stdout
 
 
-def _create_database(postgres: dict, name: str) -> None:
-    bindir = _pg_bin()
-    subprocess.run(
-        [
-            str(bindir / "psql"),
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(postgres["port"]),
-            "-U",
-            "airflow",
-            "-d",
-            "postgres",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-qc",
-            f"CREATE DATABASE {name} OWNER ducklake",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=60,
-        env={**os.environ, "PGPASSWORD": postgres["password"]},
-    )
-
-
 def test_warehouse_writer_and_reader_on_ducklake(extension_directory, postgres, tmp_path, monkeypatch):
     """warehouse.db's writer/reader/load_batch on DuckLake (the bookkeeping tables without the primary key DuckLake
     lacks, warehouse.db.SHARED_DDL): an idempotent batch load through the shared catalog, read back read-only."""
@@ -973,7 +805,7 @@ def test_warehouse_writer_and_reader_on_ducklake(extension_directory, postgres, 
 
     from warehouse import db
 
-    _create_database(postgres, "ducklake_writer")
+    create_database(postgres, "ducklake_writer")
     for key, value in lake_env(
         DUCKLAKE_CATALOG_DSN=f"dbname=ducklake_writer host=127.0.0.1 port={postgres['port']} user=ducklake",
         DUCKLAKE_CATALOG_PASSWORD=postgres["lake_password"],
