@@ -203,7 +203,7 @@ def test_celery_and_kubernetes_variants():
     for values in (celery, kube):
         assert values["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg2://")
     assert celery["AIRFLOW__CELERY__BROKER_URL"].startswith("redis://")
-    assert celery["AIRFLOW__CELERY__RESULT_BACKEND"].startswith("db+postgresql://")
+    assert celery["AIRFLOW__CELERY__RESULT_BACKEND"].startswith("db+postgresql+psycopg2://")
     pod = yaml.safe_load((DEPLOY / "pod_template.yaml").read_text())
     assert [c["name"] for c in pod["spec"]["containers"]] == ["base"]  # the KubernetesExecutor fills in `base`
     assert kube["AIRFLOW__KUBERNETES_EXECUTOR__POD_TEMPLATE_FILE"].endswith("deploy/scale-out/pod_template.yaml")
@@ -611,7 +611,14 @@ async def async_check():
         value = (await c.execute(text("select 1"))).scalar()
     await settings.async_engine.dispose()  # inside the loop: asyncpg cannot close at interpreter exit
     return value
+# the Celery result backend (a SQLAlchemy URL after "db+") reaches the same database with its own driver
+from sqlalchemy import create_engine
+backend = create_engine(conf.get("celery", "result_backend").removeprefix("db+"))
+with backend.connect() as c:
+    backend_ok = c.execute(text("select 1")).scalar()
+backend.dispose()
 out = {"server": version.split(",")[0], "pool_slots": slots, "async": asyncio.run(async_check()),
+       "result_backend": backend_ok,
        "dialect": settings.engine.dialect.name, "driver": settings.engine.dialect.driver,
        "async_driver": settings.async_engine.dialect.driver, "executor": conf.get("core", "executor")}
 if sys.argv[1] == "1":
@@ -640,7 +647,7 @@ def test_airflow_metadata_database_on_postgres(postgres, tmp_path):
     probe = last_json(run([sys.executable, "-c", _METADATA_PROBE, "1" if HAVE_CELERY else "0"], env).stdout)
     assert probe["server"].startswith("PostgreSQL")
     assert (probe["dialect"], probe["driver"], probe["async_driver"]) == ("postgresql", "psycopg2", "asyncpg")
-    assert probe["async"] == 1
+    assert probe["async"] == 1 and probe["result_backend"] == 1
     assert probe["pool_slots"] == json.loads((DEPLOY / "pools.json").read_text())["warehouse"]["slots"]
     assert probe["executor"] == "CeleryExecutor"
     if HAVE_CELERY:
