@@ -44,11 +44,11 @@ lint: $(STAMP)
 
 ## The test suite (what CI runs): lint first, then the tests. Long training tests are marked `slow` and skipped.
 test: setup lint
-	@sh deploy/slurm/install.sh
+	@bash deploy/install-services.sh postgresql slurm
 	$(PY) -m pytest -q -m "not slow" tests
 
 test-all: setup lint
-	@sh deploy/slurm/install.sh
+	@bash deploy/install-services.sh postgresql redis-server slurm
 	$(PY) -m pytest -q tests
 
 ## The Airflow UI on http://localhost:8080 (log-in: see README).

@@ -318,17 +318,41 @@ def replace_rejections(
         con.unregister("_rejected_frame")
 
 
+# A shared catalog (DuckLake) fails a commit that conflicts with a concurrent one, e.g. two first loads creating the
+# same table. A batch load is idempotent, so load_batch runs it again: the retry sees the other commit and goes on.
+CONFLICT_RETRIES = 5
+
+
+def _is_conflict(exc: duckdb.Error) -> bool:
+    return "conflict" in str(exc).lower()
+
+
 def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, loaded_at: pd.Timestamp | None = None) -> LoadResult:
     """Replace the rows of `batch.batch_id` in `batch.table` with `batch.frame`, in one transaction.
 
     Loading identical content again is a no-op (the table, including `_loaded_at`, stays byte-identical), so
     re-running any ingest for the same interval leaves the warehouse identical. Rejected rows of the batch
-    replace that batch's rows in quarantine.rejected_rows.
+    replace that batch's rows in quarantine.rejected_rows. A commit that lost a race with another writer of a
+    shared catalog is retried (CONFLICT_RETRIES times, with a short growing pause).
     """
     if "." not in batch.table:
         raise ValueError(f"table name must be schema-qualified, got {batch.table!r}")
     frame = batch.frame.reset_index(drop=True)
     content_hash = _content_hash(frame, batch.rejections)
+    stamp = loaded_at if loaded_at is not None else pd.Timestamp.now(tz="UTC")
+    for attempt in range(CONFLICT_RETRIES + 1):
+        try:
+            return _load_once(con, batch, frame, content_hash, stamp)
+        except duckdb.TransactionException as exc:
+            if not _is_conflict(exc) or attempt == CONFLICT_RETRIES:
+                raise
+            time.sleep(0.1 * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+def _load_once(
+    con: duckdb.DuckDBPyConnection, batch: Batch, frame: pd.DataFrame, content_hash: str, stamp: pd.Timestamp
+) -> LoadResult:
     previous = con.execute(
         "SELECT content_hash FROM raw._batches WHERE table_name = ? AND batch_id = ?",
         [batch.table, batch.batch_id],
@@ -336,7 +360,6 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, loaded_at: pd.Times
     if previous and previous[0] == content_hash and table_exists(con, batch.table):
         return LoadResult(batch.table, batch.batch_id, len(frame), len(batch.rejections), True)
 
-    stamp = loaded_at if loaded_at is not None else pd.Timestamp.now(tz="UTC")
     schema = batch.table.split(".", 1)[0]
     con.execute("BEGIN TRANSACTION")
     try:
@@ -366,9 +389,19 @@ def load_batch(con: duckdb.DuckDBPyConnection, batch: Batch, loaded_at: pd.Times
         )
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        _rollback(con)
         raise
     return LoadResult(batch.table, batch.batch_id, len(frame), len(batch.rejections), False)
+
+
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    """Roll back the open transaction, if any: a failed COMMIT has already ended it, and a second error from
+    ROLLBACK would hide the first."""
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.TransactionException as exc:
+        if "no transaction is active" not in str(exc):
+            raise
 
 
 def init_catalog(target: catalog.WarehouseTarget | None = None) -> dict:

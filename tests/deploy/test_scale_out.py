@@ -1,20 +1,19 @@
 """The scale-out path (deploy/scale-out/, docs/scale-out.md): the configuration loads in that mode, the DAGs parse in
-it, the warehouse target is parsed from the environment exactly, and, where a PostgreSQL server is installed, the
-metadata database and the DuckLake catalog really work on one.
+it, the warehouse target is parsed from the environment exactly, and the metadata database and the DuckLake catalog
+really work on a throwaway PostgreSQL.
 
-What runs depends on what is installed; every skip says why:
-- always: the env files, WarehouseTarget parsing/statements/redaction, the config layer and the DAG parse with the
-  scale-out environment. Without the PostgreSQL drivers (psycopg2, asyncpg: requirements-scale-out.txt) `import
-  airflow` itself fails when sql_alchemy_conn is postgresql (Airflow creates its engines at import), so the config and
-  DagBag probes then run Airflow as a library (_AIRFLOW__AS_LIBRARY: configuration without the ORM) and a test checks
-  that the real CLI fails only for want of the driver.
-- with the drivers: the same probes through Airflow's normal start-up and CLI.
-- with the celery / cncf-kubernetes providers: the executor classes load.
-- with PostgreSQL binaries (initdb, pg_ctl) on the machine: a throwaway server on a free localhost port; with the
-  drivers `airflow db migrate` + the `warehouse` pool on it (marked slow); with the DuckDB extension packages
-  (duckdb-extension-ducklake/-postgres-scanner) a DuckLake round trip between processes, and with -httpfs too
-  `dbt debug` with deploy/scale-out/profiles.yml (marked slow).
-Nothing here needs the network.
+Set-up installs what this needs: the drivers (psycopg2, asyncpg), the Celery provider and the DuckDB extension wheels
+are in requirements.txt, PostgreSQL comes from Debian (deploy/install-services.sh, run by `make test`, and by the
+`postgres` fixture itself when root). So in CI everything here runs:
+- the env files, WarehouseTarget parsing/statements/redaction, the config layer and the DAG parse with the
+  scale-out environment; the executor classes load;
+- on a PostgreSQL cluster in a temporary folder: `airflow db migrate` + the `warehouse` pool + `airflow db check`,
+  a DuckLake warehouse written by two processes at once through warehouse.db, `dbt debug` with
+  deploy/scale-out/profiles.yml, and warehouse.db's writer/reader on DuckLake.
+Elsewhere a missing piece skips with its reason (in CI, CI=true, it fails instead). Without the drivers `import
+airflow` fails when sql_alchemy_conn is postgresql, so the config and DagBag probes then run Airflow as a library
+(_AIRFLOW__AS_LIBRARY). Nothing here needs the network. The Celery workers running the pipeline on this stack:
+tests/deploy/test_celery_stack.py (slow).
 """
 
 from __future__ import annotations
@@ -23,20 +22,18 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import pwd
 import re
 import runpy
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.deploy.pg import create_database, skip_unless_ci
 from warehouse import catalog, db
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -61,7 +58,7 @@ SHARED_DIRS = ("DATA_DIR", "MODELS_DIR", "SCHEDULES_DIR", "VAR_DIR")
 EXPECTED_DAGS = {"ingest_cluster", "ingest_energy", "ingest_grid", "transform"}
 
 HAVE_PG_DRIVERS = all(importlib.util.find_spec(m) is not None for m in ("psycopg2", "asyncpg"))
-NO_DRIVER_REASON = "psycopg2/asyncpg not installed (pip install -r deploy/scale-out/requirements-scale-out.txt)"
+NO_DRIVER_REASON = "psycopg2/asyncpg not installed (pip install -r requirements.txt)"
 
 
 def _installed(distribution: str) -> bool:
@@ -207,7 +204,7 @@ def test_celery_and_kubernetes_variants():
     for values in (celery, kube):
         assert values["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg2://")
     assert celery["AIRFLOW__CELERY__BROKER_URL"].startswith("redis://")
-    assert celery["AIRFLOW__CELERY__RESULT_BACKEND"].startswith("db+postgresql://")
+    assert celery["AIRFLOW__CELERY__RESULT_BACKEND"].startswith("db+postgresql+psycopg2://")
     pod = yaml.safe_load((DEPLOY / "pod_template.yaml").read_text())
     assert [c["name"] for c in pod["spec"]["containers"]] == ["base"]  # the KubernetesExecutor fills in `base`
     assert kube["AIRFLOW__KUBERNETES_EXECUTOR__POD_TEMPLATE_FILE"].endswith("deploy/scale-out/pod_template.yaml")
@@ -216,26 +213,31 @@ def test_celery_and_kubernetes_variants():
 
 
 def test_requirements_are_pinned_and_new():
+    """requirements.txt holds what `make test` exercises (drivers, extension wheels, Celery), the scale-out file only
+    image extras; no package in both; the DuckDB extensions carry duckdb's version."""
     lines = [line.split("#")[0].strip() for line in (DEPLOY / "requirements-scale-out.txt").read_text().splitlines()]
     pins = dict(line.split("==", 1) for line in lines if line)
     assert all(re.fullmatch(r"[0-9][0-9A-Za-z.]*", v) for v in pins.values()), pins
-    for needed in (
-        "apache-airflow-providers-celery",
-        "apache-airflow-providers-cncf-kubernetes",
-        "psycopg2-binary",
-        "asyncpg",
-        "duckdb-extension-ducklake",
-        "duckdb-extension-postgres-scanner",
-    ):
-        assert needed in pins
     locked = {}
     for line in (REPO_ROOT / "requirements.txt").read_text().splitlines():
         if "==" in line and not line.startswith("#"):
             name, version = line.split("==", 1)
             locked[name.lower().replace("_", "-")] = version.strip()
+    assert "apache-airflow-providers-cncf-kubernetes" in pins
+    for needed in (
+        "apache-airflow-providers-celery",
+        "celery",
+        "redis",
+        "psycopg2-binary",
+        "asyncpg",
+        "duckdb-extension-ducklake",
+        "duckdb-extension-postgres-scanner",
+        "duckdb-extension-httpfs",
+    ):
+        assert needed in locked, f"{needed} belongs in requirements.txt: make test exercises it"
     both = {n for n in pins if n.lower().replace("_", "-") in locked}
     assert not both, f"already pinned in requirements.txt: {both}"
-    extensions = {n: v for n, v in pins.items() if n.startswith("duckdb-extension-")}
+    extensions = {n: v for n, v in {**pins, **locked}.items() if n.startswith("duckdb-extension-")}
     assert set(extensions.values()) == {locked["duckdb"]}, "DuckDB extensions must match the duckdb version"
 
 
@@ -277,14 +279,6 @@ def test_configuration_loads_in_scale_out_mode(tmp_path, variant):
         for section, option in (("core", "executor"), ("database", "sql_alchemy_conn")):
             out = run([AIRFLOW, "config", "get-value", section, option], env, timeout=120)
             assert out.stdout.strip() == env[f"AIRFLOW__{section.upper()}__{option.upper()}"]
-
-
-@pytest.mark.skipif(HAVE_PG_DRIVERS, reason="the drivers are installed: the CLI itself is tested above")
-def test_without_the_driver_airflow_fails_only_for_the_driver(tmp_path):
-    env = scale_out_env(tmp_path, ("airflow.env", "warehouse.env"))
-    out = run([AIRFLOW, "config", "get-value", "core", "executor"], env, timeout=120, check=False)
-    assert out.returncode != 0
-    assert "No module named 'psycopg2'" in out.stderr, out.stderr[-2000:]
 
 
 # ------------------------------------------------------------------------------ (b) the DAGs parse in that mode
@@ -597,129 +591,6 @@ def test_dbt_profile_matches_the_catalog():
 
 
 # --------------------------------------------------------- (d) a real PostgreSQL: metadata database and DuckLake
-def _pg_bin() -> Path | None:
-    found = shutil.which("initdb")
-    candidates = [Path(found).resolve().parent] if found else []
-    candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
-    for directory in candidates:
-        if all((directory / tool).exists() for tool in ("initdb", "pg_ctl", "postgres", "psql")):
-            return directory
-    return None
-
-
-@pytest.fixture(scope="module")
-def postgres():
-    """A throwaway PostgreSQL on a free localhost port (password auth over TCP), stopped and removed afterwards."""
-    bindir = _pg_bin()
-    if bindir is None:
-        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl, postgres, psql) on this machine")
-    prefix: list[str] = []
-    owner = None
-    if os.geteuid() == 0:  # initdb refuses to run as root
-        runuser = shutil.which("runuser")
-        user = next((u for u in ("postgres", "nobody") if _user_exists(u)), None)
-        if runuser is None or user is None:
-            pytest.skip("running as root without runuser or an unprivileged user for PostgreSQL")
-        prefix, owner = [runuser, "-u", user, "--"], pwd.getpwnam(user)
-    root = Path(tempfile.mkdtemp(prefix="scale-out-pg-"))
-    password = "pg-test-pw"
-    (root / "pw").write_text(password + "\n")
-    if owner is not None:
-        for path in (root, root / "pw"):
-            os.chown(path, owner.pw_uid, owner.pw_gid)
-    port = free_port()
-    data = root / "data"
-    started = False
-    try:
-        subprocess.run(
-            [
-                *prefix,
-                str(bindir / "initdb"),
-                "-D",
-                str(data),
-                "-U",
-                "airflow",
-                f"--pwfile={root / 'pw'}",
-                "--auth-host=scram-sha-256",
-                "--auth-local=trust",
-                "-E",
-                "UTF8",
-                "--no-sync",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
-        options = (
-            f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off "
-            "-c full_page_writes=off"
-        )
-        subprocess.run(
-            [
-                *prefix,
-                str(bindir / "pg_ctl"),
-                "-D",
-                str(data),
-                "-l",
-                str(root / "log"),
-                "-w",
-                "-t",
-                "60",
-                "-o",
-                options,
-                "start",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=90,
-        )
-        started = True
-
-        def psql(sql: str, database: str = "postgres") -> None:
-            subprocess.run(
-                [
-                    str(bindir / "psql"),
-                    "-h",
-                    "127.0.0.1",
-                    "-p",
-                    str(port),
-                    "-U",
-                    "airflow",
-                    "-d",
-                    database,
-                    "-v",
-                    "ON_ERROR_STOP=1",
-                    "-qc",
-                    sql,
-                ],
-                check=True,
-                capture_output=True,
-                timeout=60,
-                env={**os.environ, "PGPASSWORD": password},
-            )
-
-        psql("CREATE DATABASE airflow")
-        psql("CREATE ROLE ducklake LOGIN PASSWORD 'lake pw''s'")
-        psql("CREATE DATABASE ducklake_catalog OWNER ducklake")
-        yield {"port": port, "password": password, "lake_password": "lake pw's", "root": root}
-    finally:
-        if started:
-            subprocess.run(
-                [*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-                capture_output=True,
-                timeout=60,
-            )
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def _user_exists(name: str) -> bool:
-    try:
-        pwd.getpwnam(name)
-        return True
-    except KeyError:
-        return False
-
-
 _METADATA_PROBE = r"""
 import asyncio, json, sys
 from sqlalchemy import text
@@ -733,7 +604,14 @@ async def async_check():
         value = (await c.execute(text("select 1"))).scalar()
     await settings.async_engine.dispose()  # inside the loop: asyncpg cannot close at interpreter exit
     return value
+# the Celery result backend (a SQLAlchemy URL after "db+") reaches the same database with its own driver
+from sqlalchemy import create_engine
+backend = create_engine(conf.get("celery", "result_backend").removeprefix("db+"))
+with backend.connect() as c:
+    backend_ok = c.execute(text("select 1")).scalar()
+backend.dispose()
 out = {"server": version.split(",")[0], "pool_slots": slots, "async": asyncio.run(async_check()),
+       "result_backend": backend_ok,
        "dialect": settings.engine.dialect.name, "driver": settings.engine.dialect.driver,
        "async_driver": settings.async_engine.dialect.driver, "executor": conf.get("core", "executor")}
 if sys.argv[1] == "1":
@@ -743,7 +621,6 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.slow  # 20-35 s: airflow db migrate
 @pytest.mark.skipif(not HAVE_PG_DRIVERS, reason=NO_DRIVER_REASON)
 def test_airflow_metadata_database_on_postgres(postgres, tmp_path):
     """`airflow db migrate` with the scale-out settings against a real PostgreSQL (password only in PGPASSWORD),
@@ -763,7 +640,7 @@ def test_airflow_metadata_database_on_postgres(postgres, tmp_path):
     probe = last_json(run([sys.executable, "-c", _METADATA_PROBE, "1" if HAVE_CELERY else "0"], env).stdout)
     assert probe["server"].startswith("PostgreSQL")
     assert (probe["dialect"], probe["driver"], probe["async_driver"]) == ("postgresql", "psycopg2", "asyncpg")
-    assert probe["async"] == 1
+    assert probe["async"] == 1 and probe["result_backend"] == 1
     assert probe["pool_slots"] == json.loads((DEPLOY / "pools.json").read_text())["warehouse"]["slots"]
     assert probe["executor"] == "CeleryExecutor"
     if HAVE_CELERY:
@@ -778,7 +655,7 @@ def extension_directory(tmp_path_factory) -> Path:
     """The ducklake/postgres(/httpfs) DuckDB extensions in a private directory, from the pip packages
     (requirements-scale-out.txt); skip when they are not installed (downloading them needs the network)."""
     if not all(importlib.util.find_spec(m) for m in _EXTENSION_PACKAGES):
-        pytest.skip("DuckDB extension packages duckdb-extension-ducklake/-postgres-scanner not installed")
+        skip_unless_ci("DuckDB extension packages duckdb-extension-ducklake/-postgres-scanner not installed")
     directory = tmp_path_factory.mktemp("duckdb_extensions")
     target = catalog.from_env(lake_env(DUCKDB_EXTENSION_DIRECTORY=str(directory)))
     done = catalog.install_extensions(target)
@@ -797,19 +674,27 @@ def extension_directory(tmp_path_factory) -> Path:
 
 
 _LAKE_WRITER = r"""
-import sys
-from warehouse import catalog
-con = catalog.connect()
-for i in range(3):
-    con.execute("INSERT INTO raw.probe VALUES (?, ?)", [int(sys.argv[1]) * 10 + i, sys.argv[1]])
-con.close()
-print("ok")
+import json, sys, time
+import pandas as pd
+from warehouse import db
+writer, batches, rows, start_at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+time.sleep(max(0.0, start_at - time.time()))  # both writers begin together
+spans = []
+for b in range(batches):
+    frame = pd.DataFrame({"n": range(b * rows, (b + 1) * rows), "writer": writer, "batch": b})
+    began = time.time()
+    with db.writer() as con:  # a connection per batch, as each ingest task opens its own
+        result = db.load_batch(con, db.Batch("raw.two_writers", f"{writer}-{b}", "test", frame))
+    spans.append([began, time.time()])
+    assert result.rows == rows and not result.skipped_unchanged, result
+print(json.dumps(spans))
 """
 
 
-def test_ducklake_shared_by_concurrent_processes(extension_directory, postgres, tmp_path):
-    """WarehouseTarget's statements against a real PostgreSQL catalog (password as a DuckDB secret) and a shared data
-    path: two writer processes at once, then a read-only reader sees both."""
+def test_ducklake_written_by_two_processes_at_once(extension_directory, postgres, tmp_path):
+    """A DuckLake warehouse on the PostgreSQL catalog, written by two processes at once through warehouse.db
+    (writer + load_batch, as every loader writes): afterwards every row and every batch of both is there exactly once,
+    and a read-only reader sees them but cannot write."""
     data = tmp_path / "lake"
     data.mkdir()
     environ = lake_env(
@@ -822,37 +707,58 @@ def test_ducklake_shared_by_concurrent_processes(extension_directory, postgres, 
     created = db.init_catalog(target)  # the lake in PostgreSQL, the warehouse's schemas and bookkeeping tables
     assert {"raw._batches", "quarantine.rejected_rows"} <= set(created["tables"])
     assert db.init_catalog(target)["tables"] == created["tables"]  # idempotent
-    con = catalog.connect(target)
-    con.execute("CREATE OR REPLACE TABLE raw.probe (n INTEGER, writer VARCHAR)")
-    con.close()
     env = {k: v for k, v in os.environ.items() if k not in catalog.ENV_VARS}
-    env.update(environ, PYTHONPATH=str(REPO_ROOT))
+    env.update(environ, PYTHONPATH=str(REPO_ROOT), OMP_NUM_THREADS="1")
+    batches, rows = 6, 500
+    start_at = time.time() + 4  # after both interpreters have imported pandas and duckdb
     writers = [
         subprocess.Popen(
-            [sys.executable, "-c", _LAKE_WRITER, str(w)],
+            [sys.executable, "-c", _LAKE_WRITER, name, str(batches), str(rows), str(start_at)],
             env=env,
             cwd=REPO_ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for w in (1, 2)
+        for name in ("a", "b")
     ]
+    spans = []
     for proc in writers:
-        out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0 and out.strip() == "ok", err[-3000:]
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err[-3000:]
+        spans.append(last_json_list(out))
+    (a_first, a_last), (b_first, b_last) = ((s[0][0], s[-1][1]) for s in spans)
+    assert a_first < b_last and b_first < a_last, f"the writers did not overlap: {spans}"
     reader = catalog.connect(target, read_only=True)
     try:
-        rows = reader.execute("SELECT writer, count(*) FROM raw.probe GROUP BY 1 ORDER BY 1").fetchall()
-        assert rows == [("1", 3), ("2", 3)]
+        per_writer = reader.execute(
+            "SELECT writer, count(*), count(DISTINCT n), min(n), max(n), count(DISTINCT batch) "
+            "FROM raw.two_writers GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+        assert per_writer == [(w, batches * rows, batches * rows, 0, batches * rows - 1, batches) for w in "ab"]
+        duplicates = reader.execute(
+            "SELECT count(*) FROM (SELECT writer, n FROM raw.two_writers GROUP BY ALL HAVING count(*) > 1)"
+        ).fetchone()[0]
+        assert duplicates == 0
+        booked = reader.execute(
+            "SELECT batch_id, row_count FROM raw._batches WHERE table_name = 'raw.two_writers' ORDER BY 1"
+        ).fetchall()
+        assert booked == sorted((f"{w}-{b}", rows) for w in "ab" for b in range(batches))
         assert reader.execute("SELECT current_database()").fetchone()[0] == catalog.ALIAS
         with pytest.raises(Exception, match="(?i)read.only"):
-            reader.execute("INSERT INTO raw.probe VALUES (0, 'reader')")
+            reader.execute("INSERT INTO raw.two_writers (n, writer, batch) VALUES (0, 'reader', 0)")
     finally:
         reader.close()
 
 
-@pytest.mark.slow  # about 12 s: dbt start-up
+def last_json_list(text: str) -> list:
+    """The last line of `text` that is a JSON list."""
+    for line in reversed(text.strip().splitlines()):
+        if line.startswith("["):
+            return json.loads(line)
+    raise AssertionError(f"no JSON list in:\n{text[-2000:]}")
+
+
 def test_dbt_connects_with_the_scale_out_profile(extension_directory, postgres, tmp_path):
     """`dbt debug` with deploy/scale-out/profiles.yml (target ducklake): the profile renders from the environment
     and dbt-duckdb attaches the lake through the same catalog secret."""
@@ -869,7 +775,7 @@ def test_dbt_connects_with_the_scale_out_profile(extension_directory, postgres, 
         PYTHONPATH=str(REPO_ROOT),
     )
     # its own catalog database: a lake keeps the DATA_PATH it was created with
-    _create_database(postgres, "ducklake_dbt")
+    create_database(postgres, "ducklake_dbt")
     env["DUCKLAKE_CATALOG_DSN"] = env["DUCKLAKE_CATALOG_DSN"].replace("dbname=ducklake_catalog", "dbname=ducklake_dbt")
     out = run(
         [
@@ -892,31 +798,6 @@ def test_dbt_connects_with_the_scale_out_profile(extension_directory, postgres, 
     assert postgres["lake_password"] not in out.stdout
 
 
-def _create_database(postgres: dict, name: str) -> None:
-    bindir = _pg_bin()
-    subprocess.run(
-        [
-            str(bindir / "psql"),
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(postgres["port"]),
-            "-U",
-            "airflow",
-            "-d",
-            "postgres",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-qc",
-            f"CREATE DATABASE {name} OWNER ducklake",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=60,
-        env={**os.environ, "PGPASSWORD": postgres["password"]},
-    )
-
-
 def test_warehouse_writer_and_reader_on_ducklake(extension_directory, postgres, tmp_path, monkeypatch):
     """warehouse.db's writer/reader/load_batch on DuckLake (the bookkeeping tables without the primary key DuckLake
     lacks, warehouse.db.SHARED_DDL): an idempotent batch load through the shared catalog, read back read-only."""
@@ -924,7 +805,7 @@ def test_warehouse_writer_and_reader_on_ducklake(extension_directory, postgres, 
 
     from warehouse import db
 
-    _create_database(postgres, "ducklake_writer")
+    create_database(postgres, "ducklake_writer")
     for key, value in lake_env(
         DUCKLAKE_CATALOG_DSN=f"dbname=ducklake_writer host=127.0.0.1 port={postgres['port']} user=ducklake",
         DUCKLAKE_CATALOG_PASSWORD=postgres["lake_password"],

@@ -1,7 +1,7 @@
 """The `slurm_cluster` fixture: a real Slurm on this machine for the test module, stopped afterwards.
 
 Skips, saying why, only when the tests do not run as root or slurm-wlm/munge are missing and cannot be installed
-(deploy/slurm/install.sh installs them as root; CI runs it through `make test`).
+(deploy/install-services.sh installs them as root; CI runs it through `make test`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def slurm_cluster():
     if os.geteuid() != 0:
         pytest.skip("the Slurm tests start munged, slurmctld and slurmd: they need root")
     if missing_packages():
-        subprocess.run(["sh", str(REPO_ROOT / "deploy" / "slurm" / "install.sh")], check=False, timeout=600)
+        subprocess.run(["bash", str(REPO_ROOT / "deploy" / "install-services.sh"), "slurm"], check=False, timeout=600)
     if missing_packages():
         pytest.skip(f"slurm-wlm/munge not installed and could not be installed (missing {missing_packages()})")
     folder = Path(tempfile.mkdtemp(prefix="cp-slurm-"))
