@@ -313,13 +313,12 @@ def test_bad_settings_fail_before_any_work(kwargs, needle):
     assert needle in str(err.value)
 
 
-def test_a_cluster_naming_an_executor_kind_without_an_implementation_is_refused(tmp_path, data_dir):
+def test_a_cluster_naming_an_unknown_executor_kind_is_refused_with_file_cluster_and_field(tmp_path, data_dir):
     text = (Path(__file__).resolve().parents[2] / "docs" / "examples" / "fleet.yaml").read_text()
     path = tmp_path / "fleet.yaml"
-    path.write_text(text.replace("executor: {kind: replay}", "executor: {kind: slurm, partition: gpu}", 1))
-    fleet = load_fleet(path, data_dir=data_dir)
-    with pytest.raises(ValueError, match=r"cluster 'usw-a100': executor 'slurm': .*replay"):
-        loop.fleet_executors(fleet, db_path=tmp_path / "wh.duckdb")
+    path.write_text(text.replace("executor: {kind: replay}", "executor: {kind: lsf, queue: gpu}", 1))
+    with pytest.raises(ValueError, match=r"fleet.yaml: clusters\[0\] \(usw-a100\)\.executor\.kind: 'lsf' is not an"):
+        load_fleet(path, data_dir=data_dir)
 
 
 def test_resolve_run_takes_the_planning_time_from_the_run():
