@@ -294,3 +294,11 @@ def test_dispatch_items_are_the_plans_starting_assignments_with_the_payload():
     assert (bare["est_duration_h"] == expected).all()
     with pytest.raises(ValueError, match="appears more than once"):
         dispatch_items(plan, pd.concat([jobs, jobs]))
+
+
+def test_the_fleet_file_accepts_exactly_the_registered_executor_kinds():
+    """scheduling.domain checks a fleet file's executor kinds without importing the executors: its list must be the
+    registry's."""
+    from scheduling.domain.fleet import EXECUTOR_KINDS
+
+    assert set(EXECUTOR_KINDS) == set(EXECUTORS.names)
