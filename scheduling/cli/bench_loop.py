@@ -15,15 +15,14 @@ dispatches to a real executor):
   after that, so that all of them are queued at T.
 
 Each repeat copies the prepared file and runs the hour T in a fresh process (as an Airflow task or `plan-hourly`
-does: cold caches; the imports, the performance predictor's numpy runtime included, are made first and timed apart as
-`import_s`), timing `loop.sync`, `loop.plan` and `loop.dispatch_plan`; the process's
+does: cold caches; what the command module imports is loaded before the clock starts, anything a step imports
+lazily is timed with it), timing `loop.sync`, `loop.plan` and `loop.dispatch_plan`; the process's
 peak resident memory (ru_maxrss, interpreter and libraries included) comes back with it.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import multiprocessing
 import os
@@ -57,7 +56,6 @@ from warehouse.db import reader, table_exists, warehouse_lock, writer
 
 TARGETS = {"loop_hour_s": 5.0, "peak_mb": 500.0}
 PREP_POLICY = "performance-first"  # starts each job at once where it fits: the running set
-PLAN_IMPORTS = "scheduling.models.performance.inference"  # the predictor runtime a plan loads: not a loop cost
 LOOP_STATE = ("queue", "executor", "plan")  # schemas the loop writes; raw.job_events is the fourth part
 
 
@@ -225,9 +223,6 @@ def prepare(
 
 def measure_hour(spec: dict) -> dict:
     """One loop hour on the prepared copy `spec["db"]`, timed per phase (run in a fresh process)."""
-    t_import = time.perf_counter()
-    importlib.import_module(PLAN_IMPORTS)
-    import_s = time.perf_counter() - t_import
     fleet = bench_fleet(spec["fleet_gpus"], spec["data_dir"])
     executor = ReplayExecutor(db_path=spec["db"])
     ctx = loop.context(
@@ -252,7 +247,6 @@ def measure_hour(spec: dict) -> dict:
         "plan_s": t2 - t1,
         "dispatch_s": t3 - t2,
         "loop_hour_s": t3 - t0,
-        "import_s": import_s,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
         "events": int(synced["events"]),
         "entered": synced["entered"],
@@ -327,7 +321,6 @@ def bench_loop(
     counts = {k: [h[k] for h in hours] for k in ("pending", "running", "dispatched", "events")}
     median = {k: round(float(np.median([h[k] for h in hours])), 3) for k in ("loop_hour_s", "sync_s", "plan_s")}
     median["dispatch_s"] = round(float(np.median([h["dispatch_s"] for h in hours])), 3)
-    median["import_s"] = round(float(np.median([h["import_s"] for h in hours])), 3)
     peak = round(max(h["peak_rss_mb"] for h in hours), 1)
     return {
         "benchmark": "bench-loop",
