@@ -198,7 +198,8 @@ def dispatch(
 
 
 def _log_intents(plan_id: str, items: pd.DataFrame, executor: Executor, db_path, clock) -> dict[str, dict]:
-    """In one transaction: the plan's existing log rows (job -> row), and an intent row for every new item."""
+    """In one transaction: the plan's existing log rows of this executor (job -> row), and an intent row for every
+    new item; ValueError when an item is logged for another executor."""
     with writer(db_path) as con:
         con.execute(DDL)
         con.execute("BEGIN TRANSACTION")
@@ -207,8 +208,9 @@ def _log_intents(plan_id: str, items: pd.DataFrame, executor: Executor, db_path,
                 "SELECT job_id, executor, status FROM plan.dispatch_log WHERE plan_id = ?", [plan_id]
             ).fetchall()
             logged = {job: {"executor": ex, "status": status} for job, ex, status in rows}
+            wanted = set(items["job_id"].astype(str))
             for job, row in logged.items():
-                if row["executor"] != executor.name:
+                if job in wanted and row["executor"] != executor.name:
                     raise ValueError(
                         f"plan {plan_id}: job {job!r} is logged for executor {row['executor']!r}, not "
                         f"{executor.name!r}; a job is dispatched by one executor only"
@@ -234,7 +236,8 @@ def _log_intents(plan_id: str, items: pd.DataFrame, executor: Executor, db_path,
         except BaseException:
             con.execute("ROLLBACK")
             raise
-    return logged
+    # the plan's other executors' rows are theirs to settle
+    return {job: row for job, row in logged.items() if row["executor"] == executor.name}
 
 
 def _submit(plan_id: str, chunk: pd.DataFrame, executor: Executor) -> list[dict]:

@@ -61,6 +61,23 @@ def test_dispatch_twice_submits_once_and_leaves_the_log_identical(tmp_warehouse)
     assert dict(zip(log["job_id"], log["executor_ref"])) == dict(zip(runs["job_id"], runs["run_ref"]))
 
 
+def test_two_executors_dispatch_one_plan_each_their_own_jobs(tmp_warehouse, tmp_path):
+    """A plan whose clusters have different executors: each settles only its own log rows, and a job logged for
+    one is refused to the other."""
+    replay = ReplayExecutor(db_path=tmp_warehouse)
+    files = FilesExecutor(root=tmp_path / "out", db_path=tmp_warehouse)
+    items = sample_items(6)
+    assert sorted(dispatch(PLAN_ID, items.iloc[:3], replay, db_path=tmp_warehouse).sent) == sorted(items["job_id"][:3])
+    second = dispatch(PLAN_ID, items.iloc[3:], files, db_path=tmp_warehouse)
+    assert sorted(second.sent) == sorted(items["job_id"][3:]) and not second.skipped and not second.failed
+    log = read_log(PLAN_ID, tmp_warehouse).set_index("job_id")
+    assert (log["status"] == "sent").all()
+    assert dict(log["executor"]) == {**dict.fromkeys(items["job_id"][:3], "replay"),
+                                     **dict.fromkeys(items["job_id"][3:], "files")}  # fmt: skip
+    with pytest.raises(ValueError, match="logged for executor 'replay'"):
+        dispatch(PLAN_ID, items.iloc[:1], files, db_path=tmp_warehouse)
+
+
 def test_the_executor_refuses_a_second_submission(tmp_warehouse):
     """The guard behind the log: replay sees a repeated (plan_id, job_id) and refuses it, atomically."""
     executor = ReplayExecutor(db_path=tmp_warehouse)
