@@ -18,7 +18,6 @@ arguments as ``srun arg1 arg2 ...``, each word quoted, so that Slurm never gets 
 
 from __future__ import annotations
 
-import json
 import math
 import shlex
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ import pandas as pd
 from common.timeutil import iso_z, utc
 from scheduling.executors.clock import PlanClock
 from scheduling.executors.items import split_job_id
-from scheduling.output.schedules import node_hostname
+from scheduling.output.schedules import command_args, node_hostname, srun_line
 
 PREFIX = "cp"
 SEP = "|"
@@ -75,16 +74,12 @@ def _slurm_time(ts: pd.Timestamp) -> str:
 
 
 def command_line(command: str | None) -> str | None:
-    """The srun line of a job's command (JSON text as the queue stores it, or a plain shell string)."""
-    if command is None:
-        return None
-    try:
-        value = json.loads(command)
-    except (TypeError, ValueError):
-        value = command
-    if isinstance(value, list):
-        return "srun " + shlex.join(str(v) for v in value)
-    return f"srun /bin/bash -c {shlex.quote(str(value))}"
+    """The srun line of a job's command (JSON text as the queue stores it, or a plain shell string): a shell string
+    runs through bash, so scripts written for Slurm's own shell behave as in a batch script."""
+    args = command_args(command)
+    if args is not None and args[:2] == ["/bin/sh", "-c"] and len(args) == 3:
+        return f"srun /bin/bash -c {shlex.quote(args[2])}"
+    return srun_line(command)
 
 
 def shards_for(gpu_milli: int, gpu_count: int, shards_per_gpu: int) -> int:

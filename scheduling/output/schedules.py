@@ -33,9 +33,9 @@ the planned start to the job's deadline when the plan carries one. The GPU power
 ``carbonplanner.io/power-limit-w`` and the container env ``GPU_POWER_LIMIT_W`` (applied by the node's agent, e.g.
 ``nvidia-smi -pl``, which needs privileges a job does not have).
 
-The job's command, when the assignment carries one (`command`, from the job's payload), runs through ``/bin/sh -c``:
-the Pod's container command, and the Slurm script's ``srun`` line (otherwise ``srun "$JOB_COMMAND"``, set by whoever
-submits the script).
+The job's command, when the assignment carries one (`command`, from the job's payload: a list of arguments, or a
+shell string run through ``/bin/sh -c``), is the Pod's container command and the Slurm script's ``srun`` line, each
+argument quoted (otherwise ``srun /bin/sh -c "$JOB_COMMAND"``, set by whoever submits the script).
 
 Slurm headers: ``--begin`` (planned start, UTC), ``--time`` (planned duration, rounded up to a minute),
 ``--deadline`` (when the plan carries a deadline), ``--nodelist`` (the planned node), ``--gres=gpu:<n>`` for whole
@@ -291,7 +291,7 @@ def k8s_manifest(row: dict, meta: dict, record: dict | None = None) -> dict:
         ],
     }
     if _value(row, "command") is not None:
-        spec["containers"][0]["command"] = ["/bin/sh", "-c", str(_value(row, "command"))]
+        spec["containers"][0]["command"] = command_args(_value(row, "command"))
     host = node_hostname(_value(row, "node"), cluster)
     if host:
         spec["nodeSelector"] = {"kubernetes.io/hostname": host}
@@ -322,6 +322,26 @@ def _fmt(value: Any, digits: int) -> str:
     if math.isnan(f):
         return "null"
     return f"{f:.{digits}f}" if digits else str(int(round(f)))
+
+
+def command_args(command) -> list[str] | None:
+    """A job's command as arguments: the queue keeps it as JSON text, a list of arguments (run as given) or one shell
+    string (run through ``/bin/sh -c``); text that is not JSON is a shell string."""
+    if command is None:
+        return None
+    try:
+        value = json.loads(command) if isinstance(command, str) else command
+    except ValueError:
+        value = command
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    return ["/bin/sh", "-c", str(value)]
+
+
+def srun_line(command) -> str | None:
+    """The batch script's ``srun`` line of a job's command, each argument quoted (never the whole line as one word)."""
+    args = command_args(command)
+    return None if args is None else "srun " + shlex.join(args)
 
 
 def _slurm_time(ts: pd.Timestamp) -> str:
@@ -388,11 +408,8 @@ def slurm_header(row: dict, meta: dict, record: dict | None = None) -> str:
         )
     if devices:
         lines.append(f"export PLANNED_GPU_DEVICES={','.join(str(d) for d in devices)}")
-    command = _value(row, "command")
-    if command is not None:
-        lines.append(f"srun /bin/sh -c {shlex.quote(str(command))}")
-    else:
-        lines.append('srun "${JOB_COMMAND:?set JOB_COMMAND to the job command}"')
+    run = srun_line(_value(row, "command"))
+    lines.append(run or 'srun /bin/sh -c "${JOB_COMMAND:?set JOB_COMMAND to the job command}"')
     return "\n".join(lines) + "\n"
 
 

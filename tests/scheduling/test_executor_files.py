@@ -115,7 +115,19 @@ def test_the_job_command_goes_into_the_pod_and_the_slurm_script(tmp_path):
     other = yaml.safe_load(next((directory / "k8s" / "eun-v100m32").glob("globex_job-0001*.yaml")).read_text())
     assert "command" not in other["spec"]["containers"][0]  # the image's own entry point
     plain = next((directory / "slurm" / "eun-v100m32").glob("globex_job-0001*.sbatch")).read_text()
-    assert plain.rstrip().endswith('srun "${JOB_COMMAND:?set JOB_COMMAND to the job command}"')
+    # JOB_COMMAND set by whoever submits it is split into words by the shell, never run as one word
+    assert plain.rstrip().endswith('srun /bin/sh -c "${JOB_COMMAND:?set JOB_COMMAND to the job command}"')
+
+
+def test_a_queued_command_list_runs_word_by_word(tmp_path):
+    items = sample_items(1)
+    items.loc[0, "command"] = json.dumps(["python", "train.py", "--name", "a b"])  # as queue.jobs keeps it
+    FilesExecutor(root=tmp_path).dispatch(PLAN_ID, items)
+    directory = tmp_path / "2021-07-15T12-00Z"
+    pod = yaml.safe_load(next((directory / "k8s").glob("*/*.yaml")).read_text())
+    assert pod["spec"]["containers"][0]["command"] == ["python", "train.py", "--name", "a b"]
+    sbatch = next((directory / "slurm").glob("*/*.sbatch")).read_text()
+    assert sbatch.rstrip().endswith("srun python train.py --name 'a b'")
 
 
 def test_check_items_fills_defaults_and_names_the_first_bad_job():
