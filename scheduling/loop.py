@@ -40,7 +40,7 @@ from scheduling.output.plan_store import plan_id_for, read_plan
 from scheduling.planning.policies.registry import DEFAULT_POLICY
 from scheduling.queue import store
 from scheduling.queue.frame import job_frame, pending_job_frame
-from scheduling.queue.intake import intake_staging
+from scheduling.queue.intake import fleet_facts, intake_staging, submit_mappings
 from scheduling.service import (
     DEFAULT_DEADLINE_RESERVE,
     DEFAULT_HORIZON_H,
@@ -220,13 +220,88 @@ def apply_events(events: pd.DataFrame, ctx: LoopContext) -> dict[str, int]:
     return entered
 
 
+def _latest_starts(jobs: list[str], ctx: LoopContext) -> dict[str, pd.Timestamp]:
+    """Planner id -> the latest start that still meets the job's deadline (its run time on its home cluster)."""
+    with reader(ctx.db_path) as con:
+        rows = store.fetch(con, [store.split_id(j) for j in jobs])
+    specs = [store.spec_of(r) for r in rows.values()]
+    frame = job_frame(specs, ctx.fleet, rows=list(rows.values()), data_dir=ctx.data_dir)
+    latest = pd.to_datetime(frame["deadline"], utc=True) - pd.to_timedelta(frame["duration_h_home"], unit="h")
+    return dict(zip(frame["job_id"], latest))
+
+
+def import_jobs(ctx: LoopContext) -> tuple[dict, dict[str, str]]:
+    """Jobs users submitted to the executors themselves for carbon-aware planning (`Executor.imports`) into
+    queue.jobs, each as its own submission (a rejected one is quarantined once, with its reasons, and stays with
+    its executor); the accepted ones are adopted (`Executor.adopt`). Returns (the report, unreachable executors)."""
+    T = ctx.plan_time
+    region = dict(zip(ctx.fleet.names, ctx.fleet.cluster_regions))
+    home = {}
+    for cluster, executor in ctx.executors.items():
+        home.setdefault(id(executor), region[cluster])
+    report: dict = {"accepted": 0, "unchanged": 0, "rejected": {}}
+    unreachable: dict[str, str] = {}
+    facts = None
+    for executor in ctx.distinct_executors():
+        try:
+            found = executor.imports(T)
+        except Exception as exc:  # noqa: BLE001 - fail open: the jobs wait in the executor until the next hour
+            unreachable[executor.name] = f"{type(exc).__name__}: {exc}"
+            continue
+        if not found:
+            continue
+        facts = facts or fleet_facts(fleet=ctx.fleet, data_dir=ctx.data_dir)
+        kept = []
+        for job in found:
+            outcome = submit_mappings(
+                [{"home_region": home[id(executor)], **job}],
+                source=_import_source(executor),
+                as_of=job.get("submitted_at") or T,  # not T: offered again next hour, it is the same batch
+                facts=facts,
+                db_path=ctx.db_path,
+                data_dir=ctx.data_dir,
+            ).outcomes[0]
+            if outcome.status == "rejected":
+                report["rejected"][outcome.job] = "; ".join(e["message"] for e in outcome.errors)
+                continue
+            report[outcome.status if outcome.status in report else "accepted"] += 1
+            kept.append(outcome.job)
+        try:
+            if kept:
+                executor.adopt(_latest_starts(kept, ctx), T)
+            for job in _cancelled_imports(executor, ctx):
+                if executor.drop_import(job, T):
+                    report.setdefault("withdrawn", []).append(job)
+        except Exception as exc:  # noqa: BLE001 - they stay held there; the next hour adopts them again
+            unreachable[executor.name] = f"{type(exc).__name__}: {exc}"
+    return report, unreachable
+
+
+def _import_source(executor: Executor) -> str:
+    return f"executor:{executor.name}"
+
+
+def _cancelled_imports(executor: Executor, ctx: LoopContext) -> list[str]:
+    """Jobs imported from `executor` that the queue cancelled in the last day (still live there until dropped)."""
+    with reader(ctx.db_path) as con:
+        if not table_exists(con, store.JOBS):
+            return []
+        rows = con.execute(
+            f"SELECT tenant || '/' || job_id FROM {store.JOBS} WHERE state = 'cancelled' AND created_from = ? "
+            "AND state_changed_at > ? AND state_changed_at <= ? ORDER BY 1",
+            [_import_source(executor), (ctx.plan_time - ARRIVALS_LOOKBACK).to_pydatetime(), ctx.plan_time],
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
 @one_connection
 def sync(ctx: LoopContext) -> dict:
     """Step 1 (see the module doc): staged submissions, cancellations, the executors' events of [T-1h, T)."""
     T = ctx.plan_time
     staged = intake_staging(as_of=T, db_path=ctx.db_path, data_dir=ctx.data_dir)
+    imported, unreachable = import_jobs(ctx)
     stopped = request_cancellations(ctx)
-    loaded, frames, unreachable = 0, [], {}
+    loaded, frames = 0, []
     for executor in ctx.distinct_executors():
         since = window_start(executor, T, db_path=ctx.db_path)
         try:
@@ -241,6 +316,7 @@ def sync(ctx: LoopContext) -> dict:
     entered = apply_events(events, ctx) if events is not None else {}
     return {
         "staged": staged.counts,
+        "imported": imported,
         "cancel_requests_passed": stopped,
         "events": loaded,
         "entered": entered,
@@ -372,9 +448,15 @@ def dispatch_plan(ctx: LoopContext, result: Plan | None = None, pending: pd.Data
     jobs["attempt"] = jobs["attempts"] + (~jobs["job_id"].isin(mine)).astype(int)
     items = dispatch_items(result, jobs)
     totals = {"plan_id": ctx.plan_id, "sent": 0, "skipped": 0, "reconciled": 0, "failed": {}}
+    origins = _import_origins(items["job_id"], ctx)
     for executor in ctx.distinct_executors():
         clusters = [c for c, e in ctx.executors.items() if e is executor]
         part = items[items["cluster"].isin(clusters)]
+        if part.empty:
+            continue
+        moved = _drop_imports_elsewhere(part["job_id"], origins, executor, ctx)
+        totals["failed"].update(moved)
+        part = part[~part["job_id"].isin(moved)]
         if part.empty:
             continue
         try:
@@ -400,6 +482,29 @@ def dispatch_plan(ctx: LoopContext, result: Plan | None = None, pending: pd.Data
         db_path=ctx.db_path,
     )
     return totals
+
+
+def _import_origins(jobs, ctx: LoopContext) -> dict[str, Executor]:
+    """Planner id -> the executor a job was imported from (`Executor.imports`), for the jobs that were."""
+    by_source = {_import_source(e): e for e in ctx.distinct_executors()}
+    with reader(ctx.db_path) as con:
+        rows = store.fetch(con, [store.split_id(j) for j in jobs])
+    return {f"{t}/{j}": by_source[r["created_from"]] for (t, j), r in rows.items() if r["created_from"] in by_source}
+
+
+def _drop_imports_elsewhere(jobs, origins: dict[str, Executor], executor: Executor, ctx) -> dict[str, str]:
+    """Withdraw the user's own submission of each job that goes to `executor` from another one, before it is
+    submitted here (never two runs of one job); the jobs whose origin could not be reached stay, with the error."""
+    failed = {}
+    for job in jobs:
+        origin = origins.get(job)
+        if origin is None or origin is executor:
+            continue
+        try:
+            origin.drop_import(job, ctx.plan_time)
+        except Exception as exc:  # noqa: BLE001 - fail open: the job waits for the next hour
+            failed[job] = f"{origin.name}: its own submission could not be withdrawn: {type(exc).__name__}: {exc}"
+    return failed
 
 
 # ------------------------------------------------------------------------------------------------ the hour

@@ -75,3 +75,7 @@ class PlanClock:
     def wall_seconds(self, plan_duration: pd.Timedelta) -> float:
         """A plan-time duration in wall seconds."""
         return pd.Timedelta(plan_duration).total_seconds() * (self.ratio if self.plan_origin is not None else 1.0)
+
+    def plan_hours(self, wall_seconds: float) -> float:
+        """A wall-clock duration in plan hours."""
+        return float(wall_seconds) / (self.ratio if self.plan_origin is not None else 1.0) / HOUR_S

@@ -25,8 +25,13 @@ the inverse, so events are in plan time.
   the planner's bookkeeping cannot; the GPU-milli per node are the same either way. Where the planned indexes
   collide (a run that outlived its plan, an outage), `fit_devices` moves the report to free ones.
 * `cancel`: ``scancel`` of the planned job's live Slurm jobs.
+* `imports` / `adopt` / `drop_import`: users' held jobs marked for carbon-aware planning (`slurm_intake`) go to the
+  queue, and are then released to start at their latest timely start; `dispatch` moves such a job onto the plan
+  like a pending job of an earlier plan (renamed to the plan's key), and takes over one Slurm already started at
+  that latest start; `drop_import` cancels it when it goes elsewhere or the queue cancelled it.
 
-Settings: ``conf`` (SLURM_CONF; default Slurm's own), ``partition``, ``output`` (``--output`` pattern),
+Settings: ``conf`` (SLURM_CONF; default Slurm's own), ``partition`` (also: only that partition's jobs are this
+executor's, so that one Slurm can serve a cluster per partition), ``output`` (``--output`` pattern),
 ``jobcomp`` (the jobcomp file; default JobCompLoc from ``scontrol show config``), ``token_env`` (a variable
 holding a Slurm JWT, passed to the clients as SLURM_JWT), ``timeout_s`` (30),
 ``time_limit_factor`` (1.5: ``--time`` is the planned run time times this), the clock settings above, ``name``.
@@ -61,6 +66,13 @@ from scheduling.executors.slurm_cli import (
     discover_nodes,
     epoch,
     gres_count,
+)
+from scheduling.executors.slurm_intake import (
+    is_held,
+    is_marked,
+    latest_wall_start,
+    planner_id,
+    submission_of,
 )
 from scheduling.executors.slurm_job import JobKey, parse_comment, submission
 from scheduling.output.schedules import node_hostname
@@ -111,6 +123,17 @@ def fit_devices(rows: list[dict], gpus_per_node: dict[str, int]) -> list[dict]:
     return out
 
 
+def _time_limit(job: dict, opts: dict[str, str]) -> int:
+    """The planned time limit (minutes), cut to what the Slurm job's own deadline leaves after the begin time:
+    Slurm ends a job that outlives its deadline (DEADLINE) however long its limit."""
+    minutes = int(opts["time"])
+    deadline = epoch(job.get("deadline"))
+    if deadline is None:
+        return minutes
+    room = (deadline - utc(opts["begin"])).total_seconds() // 60
+    return int(max(1, min(minutes, room)))
+
+
 class SlurmExecutor(Executor):
     """Submits to, and reads back from, one Slurm cluster (see the module doc)."""
 
@@ -158,9 +181,24 @@ class SlurmExecutor(Executor):
 
     # ------------------------------------------------------------------------------------------- reading Slurm
 
-    def _live(self) -> list[tuple[JobKey, dict]]:
+    def _mine(self, partition) -> bool:
+        """A job in this executor's partition (every job when it has none: one cluster per Slurm)."""
+        return not self.partition or partition == self.partition
+
+    def _live(self, jobs: list[dict] | None = None) -> list[tuple[JobKey, dict]]:
         """This executor's jobs in squeue (live and recently ended), by key."""
-        return [(key, job) for job in self.cli.jobs() if (key := JobKey.parse(job.get("name"))) is not None]
+        jobs = self.cli.jobs() if jobs is None else jobs
+        return [
+            (key, job)
+            for job in jobs
+            if (key := JobKey.parse(job.get("name"))) is not None and self._mine(job.get("partition"))
+        ]
+
+    def _marked(self, jobs: list[dict] | None = None) -> list[dict]:
+        """Users' jobs asking for carbon-aware planning (`slurm_intake`), in this executor's partition when it
+        has one."""
+        jobs = self.cli.jobs() if jobs is None else jobs
+        return [j for j in jobs if is_marked(j) and self._mine(j.get("partition"))]
 
     def _all_jobs(self) -> dict[str, tuple[JobKey, dict]]:
         """Slurm job id -> (key, a normalised record) from squeue and the jobcomp file (which wins once ended)."""
@@ -177,7 +215,7 @@ class SlurmExecutor(Executor):
             )
         for rec in self.cli.finished():
             key = JobKey.parse(rec.get("Name"))
-            if key is None:
+            if key is None or not self._mine(rec.get("Partition")):
                 continue
             out[str(rec["JobId"])] = (
                 key,
@@ -198,19 +236,55 @@ class SlurmExecutor(Executor):
         """The cluster's nodes, GPUs, CPUs and memory (`slurm_cli.discover_nodes`): a fleet's declared nodes."""
         return discover_nodes(self.cli)
 
+    # ------------------------------------------------------------------------------------------- intake
+
+    def imports(self, now) -> list[dict]:
+        """The held, marked jobs as queue submissions (`slurm_intake.submission_of`)."""
+        held = [j for j in self._marked() if is_held(j)]
+        if not held:
+            return []
+        shards = self.shards_per_gpu()
+        most = max(shards.values(), default=0)
+        out = []
+        for job in sorted(held, key=lambda j: int(j["job_id"])):
+            script = self.cli.batch_script(str(job["job_id"]))
+            out.append(submission_of(job, script, shards.get(job.get("nodes") or "", most), self.clock))
+        return out
+
+    def adopt(self, latest_starts: dict, now) -> None:
+        """Release each accepted held job with its StartTime at its latest timely start (`latest_wall_start`)."""
+        for job in self._marked():
+            pid = planner_id(job)
+            if pid not in latest_starts or not is_held(job):
+                continue
+            start = latest_wall_start(job, latest_starts[pid], self.clock)
+            self.cli.update(str(job["job_id"]), StartTime=start.strftime("%Y-%m-%dT%H:%M:%S"))
+            self.cli.release(str(job["job_id"]))
+
+    def drop_import(self, job_id: str, now) -> bool:
+        """``scancel`` of the user's own live submission of `job_id` (never a job this executor submitted)."""
+        found = [j for j in self._marked() if planner_id(j) == str(job_id) and str(j.get("job_state")) in LIVE]
+        for job in found:
+            self.cli.cancel(str(job["job_id"]))
+        return bool(found)
+
     # ------------------------------------------------------------------------------------------- dispatch
 
     def dispatch(self, plan_id: str, items: pd.DataFrame) -> pd.DataFrame:
         plan_time_of(plan_id)
         items = check_items(items)
-        live = [(k, j) for k, j in self._live() if str(j.get("job_state")) in LIVE]
+        jobs = self.cli.jobs()
+        live = [(k, j) for k, j in self._live(jobs) if str(j.get("job_state")) in LIVE]
+        imported = {planner_id(j): j for j in self._marked(jobs) if str(j.get("job_state")) in LIVE}
         shards = None
         records = []
         for row in items.to_dict(orient="records"):
             job = str(row["job_id"])
             key = JobKey(plan_id, job, int(row["attempt"]), str(row["cluster"]))
             mine = [(k, j) for k, j in live if k.job_id == job and k.attempt == key.attempt]
-            if any(k.plan_id == plan_id for k, _ in mine):
+            if job in imported:  # a user's own submission (`slurm_intake`): moved onto the plan like an earlier one
+                mine.append((None, imported[job]))
+            if any(k is not None and k.plan_id == plan_id for k, _ in mine):
                 raise DuplicateDispatchError(f"executor {self.name!r}, plan {plan_id}: job {job!r} is in Slurm already")
             if shards is None and 0 < int(row["gpu_milli"] or 0) < 1000:
                 shards = self.shards_per_gpu()
@@ -235,16 +309,21 @@ class SlurmExecutor(Executor):
 
     def _move(self, mine: list[tuple[JobKey, dict]], key: JobKey, args: list[str], host: str | None) -> str | None:
         """Re-point the planned job's pending Slurm job at this plan (its ref), or cancel it (None: submit anew)."""
-        running = [j for _, j in mine if str(j.get("job_state")) != "PENDING"]
+        opts = dict(a[2:].split("=", 1) for a in args if a.startswith("--") and "=" in a)
+        running = [(k, j) for k, j in mine if str(j.get("job_state")) != "PENDING"]
+        if running and running[0][0] is None:  # a user's job Slurm started at its latest start: the plan takes it
+            ref = str(running[0][1]["job_id"])
+            self.cli.update(ref, JobName=key.name())
+            self.cli.update(ref, Comment=opts["comment"])
+            return ref
         if running:
-            raise SlurmRefused(f"already running as Slurm job {running[0]['job_id']}; not submitted twice")
+            raise SlurmRefused(f"already running as Slurm job {running[0][1]['job_id']}; not submitted twice")
         (_, job), *extra = mine
         for _, other in extra:  # never two: keep one
             self.cli.cancel(str(other["job_id"]))
-        opts = dict(a[2:].split("=", 1) for a in args if a.startswith("--") and "=" in a)
         if str(job.get("tres_per_node") or "").removeprefix("gres:") == opts.get("gres", ""):
             ref = str(job["job_id"])
-            fields = {"StartTime": opts["begin"], "TimeLimit": opts["time"], "JobName": key.name()}
+            fields = {"StartTime": opts["begin"], "TimeLimit": _time_limit(job, opts), "JobName": key.name()}
             if host:
                 fields["ReqNodeList"] = host
             self.cli.update(ref, **fields)

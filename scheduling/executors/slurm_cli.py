@@ -5,7 +5,7 @@
     cli.jobs()                                 # squeue --json jobs[] (also recently finished ones)
     cli.finished()                             # the jobcomp/filetxt file: one dict per finished job
     cli.nodes()                                # sinfo --json nodes[]
-    cli.update(job_id, StartTime=...); cli.cancel(job_id)
+    cli.update(job_id, StartTime=...); cli.cancel(job_id); cli.release(job_id); cli.batch_script(job_id)
 
 Every call runs with TZ=UTC (Slurm's clients parse and print local times), SLURM_CONF when `conf` is set, and
 SLURM_JWT from the variable `token_env` names (for clusters with AuthAltTypes=auth/jwt; never the token itself).
@@ -101,6 +101,13 @@ class SlurmCli:
 
     def cancel(self, job_id: str) -> None:
         self.run(["scancel", str(job_id)])
+
+    def release(self, job_id: str) -> None:
+        self.run(["scontrol", "release", str(job_id)])
+
+    def batch_script(self, job_id: str) -> str:
+        """The batch script Slurm keeps for a job (``scontrol write batch_script <id> -``)."""
+        return self.run(["scontrol", "write", "batch_script", str(job_id), "-"])
 
     def jobcomp_path(self) -> Path | None:
         """The jobcomp/filetxt file (setting `jobcomp`, else JobCompLoc of `scontrol show config`)."""

@@ -27,6 +27,7 @@ GPUS = 4
 SHARDS_PER_GPU = 8  # not ten: the executor must read it from the cluster
 CPUS = 16
 MEMORY_MIB = 65536
+PARTITIONS = ("gpu", "gpu-b")  # one node in both: two fleet clusters on one Slurm, one per partition
 
 CONF = """\
 ClusterName=cptest
@@ -65,6 +66,7 @@ GresTypes=gpu,shard
 NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 CPUs={cpus} Boards=1 SocketsPerBoard=1 CoresPerSocket={cpus} \
 ThreadsPerCore=1 RealMemory={memory} Gres=gpu:{gpus},shard:{shards} State=UNKNOWN
 PartitionName=gpu Nodes={node} Default=YES MaxTime=INFINITE State=UP
+PartitionName=gpu-b Nodes={node} Default=NO MaxTime=INFINITE State=UP
 """
 GRES = "Name=gpu File={d}/dev/nvidia[0-{last}]\nName=shard Count={shards} File={d}/dev/nvidia[0-{last}]\n"
 
@@ -210,7 +212,8 @@ class LocalSlurm:
         """Cancel the jobs, stop the daemons, then every job step and script they left (slurmstepd outlives slurmd):
         the processes whose environment names this cluster's SLURM_CONF, then munged."""
         if "slurmctld" in self.procs:
-            subprocess.run(["scancel", "--partition=gpu"], env=self.env, capture_output=True, timeout=20)
+            for partition in PARTITIONS:
+                subprocess.run(["scancel", f"--partition={partition}"], env=self.env, capture_output=True, timeout=20)
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
                 res = subprocess.run(["squeue", "-h"], env=self.env, capture_output=True, text=True, timeout=20)

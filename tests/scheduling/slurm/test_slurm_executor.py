@@ -215,6 +215,66 @@ def test_slurmctld_down_is_reported_and_the_dispatch_recovers_once(slurm_cluster
     assert sorted(names) == sorted(set(names)) and len(names) == 2  # one Slurm job per planned job
 
 
+def _user_sbatch(cluster, cwd, script, *args) -> str:
+    """A user's own submission (not the executor's): its Slurm job id."""
+    res = subprocess.run(
+        ["sbatch", "--parsable", *args, str(script)], env=cluster.env, cwd=cwd, capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip().split(";")[0]
+
+
+def _slurm_job(executor, ref: str) -> dict | None:
+    return next((j for j in executor.cli.jobs() if str(j["job_id"]) == ref), None)
+
+
+def test_a_held_marked_job_is_imported_and_starts_by_its_latest_start_without_a_plan(slurm_cluster, tmp_path):
+    wall0 = _now_wall()
+    executor = _executor(slurm_cluster, wall0)
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --hold\necho trained\n")
+    deadline = wall0 + pd.Timedelta(minutes=10)
+    marked = _user_sbatch(
+        slurm_cluster, tmp_path, script, "--hold", "--time=2", "--gres=shard:2", "--cpus-per-task=2", "--mem=512M",
+        f"--deadline={deadline:%Y-%m-%dT%H:%M:%S}", f"--output={tmp_path}/imported-%j.txt",
+        "--comment=carbon-aware job_type='ResNet-50 (batch size 64)' est_duration_h=0.25",
+    )  # fmt: skip
+    plain = _user_sbatch(slurm_cluster, tmp_path, script, "--hold", "--time=1", "--gres=gpu:1")  # not marked
+    sleeper = tmp_path / "sleep.sh"
+    sleeper.write_text("#!/bin/bash\nsleep 30\n")
+    dropped = _user_sbatch(
+        slurm_cluster, tmp_path, sleeper, "--begin=now+60", "--time=1", "--gres=gpu:1", "--comment=carbon-aware x=y"
+    )  # marked, not held: not imported, but withdrawn on request
+    jobs = executor.imports(PLAN_TIME)
+    assert [j["job_id"] for j in jobs] == [f"cptest-{marked}"]
+    (job,) = jobs
+    submitted = executor.clock.to_plan(pd.Timestamp(_slurm_job(executor, marked)["submit_time"], unit="s", tz="UTC"))
+    assert job == {
+        "tenant": "root",
+        "job_id": f"cptest-{marked}",
+        "submitted_at": submitted.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "job_type": "ResNet-50 (batch size 64)",
+        "est_duration_h": "0.25",  # the comment's words are strings: the intake parses them like a CSV row's
+        "gpus": 1,
+        "gpu_milli": 2 * 1000 // SHARDS_PER_GPU,  # two of the node's shards per GPU
+        "cpu_milli": 2000,
+        "memory_mib": 512,
+        "deadline": executor.clock.to_plan(deadline).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "script": f"#!/bin/bash\n#SBATCH --chdir={tmp_path}\necho trained\n",  # no hold: a resubmission runs
+    }
+    # adopted with a latest start 3 s ahead: released, and Slurm starts it then without any plan (fail-open)
+    latest = executor.clock.to_plan(_now_wall() + pd.Timedelta(seconds=3))
+    executor.adopt({f"root/cptest-{marked}": latest}, PLAN_TIME)
+    assert executor.imports(PLAN_TIME) == []
+    _wait(lambda: (tmp_path / f"imported-{marked}.txt").exists(), what="the adopted job's output")
+    assert (tmp_path / f"imported-{marked}.txt").read_text().strip() == "trained"
+    assert _slurm_job(executor, plain)["state_reason"] == "JobHeldUser"  # the unmarked job is left alone
+    assert executor.drop_import(f"root/cptest-{dropped}", PLAN_TIME)
+    assert _slurm_job(executor, dropped)["job_state"] == "CANCELLED"
+    assert not executor.drop_import(f"root/cptest-{plain}", PLAN_TIME)  # not marked: never the planner's to cancel
+    executor.cli.cancel(plain)
+
+
 def test_running_reports_never_hold_more_than_a_gpu():
     from scheduling.executors.slurm import fit_devices
 

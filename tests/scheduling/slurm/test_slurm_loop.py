@@ -6,6 +6,7 @@ reports it unreachable and dispatches nothing, and after the restart every job i
 
 from __future__ import annotations
 
+import subprocess
 import time
 
 import duckdb
@@ -18,6 +19,7 @@ from scheduling.executors.registry import make_executor
 from scheduling.executors.slurm_cli import epoch
 from scheduling.executors.slurm_job import JobKey
 from scheduling.output.ledger import LEDGER_SELECT
+from scheduling.queue import store
 from scheduling.queue.intake import submit_mappings
 from transforms.runner import build
 from warehouse.ingest import ingest
@@ -156,3 +158,104 @@ def test_twenty_jobs_through_the_loop_on_slurm(slurm_cluster, tmp_warehouse, tmp
         assert pd.Timestamp(row.ended_at).tz_convert("UTC") == clock.to_plan(epoch(mine[row.executor_ref]["EndTime"]))
     outputs = sorted((slurm_cluster.dir / f"loop-{ref}.txt").read_text().strip() for ref in mine)
     assert outputs == sorted(f"job {i} done" for i in range(N_JOBS))
+
+
+def _user_job(cluster, folder, name: str, *args) -> str:
+    """A user's held submission (sbatch as the user would type it): its Slurm job id."""
+    script = folder / f"{name}.sh"
+    script.write_text(f"#!/bin/bash\nsleep 1\necho {name} ran >> {folder}/{name}.out\n")
+    res = subprocess.run(
+        ["sbatch", "--parsable", "--hold", "--time=1", "--gres=gpu:1", "--mem=1024M", *args, str(script)],
+        env=cluster.env, cwd=folder, capture_output=True, text=True,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip()
+
+
+def test_held_jobs_from_slurm_are_imported_planned_and_released_or_moved(
+    slurm_cluster, tmp_warehouse, tmp_path, data_dir, monkeypatch
+):
+    """Users' held, marked jobs are imported, planned, and started by the plan: one where it was submitted (the
+    same Slurm job, released), one that may only run in another cluster's region (cancelled here, submitted
+    there); a marked job the queue refuses and an unmarked one stay held."""
+    ingest(["grid_ensembleci"], data_dir=data_dir, db_path=tmp_warehouse, progress=False)
+    build(select="+grid_hourly", warehouse_path=tmp_warehouse, target_path=tmp_path / "target")
+    users = tmp_path / "users"
+    users.mkdir()
+    wall0 = pd.Timestamp.now(tz="UTC").ceil("s") + pd.Timedelta(seconds=3)
+    clock = PlanClock.from_settings(T0, wall0, SECONDS_PER_HOUR)
+    deadline = f"--deadline={clock.to_wall(T0 + pd.Timedelta(hours=12)):%Y-%m-%dT%H:%M:%S}"  # 1 min = 10 plan h
+    resnet = "job_type='ResNet-50 (batch size 64)'"
+    here = _user_job(slurm_cluster, users, "here", deadline, f"--comment=carbon-aware {resnet} allowed_regions=us-west")
+    there = _user_job(
+        slurm_cluster, users, "there", deadline, f"--comment=carbon-aware {resnet} home_region=eu-north "
+        "allowed_regions=eu-north",
+    )  # fmt: skip
+    refused = _user_job(slurm_cluster, users, "refused", deadline, "--comment=carbon-aware job_type=mystery")
+    unmarked = _user_job(slurm_cluster, users, "unmarked", deadline)
+    late = f"--deadline={clock.to_wall(T0 + pd.Timedelta(hours=30)):%Y-%m-%dT%H:%M:%S}"
+    withdrawn = _user_job(slurm_cluster, users, "withdrawn", late, f"--comment=carbon-aware {resnet}")
+    common = {"conf": str(slurm_cluster.conf), "plan_origin": T0.isoformat(), "wall_origin": wall0.isoformat(),
+              "seconds_per_hour": SECONDS_PER_HOUR, "output": str(slurm_cluster.dir / "moved-%j.txt")}  # fmt: skip
+    nodes = [{k: n[k] for k in ("name", "gpus", "cpus", "memory_mib")} for n in make_executor("slurm", common).nodes()]
+    spec = {
+        "version": 1,
+        "regions": {"us-west": {"zone": "CISO"}, "eu-north": {"zone": "SE"}},
+        "gpu_models": {"V100": {"idle_w": 40, "peak_w": 300, "gavel": "v100"}},
+        "clusters": [
+            {"name": name, "region": region, "gpu_model": "V100", "nodes": nodes,
+             "executor": {"kind": "slurm", "name": name, "partition": partition, **common}}
+            for name, region, partition in (("slurm-west", "us-west", "gpu"), ("slurm-north", "eu-north", "gpu-b"))
+        ],
+    }  # fmt: skip
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(spec))
+    monkeypatch.setenv("FLEET_PATH", str(tmp_path / "fleet.yaml"))
+    west = make_executor("slurm", {**common, "name": "slurm-west", "partition": "gpu"})
+
+    def pace(result):
+        if result.plan_time == T0:  # the operator cancels it in the queue: its Slurm job goes too, never having run
+            store.cancel_job(
+                f"cptest-{withdrawn}", tenant="root", at=T0 + pd.Timedelta(minutes=30), db_path=tmp_warehouse
+            )
+        wait = (clock.to_wall(result.plan_time + pd.Timedelta(hours=1)) - pd.Timestamp.now(tz="UTC")).total_seconds()
+        time.sleep(max(0.0, wait + 0.5))
+
+    time.sleep(max(0.0, (wall0 - pd.Timestamp.now(tz="UTC")).total_seconds()))
+    run = {"db_path": tmp_warehouse, "data_dir": data_dir, "schedule_root": tmp_path / "schedules"}
+    results = loop.run_hours(T0, 3, progress=pace, **run)
+    while len(results) < 8 and _states(tmp_warehouse).get("finished", 0) < 2:
+        results.append(loop.run_hour(results[-1].plan_time + pd.Timedelta(hours=1), **run))
+        pace(results[-1])
+
+    imported = results[0].sync["imported"]
+    assert (imported["accepted"], imported["unchanged"]) == (3, 0)
+    assert list(imported["rejected"]) == [f"root/cptest-{refused}"]
+    assert "workload_class" in imported["rejected"][f"root/cptest-{refused}"]
+    assert all(r.sync["imported"]["accepted"] == 0 for r in results[1:])  # released: never imported twice
+    with duckdb.connect(str(tmp_warehouse), read_only=True) as con:
+        queue = dict(con.execute("SELECT job_id, state || ' ' || created_from FROM queue.jobs").fetchall())
+        events = con.execute(
+            "SELECT job_id, executor, executor_ref, event FROM raw.job_events ORDER BY event_time, event"
+        ).df()
+        quarantined = con.execute(
+            "SELECT count(*) FROM quarantine.rejected_rows WHERE table_name = 'queue.jobs' AND field = 'workload_class'"
+        ).fetchone()[0]
+    assert queue == {
+        **{f"cptest-{j}": "finished executor:slurm-west" for j in (here, there)},
+        f"cptest-{withdrawn}": "cancelled executor:slurm-west",
+    }
+    assert quarantined == 1  # once, though it is offered every hour
+    ran_here = events[events["job_id"] == f"cptest-{here}"]
+    assert set(ran_here["executor_ref"]) == {here} and set(ran_here["executor"]) == {"slurm-west"}  # released
+    ran_there = events[events["job_id"] == f"cptest-{there}"]
+    assert set(ran_there["executor"]) == {"slurm-north"} and there not in set(ran_there["executor_ref"])
+    assert list(ran_there["event"]) == ["dispatched", "started", "finished"]
+    finished = {r["JobId"]: r for r in west.cli.finished()}
+    assert finished[there]["JobState"] == "CANCELLED"  # withdrawn from its own cluster before it ran
+    moved = finished[ran_there["executor_ref"].iloc[0]]
+    assert moved["JobState"] == "COMPLETED" and moved["Partition"] == "gpu-b"
+    assert finished[withdrawn]["JobState"] == "CANCELLED" and not (users / "withdrawn.out").exists()
+    for name in ("here", "there"):  # each ran once
+        assert (users / f"{name}.out").read_text() == f"{name} ran\n"
+    jobs = {str(j["job_id"]): j for j in west.cli.jobs()}
+    assert jobs[refused]["state_reason"] == jobs[unmarked]["state_reason"] == "JobHeldUser"
