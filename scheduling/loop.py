@@ -248,9 +248,8 @@ def import_jobs(ctx: LoopContext) -> tuple[dict, dict[str, str]]:
         except Exception as exc:  # noqa: BLE001 - fail open: the jobs wait in the executor until the next hour
             unreachable[executor.name] = f"{type(exc).__name__}: {exc}"
             continue
-        if not found:
-            continue
-        facts = facts or fleet_facts(fleet=ctx.fleet, data_dir=ctx.data_dir)
+        if found and facts is None:
+            facts = fleet_facts(fleet=ctx.fleet, data_dir=ctx.data_dir)
         kept = []
         for job in found:
             outcome = submit_mappings(
@@ -264,7 +263,7 @@ def import_jobs(ctx: LoopContext) -> tuple[dict, dict[str, str]]:
             if outcome.status == "rejected":
                 report["rejected"][outcome.job] = "; ".join(e["message"] for e in outcome.errors)
                 continue
-            report[outcome.status if outcome.status in report else "accepted"] += 1
+            report[outcome.status] += 1  # accepted | unchanged (never replaced: the intake keeps a stored job)
             kept.append(outcome.job)
         try:
             if kept:
@@ -272,7 +271,7 @@ def import_jobs(ctx: LoopContext) -> tuple[dict, dict[str, str]]:
             for job in _cancelled_imports(executor, ctx):
                 if executor.drop_import(job, T):
                     report.setdefault("withdrawn", []).append(job)
-        except Exception as exc:  # noqa: BLE001 - they stay held there; the next hour adopts them again
+        except Exception as exc:  # noqa: BLE001 - they stay held (or live) there; the next hour tries again
             unreachable[executor.name] = f"{type(exc).__name__}: {exc}"
     return report, unreachable
 

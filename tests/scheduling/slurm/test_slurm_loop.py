@@ -172,6 +172,16 @@ def _user_job(cluster, folder, name: str, *args) -> str:
     return res.stdout.strip()
 
 
+def _wait_state(executor, ref: str, timeout_s: float = 15.0) -> str:
+    """The Slurm job's state once it left PENDING (or PENDING at the timeout)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = next((j["job_state"] for j in executor.cli.jobs() if str(j["job_id"]) == ref), "GONE")
+        if state != "PENDING" or time.monotonic() > deadline:
+            return state
+        time.sleep(0.3)
+
+
 def test_held_jobs_from_slurm_are_imported_planned_and_released_or_moved(
     slurm_cluster, tmp_warehouse, tmp_path, data_dir, monkeypatch
 ):
@@ -193,8 +203,6 @@ def test_held_jobs_from_slurm_are_imported_planned_and_released_or_moved(
     )  # fmt: skip
     refused = _user_job(slurm_cluster, users, "refused", deadline, "--comment=carbon-aware job_type=mystery")
     unmarked = _user_job(slurm_cluster, users, "unmarked", deadline)
-    late = f"--deadline={clock.to_wall(T0 + pd.Timedelta(hours=30)):%Y-%m-%dT%H:%M:%S}"
-    withdrawn = _user_job(slurm_cluster, users, "withdrawn", late, f"--comment=carbon-aware {resnet}")
     common = {"conf": str(slurm_cluster.conf), "plan_origin": T0.isoformat(), "wall_origin": wall0.isoformat(),
               "seconds_per_hour": SECONDS_PER_HOUR, "output": str(slurm_cluster.dir / "moved-%j.txt")}  # fmt: skip
     nodes = [{k: n[k] for k in ("name", "gpus", "cpus", "memory_mib")} for n in make_executor("slurm", common).nodes()]
@@ -213,10 +221,6 @@ def test_held_jobs_from_slurm_are_imported_planned_and_released_or_moved(
     west = make_executor("slurm", {**common, "name": "slurm-west", "partition": "gpu"})
 
     def pace(result):
-        if result.plan_time == T0:  # the operator cancels it in the queue: its Slurm job goes too, never having run
-            store.cancel_job(
-                f"cptest-{withdrawn}", tenant="root", at=T0 + pd.Timedelta(minutes=30), db_path=tmp_warehouse
-            )
         wait = (clock.to_wall(result.plan_time + pd.Timedelta(hours=1)) - pd.Timestamp.now(tz="UTC")).total_seconds()
         time.sleep(max(0.0, wait + 0.5))
 
@@ -228,7 +232,7 @@ def test_held_jobs_from_slurm_are_imported_planned_and_released_or_moved(
         pace(results[-1])
 
     imported = results[0].sync["imported"]
-    assert (imported["accepted"], imported["unchanged"]) == (3, 0)
+    assert (imported["accepted"], imported["unchanged"]) == (2, 0)
     assert list(imported["rejected"]) == [f"root/cptest-{refused}"]
     assert "workload_class" in imported["rejected"][f"root/cptest-{refused}"]
     assert all(r.sync["imported"]["accepted"] == 0 for r in results[1:])  # released: never imported twice
@@ -240,10 +244,7 @@ def test_held_jobs_from_slurm_are_imported_planned_and_released_or_moved(
         quarantined = con.execute(
             "SELECT count(*) FROM quarantine.rejected_rows WHERE table_name = 'queue.jobs' AND field = 'workload_class'"
         ).fetchone()[0]
-    assert queue == {
-        **{f"cptest-{j}": "finished executor:slurm-west" for j in (here, there)},
-        f"cptest-{withdrawn}": "cancelled executor:slurm-west",
-    }
+    assert queue == {f"cptest-{j}": "finished executor:slurm-west" for j in (here, there)}
     assert quarantined == 1  # once, though it is offered every hour
     ran_here = events[events["job_id"] == f"cptest-{here}"]
     assert set(ran_here["executor_ref"]) == {here} and set(ran_here["executor"]) == {"slurm-west"}  # released
@@ -254,8 +255,18 @@ def test_held_jobs_from_slurm_are_imported_planned_and_released_or_moved(
     assert finished[there]["JobState"] == "CANCELLED"  # withdrawn from its own cluster before it ran
     moved = finished[ran_there["executor_ref"].iloc[0]]
     assert moved["JobState"] == "COMPLETED" and moved["Partition"] == "gpu-b"
-    assert finished[withdrawn]["JobState"] == "CANCELLED" and not (users / "withdrawn.out").exists()
     for name in ("here", "there"):  # each ran once
         assert (users / f"{name}.out").read_text() == f"{name} ran\n"
     jobs = {str(j["job_id"]): j for j in west.cli.jobs()}
     assert jobs[refused]["state_reason"] == jobs[unmarked]["state_reason"] == "JobHeldUser"
+
+    # a job imported, then cancelled in the queue before any plan started it: its Slurm job is withdrawn next hour
+    west.cli.cancel(refused)  # nothing else left to import: the withdrawal does not wait for an import
+    late = f"--deadline={clock.to_wall(T0 + pd.Timedelta(hours=40)):%Y-%m-%dT%H:%M:%S}"
+    withdrawn = _user_job(slurm_cluster, users, "withdrawn", late, f"--comment=carbon-aware {resnet}")
+    hour = results[-1].plan_time + pd.Timedelta(hours=1)
+    assert loop.sync(loop.context(hour, **run))["imported"]["accepted"] == 1
+    store.cancel_job(f"cptest-{withdrawn}", tenant="root", at=hour + pd.Timedelta(minutes=30), db_path=tmp_warehouse)
+    after = loop.sync(loop.context(hour + pd.Timedelta(hours=1), **run))["imported"]
+    assert after == {"accepted": 0, "unchanged": 0, "rejected": {}, "withdrawn": [f"root/cptest-{withdrawn}"]}
+    assert _wait_state(west, withdrawn) == "CANCELLED" and not (users / "withdrawn.out").exists()
