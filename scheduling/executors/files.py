@@ -25,8 +25,10 @@ not seen). Cancelled jobs (below) are left out from their cancel time.
 consumer to act on (``kubectl delete pod``, ``scancel``), and `sync` reports ``cancelled`` at that time (a job
 cancelled before its planned start gets no ``unconfirmed``).
 
-Settings: ``root``, ``lookback_h`` (default 168: `sync`/`running` read the plan directories of the last
-`lookback_h` hours before the window; a job dispatched longer before its start is not reported), ``name``.
+Settings: ``root``, ``shards_per_gpu`` (the Slurm cluster's shards per GPU, for the batch scripts'
+``--gres=shard:N``: files cannot ask the cluster; default the schedule files' 10), ``lookback_h`` (default 168:
+`sync`/`running` read the plan directories of the last `lookback_h` hours before the window; a job dispatched
+longer before its start is not reported), ``name``.
 """
 
 from __future__ import annotations
@@ -101,10 +103,10 @@ def _read_json(path: Path) -> dict:
 
 
 class FilesExecutor(Executor):
-    """Writes schedule files (see the module doc). Settings: `root`, `lookback_h`, `name`."""
+    """Writes schedule files (see the module doc). Settings: `root`, `shards_per_gpu`, `lookback_h`, `name`."""
 
     kind = "files"
-    SETTINGS = ("name", "root", "lookback_h")
+    SETTINGS = ("name", "root", "lookback_h", "shards_per_gpu")
 
     def __init__(
         self,
@@ -113,8 +115,14 @@ class FilesExecutor(Executor):
         name: str | None = None,
         root: str | Path | None = None,
         lookback_h: float = DEFAULT_LOOKBACK_H,
+        shards_per_gpu: int | None = None,
     ):
         super().__init__(name)
+        if shards_per_gpu is not None and not (
+            isinstance(shards_per_gpu, int) and not isinstance(shards_per_gpu, bool) and shards_per_gpu >= 1
+        ):
+            raise ValueError(f"executor {self.name!r}: setting 'shards_per_gpu' must be an integer >= 1")
+        self.shards_per_gpu = shards_per_gpu
         self.db_path = db_path  # unused: the files are the executor's whole state
         self.root = Path(root) if root else default_root()
         self.lookback = pd.Timedelta(hours=float(lookback_h))
@@ -184,6 +192,8 @@ class FilesExecutor(Executor):
             directory, _ = self._index(plan_id)
             if directory is not None:
                 forecast_version = _read_json(directory / "plan.json").get("forecast_version")
+        if self.shards_per_gpu is not None:  # the .sbatch files' --gres=shard:N (else the files' default)
+            items = items.assign(shards_per_gpu=self.shards_per_gpu)
         union = pd.concat([earlier, items], ignore_index=True) if len(earlier) else items
         plan = Plan(plan_time=plan_time, policy=policy, forecast_version=forecast_version, assignments=union)
         result = write_schedules(plan, self.root, plan_id=plan_id)

@@ -39,8 +39,10 @@ argument quoted (otherwise ``srun /bin/sh -c "$JOB_COMMAND"``, set by whoever su
 
 Slurm headers: ``--begin`` (planned start, UTC), ``--time`` (planned duration, rounded up to a minute),
 ``--deadline`` (when the plan carries a deadline), ``--nodelist`` (the planned node), ``--gres=gpu:<n>`` for whole
-GPUs or ``--gres=shard:<n>`` for shares (``SHARDS_PER_GPU`` = 10 shards per GPU, so 1 shard = 100 milli-GPU,
-rounded up), ``--comment`` with the plan id. Slurm reads times in slurmctld's time zone: run it with TZ=UTC.
+GPUs or ``--gres=shard:<n>`` for shares (the assignment's ``shards_per_gpu``, the files executor's setting, else
+``SHARDS_PER_GPU`` = 10 shards per GPU; n rounded up), ``--comment`` with the plan id. Slurm reads times in
+slurmctld's time zone: run it with TZ=UTC. The times are plan times: a replayed plan's files suit only a Slurm
+whose clock is the plan's (the `slurm` executor maps plan time onto the wall clock instead).
 
 Atomicity: everything is built in a temporary sibling directory (``.tmp-<name>-<pid>``), each file and directory
 fsynced, then renamed into place. An older version of the same plan time is swapped out atomically with
@@ -387,7 +389,8 @@ def slurm_header(row: dict, meta: dict, record: dict | None = None) -> str:
         if milli >= 1000:
             lines.append(f"#SBATCH --gres=gpu:{count}")
         else:
-            shards = int(math.ceil(milli * count * SHARDS_PER_GPU / 1000.0))
+            per_gpu = int(_value(row, "shards_per_gpu") or SHARDS_PER_GPU)
+            shards = int(math.ceil(milli * count * per_gpu / 1000.0))
             lines.append(f"#SBATCH --gres=shard:{max(1, shards)}")
     if _value(row, "cpu_milli") is not None:
         lines.append(f"#SBATCH --cpus-per-task={max(1, int(math.ceil(int(_value(row, 'cpu_milli')) / 1000)))}")

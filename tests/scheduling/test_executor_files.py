@@ -147,3 +147,13 @@ def test_check_items_fills_defaults_and_names_the_first_bad_job():
     gone.loc[1, "start_time"] = pd.NaT
     with pytest.raises(ValueError, match=r"'globex/job-0001': field 'start_time' is empty"):
         check_items(gone)
+
+
+def test_shared_jobs_ask_for_the_clusters_shards_per_gpu(tmp_path):
+    items = sample_items(1)
+    items.loc[0, ["gpu_count", "gpu_milli"]] = [1, 250]
+    FilesExecutor(root=tmp_path, shards_per_gpu=8).dispatch(PLAN_ID, items)
+    sbatch = next((tmp_path / "2021-07-15T12-00Z" / "slurm").glob("*/*.sbatch")).read_text()
+    assert "#SBATCH --gres=shard:2\n" in sbatch  # a quarter of 8 shards, not of 10
+    with pytest.raises(ValueError, match="shards_per_gpu"):
+        FilesExecutor(root=tmp_path, shards_per_gpu=0)
