@@ -12,7 +12,7 @@ from collections.abc import Iterable
 import pandas as pd
 
 from common.timeutil import utc
-from warehouse.db import reader, table_exists, writer
+from warehouse.db import create_tables, reader, table_exists, writer
 
 DDL = """
 CREATE SCHEMA IF NOT EXISTS forecast;
@@ -51,7 +51,7 @@ STORED_PREFIX = "backtest-"
 
 def ensure_tables(con) -> None:
     """Create `forecast.forecasts` if it does not exist (idempotent)."""
-    con.execute(DDL)
+    create_tables(con, DDL)
 
 
 def forecast_frame(frame: pd.DataFrame) -> pd.DataFrame:

@@ -38,6 +38,7 @@ PROJECT_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PROJECT_DIR.parent
 MANIFEST_PATH = PROJECT_DIR / "target" / "manifest.json"
 PROFILES_YML = PROJECT_DIR / "profiles.yml"
+SCALE_OUT_PROFILES_YML = REPO_ROOT / "deploy" / "scale-out" / "profiles.yml"
 LOCKED_DBT = PROJECT_DIR / "bin" / "dbt-locked"
 PROJECT_NAME = "planner"
 POOL = "warehouse"
@@ -141,6 +142,14 @@ def project_config() -> ProjectConfig:
 
 
 def profile_config() -> ProfileConfig:
+    """transforms/profiles.yml (the local file), or deploy/scale-out/profiles.yml when WAREHOUSE_CATALOG names a
+    shared catalog (target DBT_TARGET, default the catalog's name), as transforms.runner chooses."""
+    shared = (os.environ.get("WAREHOUSE_CATALOG") or "").strip().lower()
+    if shared not in ("", "duckdb"):
+        target = os.environ.get("DBT_TARGET") or shared
+        return ProfileConfig(
+            profile_name=PROJECT_NAME, target_name=target, profiles_yml_filepath=SCALE_OUT_PROFILES_YML
+        )
     return ProfileConfig(profile_name=PROJECT_NAME, target_name="dev", profiles_yml_filepath=PROFILES_YML)
 
 

@@ -14,7 +14,9 @@ Command line:
 dbt always gets an absolute --project-dir and --profiles-dir, and WAREHOUSE_PATH as an absolute path
 (warehouse.config.warehouse_path(): WAREHOUSE_PATH, default <repo>/var/warehouse.duckdb). Commands that open the
 warehouse hold the exclusive warehouse lock (warehouse.db.warehouse_lock) for their whole run, so dbt never meets
-another writer or reader of the file (DuckDB allows one writing process).
+another writer or reader of the file (DuckDB allows one writing process). With WAREHOUSE_CATALOG=ducklake or
+motherduck (and no explicit file), dbt runs with deploy/scale-out/profiles.yml (target DBT_TARGET, default the
+catalog's name; DBT_THREADS default 1) and without the file lock: the catalog arbitrates writers.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ MANIFEST_PATH = TARGET_DIR / "manifest.json"
 LOCKED_DBT = PROJECT_DIR / "bin" / "dbt-locked"
 PROFILE_NAME = "planner"
 TARGET_NAME = "dev"
+SCALE_OUT_PROFILES = REPO_ROOT / "deploy" / "scale-out"  # the targets of the shared catalogs (docs/scale-out.md)
 
 # dbt commands that never open the warehouse: no lock needed.
 _NO_WAREHOUSE = {"parse", "ls", "list", "deps", "clean", "init", "--version", "--help", "-h"}
@@ -91,9 +94,18 @@ def resolve_warehouse(warehouse_path: str | Path | None = None) -> Path:
     return path if path.is_absolute() else (WAREHOUSE_ROOT / path)
 
 
-def dbt_env(warehouse_path: Path) -> dict[str, str]:
+def shared_catalog() -> str | None:
+    """The shared warehouse catalog WAREHOUSE_CATALOG names (ducklake, motherduck), or None for the local file."""
+    mode = (os.environ.get("WAREHOUSE_CATALOG") or "").strip().lower()
+    return None if mode in ("", "duckdb") else mode
+
+
+def dbt_env(warehouse_path: Path, shared: str | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["WAREHOUSE_PATH"] = str(warehouse_path)
+    if shared:  # deploy/scale-out/profiles.yml: its target, one thread (concurrent DuckLake commits conflict)
+        env.setdefault("DBT_TARGET", shared)
+        env.setdefault("DBT_THREADS", "1")
     env.setdefault("DBT_SEND_ANONYMOUS_USAGE_STATS", "False")
     env.setdefault("DBT_USE_COLORS", "False")
     env.setdefault("PYTHONPATH", str(REPO_ROOT))
@@ -105,7 +117,7 @@ def _needs_lock(args: Sequence[str]) -> bool:
     return command not in _NO_WAREHOUSE
 
 
-def _with_dirs(args: Sequence[str]) -> list[str]:
+def _with_dirs(args: Sequence[str], profiles_dir: Path = PROJECT_DIR) -> list[str]:
     """Add absolute --project-dir / --profiles-dir unless the caller gave them (Cosmos passes its own)."""
     out = list(args)
     if not out or out[0].startswith("-"):
@@ -113,7 +125,7 @@ def _with_dirs(args: Sequence[str]) -> list[str]:
     if "--project-dir" not in out:
         out += ["--project-dir", str(PROJECT_DIR)]
     if "--profiles-dir" not in out:
-        out += ["--profiles-dir", str(PROJECT_DIR)]
+        out += ["--profiles-dir", str(profiles_dir)]
     return out
 
 
@@ -150,12 +162,15 @@ def run_dbt(
     the command). `target_path`: dbt's artifacts folder (default transforms/target). Raises DbtError on failure if
     `check`."""
     db_path = resolve_warehouse(warehouse_path)
-    command = [dbt_executable(), *(_with_dirs(args) if add_dirs else args)]
+    # a shared catalog (no explicit file): its dbt profile, and no file lock (the catalog arbitrates writers)
+    shared = shared_catalog() if warehouse_path is None else None
+    profiles = SCALE_OUT_PROFILES if shared else PROJECT_DIR
+    command = [dbt_executable(), *(_with_dirs(args, profiles) if add_dirs else args)]
     target = Path(target_path).resolve() if target_path is not None else TARGET_DIR
     if target_path is not None and args and not args[0].startswith("-"):
         command += ["--target-path", str(target)]
-    env = dbt_env(db_path)
-    take_lock = _needs_lock(args) if lock is None else lock
+    env = dbt_env(db_path, shared)
+    take_lock = (_needs_lock(args) if lock is None else lock) and not shared
     workdir = Path(cwd) if cwd is not None else PROJECT_DIR
 
     def _run() -> subprocess.CompletedProcess:

@@ -14,6 +14,7 @@ import contextvars
 import fcntl
 import hashlib
 import json
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -56,9 +57,28 @@ CREATE TABLE IF NOT EXISTS quarantine.rejected_rows (
 """
 
 
+# Table and column constraints DuckLake rejects: `, PRIMARY KEY (...)`, `, CHECK (...)`, ` PRIMARY KEY`, ` CHECK (...)`
+_PARENS = r"\((?:[^()]|\([^()]*\))*\)"
+_TABLE_CONSTRAINT = re.compile(rf",\s*(?:PRIMARY KEY|CHECK)\s*{_PARENS}")
+_COLUMN_CONSTRAINT = re.compile(rf"\s+(?:PRIMARY KEY\b|CHECK\s*{_PARENS})")
+
+
+def unconstrained(ddl: str) -> str:
+    """`ddl` without PRIMARY KEY and CHECK constraints (DuckLake supports neither)."""
+    return _COLUMN_CONSTRAINT.sub("", _TABLE_CONSTRAINT.sub("", ddl))
+
+
+def create_tables(con: duckdb.DuckDBPyConnection, ddl: str) -> None:
+    """Run a store's CREATE ... IF NOT EXISTS script: as written on a DuckDB file, without its constraints on a
+    shared catalog (DuckLake, MotherDuck), where the store keeps its keys unique itself (delete-insert, checks in
+    its transaction)."""
+    kind = con.execute("SELECT type FROM duckdb_databases() WHERE database_name = current_database()").fetchone()
+    con.execute(ddl if kind is None or kind[0] == "duckdb" else unconstrained(ddl))
+
+
 # Shared catalogs (warehouse.catalog: DuckLake, MotherDuck) get the DDL without the PRIMARY KEY, which DuckLake does
 # not support; load_batch keeps raw._batches unique itself (delete-insert in its transaction).
-SHARED_DDL = DDL.replace(",\n    PRIMARY KEY (table_name, batch_id)", "")
+SHARED_DDL = unconstrained(DDL)
 
 
 def _shared_target(path):

@@ -28,7 +28,7 @@ import pandas as pd
 
 from common.timeutil import utc
 from warehouse.config import var_dir
-from warehouse.db import reader, table_exists, writer
+from warehouse.db import create_tables, reader, table_exists, writer
 
 DDL = """
 CREATE SCHEMA IF NOT EXISTS model;
@@ -197,7 +197,7 @@ def _dumps(value) -> str:
 
 def ensure_tables(con) -> None:
     """Create `model.registry` if it does not exist (idempotent)."""
-    con.execute(DDL)
+    create_tables(con, DDL)
 
 
 def _version_for(con, model_name: str, target: str, trained_at: pd.Timestamp) -> str:

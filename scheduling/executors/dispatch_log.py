@@ -44,7 +44,7 @@ import pandas as pd
 from scheduling.executors.base import RECORD_COLUMNS, Executor, plan_time_of
 from scheduling.executors.items import check_items
 from warehouse.config import warehouse_path
-from warehouse.db import LOCK_TIMEOUT_S, reader, table_exists, writer
+from warehouse.db import LOCK_TIMEOUT_S, create_tables, reader, table_exists, writer
 
 TABLE = "plan.dispatch_log"
 STATUSES = ("intent", "sent", "failed")
@@ -201,7 +201,7 @@ def _log_intents(plan_id: str, items: pd.DataFrame, executor: Executor, db_path,
     """In one transaction: the plan's existing log rows of this executor (job -> row), and an intent row for every
     new item; ValueError when an item is logged for another executor."""
     with writer(db_path) as con:
-        con.execute(DDL)
+        create_tables(con, DDL)
         con.execute("BEGIN TRANSACTION")
         try:
             rows = con.execute(
@@ -273,7 +273,7 @@ def _mark(plan_id: str, marks: list[dict], db_path, clock) -> None:
     frame = pd.DataFrame(marks, columns=["job_id", "status", "executor_ref", "error"]).astype(object)
     frame["stamp"] = pd.to_datetime(clock(), utc=True)
     with writer(db_path) as con:
-        con.execute(DDL)
+        create_tables(con, DDL)
         con.execute("BEGIN TRANSACTION")
         try:
             con.register("_marks", frame)

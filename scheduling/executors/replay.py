@@ -53,7 +53,7 @@ from scheduling.executors.base import (
     typed_frame,
 )
 from scheduling.executors.items import check_items
-from warehouse.db import reader, table_exists, writer
+from warehouse.db import create_tables, reader, table_exists, writer
 
 TABLE = "executor.replay_runs"
 RUN_COLUMNS: dict[str, str] = {
@@ -217,7 +217,7 @@ class ReplayExecutor(Executor):
         if runs.empty:
             return records
         with writer(self.db_path) as con:
-            con.execute(DDL)
+            create_tables(con, DDL)
             con.execute("BEGIN TRANSACTION")
             try:
                 con.register("_runs", runs)
@@ -344,7 +344,7 @@ class ReplayExecutor(Executor):
         """End every live run of `job_id` (dispatched by `now`, not ended by `now`) at `now`."""
         now = utc(now)
         with writer(self.db_path) as con:
-            con.execute(DDL)
+            create_tables(con, DDL)
             n = con.execute(
                 f"UPDATE {TABLE} SET cancelled_at = ? WHERE executor = ? AND job_id = ? AND dispatched_at <= ? "
                 "AND cancelled_at IS NULL AND true_end > ? RETURNING job_id",

@@ -43,7 +43,7 @@ from common.jsonutil import canonical_json, to_jsonable
 from common.timeutil import iso_z, utc
 from scheduling.domain.plan import Plan
 from scheduling.explain.template import TemplateExplainer
-from warehouse.db import reader, table_exists, writer
+from warehouse.db import create_tables, reader, table_exists, writer
 
 SCHEMA = "plan"
 ASSIGNMENT_COLUMNS: dict[str, str] = {
@@ -302,7 +302,7 @@ def write_plan(
     unplaced.insert(0, "plan_id", plan_id)
 
     with writer(db_path) as con:
-        con.execute(DDL)
+        create_tables(con, DDL)
         con.execute("BEGIN TRANSACTION")
         try:
             tables = (
@@ -391,7 +391,7 @@ def _widen(con, table: str, frame: pd.DataFrame) -> None:
 def delete_plan(plan_id: str, db_path=None) -> None:
     """Remove a plan's rows from every plan.* table (one transaction)."""
     with writer(db_path) as con:
-        con.execute(DDL)
+        create_tables(con, DDL)
         con.execute("BEGIN TRANSACTION")
         try:
             for table in ("plan.plans", "plan.assignments", "plan.explanations", "plan.unplaced"):

@@ -42,7 +42,7 @@ from scheduling.queue.spec import (
     JobSpec,
     parse_job,
 )
-from warehouse.db import reader, table_exists, writer
+from warehouse.db import create_tables, reader, table_exists, writer
 
 SCHEMA = "queue"
 JOBS = "queue.jobs"
@@ -129,7 +129,7 @@ class UnknownJob(KeyError):
 
 def ensure(con: duckdb.DuckDBPyConnection) -> None:
     """Create the queue tables (idempotent)."""
-    con.execute(DDL)
+    create_tables(con, DDL)
 
 
 def split_id(job: str | tuple[str, str], tenant: str | None = None) -> tuple[str | None, str]:

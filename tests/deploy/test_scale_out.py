@@ -831,3 +831,68 @@ def test_warehouse_writer_and_reader_on_ducklake(extension_directory, postgres, 
         assert con.execute("SELECT sum(x), count(*) FROM raw.scale_out_probe").fetchone() == (15, 2)
         assert con.execute("SELECT count(*) FROM raw._batches WHERE batch_id = 'probe-1'").fetchone() == (1,)
         assert con.execute("SELECT count(*) FROM quarantine.rejected_rows").fetchone() == (0,)
+
+
+def test_the_hourly_loop_on_ducklake(extension_directory, postgres, tmp_path, data_dir, monkeypatch):
+    """The planner's own stores on DuckLake (no PRIMARY KEY or CHECK there, `warehouse.db.create_tables`): grid data
+    ingested and built by dbt into the lake (transforms.runner picks the scale-out profile), jobs submitted, four
+    loop hours with the replay executor, then the ledger built by dbt; re-running the last hour changes nothing."""
+    from scheduling import loop
+    from scheduling.output.ledger import LEDGER_SELECT
+    from scheduling.queue import store
+    from scheduling.queue.intake import submit_mappings
+    from transforms.runner import build
+    from warehouse.ingest import ingest
+
+    create_database(postgres, "ducklake_loop")
+    for key, value in lake_env(
+        DUCKLAKE_CATALOG_DSN=f"dbname=ducklake_loop host=127.0.0.1 port={postgres['port']} user=ducklake",
+        DUCKLAKE_CATALOG_PASSWORD=postgres["lake_password"],
+        DUCKLAKE_DATA_PATH=f"{tmp_path / 'lake'}/",
+        DUCKDB_EXTENSION_DIRECTORY=str(extension_directory),
+    ).items():
+        monkeypatch.setenv(key, value)
+    fleet = {
+        "version": 1,
+        "regions": {"us-west": {"zone": "CISO"}},
+        "gpu_models": {"V100": {"idle_w": 40, "peak_w": 300, "gavel": "v100"}},
+        "clusters": [{"name": "usw-v100", "region": "us-west", "gpu_model": "V100",
+                      "nodes": [{"name": "n1", "gpus": 4, "cpus": 32, "memory_gib": 256}]}],
+    }  # fmt: skip
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(fleet))
+    monkeypatch.setenv("FLEET_PATH", str(tmp_path / "fleet.yaml"))
+    t0 = "2021-07-15T12:00Z"
+    timings = {}
+    began = time.monotonic()
+    ingest(["grid_ensembleci"], data_dir=data_dir, progress=False)
+    build(select="+grid_hourly", target_path=tmp_path / "target")
+    timings["ingest+dbt"] = time.monotonic() - began
+    jobs = [
+        {"tenant": "lab", "job_id": f"j{i}", "submitted_at": "2021-07-15T11:30Z", "gpus": 1, "cpu_milli": 1000,
+         "memory_mib": 1024, "job_type": "ResNet-50 (batch size 64)", "est_duration_h": 0.5 + i % 2,
+         "deadline": "2021-07-15T15:30Z", "home_region": "us-west"}
+        for i in range(6)
+    ]  # fmt: skip
+    assert submit_mappings(jobs, source="test", as_of=t0, data_dir=data_dir).counts["accepted"] == 6
+    began = time.monotonic()
+    run = {"data_dir": data_dir, "schedule_root": tmp_path / "schedules"}
+    results = loop.run_hours(t0, 4, **run)
+    timings["4 loop hours"] = time.monotonic() - began
+    assert sum(r.dispatch["sent"] for r in results) >= 1
+    before = store.table_digest()
+    with db.reader() as con:
+        plans = con.execute("SELECT count(*) FROM plan.plans").fetchone()[0]
+        log = con.execute("SELECT count(*) FROM plan.dispatch_log").fetchone()[0]
+    loop.run_hour(results[-1].plan_time, **run)
+    assert store.table_digest() == before
+    with db.reader() as con:
+        assert con.execute("SELECT count(*) FROM plan.plans").fetchone()[0] == plans == 4
+        assert con.execute("SELECT count(*) FROM plan.dispatch_log").fetchone()[0] == log
+    began = time.monotonic()
+    build(select=list(LEDGER_SELECT), target_path=tmp_path / "target")
+    timings["ledger dbt"] = time.monotonic() - began
+    with db.reader() as con:
+        runs = con.execute("SELECT count(*), count(realized_kgco2e) FROM marts.job_runs").fetchone()
+        states = dict(con.execute("SELECT state, count(*) FROM queue.jobs GROUP BY 1").fetchall())
+    assert runs[0] == log and runs[1] >= sum(states.get(s, 0) for s in ("finished",))
+    print(json.dumps({"timings_s": {k: round(v, 1) for k, v in timings.items()}, "states": states}))
