@@ -32,7 +32,8 @@ def create_app(
 
     @app.exception_handler(HTTPException)
     async def _unauthenticated(request: Request, exc: HTTPException) -> Response:
-        is_api = request.url.path.startswith(f"{request.scope.get('root_path', '')}/api")
+        path, root = request.url.path, base(request)
+        is_api = (path[len(root) :] if path.startswith(root) else path).startswith("/api")
         if exc.status_code in (401, 403) and not is_api and login_url is not None and request.method == "GET":
             return RedirectResponse(login_url(str(request.url)), status_code=302)
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
