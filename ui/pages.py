@@ -224,13 +224,18 @@ def narrated(record: dict, text: str | None) -> bool:
     return bool(text) and text != TemplateExplainer().explain(record)
 
 
+def _short_time(value) -> str:
+    """MM-DD HH:MM of an ISO time (the year and zone are the page's)."""
+    return str(value)[5:16].replace("T", " ")
+
+
 def decision_card(decision: dict) -> str:
     r, text = decision.get("record") or {}, decision.get("text")
     chosen, cf = r.get("chosen") or {}, r.get("counterfactuals") or {}
     alternatives = r.get("alternatives") or []
-    labels = [f"chosen: {chosen.get('region')} {str(chosen.get('start_time'))[:16]}"]
+    labels = [f"chosen: {chosen.get('region')} {_short_time(chosen.get('start_time'))}"]
     values = [chosen.get("kgco2e")]
-    labels += [f"{a.get('region')} {str(a.get('start_time'))[:16]}" for a in alternatives]
+    labels += [f"{a.get('region')} {_short_time(a.get('start_time'))}" for a in alternatives]
     values += [a.get("kgco2e") for a in alternatives]
     labels += ["run now", "greedy", "optimum"]
     values += [cf.get("run_now_kgco2e"), cf.get("greedy_carbon_kgco2e"), cf.get("optimum_kgco2e")]
@@ -253,7 +258,10 @@ def decision_card(decision: dict) -> str:
         f"<p>Binding constraints: {esc(', '.join(r.get('binding_constraints') or []) or 'none')}</p>",
         f"<p>Forecast: {esc(r.get('forecast_version'))}</p>",
         "<p>Models: "
-        + esc("; ".join(f"{k} {v.get('name')} {v.get('version')}" for k, v in sorted(models.items())) or "n/a")
+        + esc(
+            "; ".join(f"{k} {v.get('name')} {v.get('version') or v.get('source')}" for k, v in sorted(models.items()))
+            or "n/a"
+        )
         + "</p>",
     ]
     if narrated(r, text):

@@ -62,7 +62,7 @@ def grouped_bars(categories: list[str], series: list[tuple[str, list]], unit: st
 
 def hbars(labels: list[str], values: list, unit: str, title: str, highlight: int | None = None) -> str:
     """Horizontal bars with their values; `highlight` (an index) is drawn in the first palette colour."""
-    width, row, left = 560, 22, 200
+    width, row, left = 600, 22, 220
     height = 30 + row * len(labels)
     peak = max([_num(v) for v in values] + [1e-9])
     body = [f'<text x="4" y="14" font-weight="bold">{escape(title)}</text>']
