@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 import duckdb
 import pytest
@@ -28,8 +30,22 @@ ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS_DIR", REPO_ROOT / "var" / "test-
 
 
 @pytest.fixture(scope="module")
-def airflow(tmp_path_factory, looped_warehouse):
-    server = AirflowServer(home=tmp_path_factory.mktemp("carbon_airflow") / "home", warehouse=looped_warehouse)
+def warehouse(tmp_path_factory, looped_warehouse) -> Path:
+    """A copy of the looped warehouse: the plan_hourly run below adds an hour to it."""
+    path = tmp_path_factory.mktemp("carbon_warehouse") / "warehouse.duckdb"
+    shutil.copyfile(looped_warehouse, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory, warehouse):
+    root = tmp_path_factory.mktemp("carbon_airflow")
+    var = root / "var"
+    server = AirflowServer(
+        home=root / "home",
+        warehouse=warehouse,
+        extra_env={"VAR_DIR": str(var), "SCHEDULES_DIR": str(var / "schedules")},
+    )
     server.start()
     try:
         yield server
@@ -90,7 +106,7 @@ def test_the_plugin_adds_the_nav_entry_and_the_dag_run_view(airflow):
     assert views["dag_run"]["href"] == "/carbon/plan?dag_id={DAG_ID}&run_id={RUN_ID}"
 
 
-def test_overview_shows_the_ledger_figures(browser, airflow, looped_warehouse, tmp_path):
+def test_overview_shows_the_ledger_figures(browser, airflow, warehouse, tmp_path):
     shown = browser.evaluate(
         "Object.fromEntries([...document.querySelectorAll('#totals .kpi')]"
         ".map(k => [k.dataset.key, k.querySelector('b').textContent]))"
@@ -99,7 +115,7 @@ def test_overview_shows_the_ledger_figures(browser, airflow, looped_warehouse, t
         f"{airflow.base}/carbon/api/overview", headers={"Authorization": f"Bearer {airflow.token}"}, timeout=30
     ).json()
     start, end = doc["window"]["start"][:10], doc["window"]["end"][:10]
-    totals = _ledger_cli(looped_warehouse, start, end, tmp_path / "ledger")["totals"]
+    totals = _ledger_cli(warehouse, start, end, tmp_path / "ledger")["totals"]
     assert totals["jobs"] > 0
     assert shown == {
         "realized kgCO2e": f"{totals['realized_kgco2e']:.3f}",
@@ -116,8 +132,8 @@ def test_overview_shows_the_ledger_figures(browser, airflow, looped_warehouse, t
     browser.screenshot(ARTIFACTS / "overview.png")
 
 
-def test_plan_page_shows_the_latest_plan(browser, airflow, looped_warehouse):
-    with duckdb.connect(str(looped_warehouse), read_only=True) as con:
+def test_plan_page_shows_the_latest_plan(browser, airflow, warehouse):
+    with duckdb.connect(str(warehouse), read_only=True) as con:
         plan_id, n_assigned = con.execute(
             "SELECT plan_id, n_assigned FROM plan.plans ORDER BY plan_time DESC LIMIT 1"
         ).fetchone()
@@ -127,8 +143,8 @@ def test_plan_page_shows_the_latest_plan(browser, airflow, looped_warehouse):
     browser.screenshot(ARTIFACTS / "plan.png")
 
 
-def test_job_page_shows_history_decision_and_realized_carbon(browser, airflow, looped_warehouse):
-    with duckdb.connect(str(looped_warehouse), read_only=True) as con:
+def test_job_page_shows_history_decision_and_realized_carbon(browser, airflow, warehouse):
+    with duckdb.connect(str(warehouse), read_only=True) as con:
         tenant, job_id, realized = con.execute(
             "SELECT tenant, job_id, realized_kgco2e FROM marts.carbon_ledger WHERE outcome = 'finished' "
             "ORDER BY saving_kgco2e DESC LIMIT 1"
@@ -156,3 +172,17 @@ def test_the_carbon_entry_opens_inside_airflow(browser, airflow):
         60,
     )
     browser.screenshot(ARTIFACTS / "airflow-nav.png")
+
+
+def test_a_plan_hourly_run_links_to_the_plan_it_wrote(browser, airflow):
+    run_id = airflow.trigger("plan_hourly", {"as_of": "2021-07-15T12:00Z"})  # the hour after the loop's twelve
+    state = airflow.wait_for_run("plan_hourly", run_id, timeout_s=400)
+    assert state == "success", airflow.failed_task_logs("plan_hourly", run_id)
+    browser.open(f"{airflow.base}/carbon/plan?dag_id=plan_hourly&run_id={quote(run_id)}")
+    text = browser.evaluate("document.body.innerText")
+    assert f"The plan written by plan_hourly run {run_id}." in text
+    assert "rolling-lp@2021-07-15T12:00:00Z" in text
+    browser.open(f"{airflow.base}/dags/plan_hourly/runs/{quote(run_id)}/plugin/carbon-plan")
+    src = browser.wait_until("document.querySelector('iframe') && document.querySelector('iframe').src", 60)
+    assert src.endswith(f"/carbon/plan?dag_id=plan_hourly&run_id={quote(run_id, safe='')}"), src
+    browser.screenshot(ARTIFACTS / "dag-run-plan.png")
