@@ -3,6 +3,7 @@ through `esc` (a job named `<script>` shows as text) and every URL part through 
 
 from __future__ import annotations
 
+import re
 from html import escape
 from urllib.parse import quote
 
@@ -13,7 +14,8 @@ from ui import svg
 
 STYLE = (
     "body{font-family:sans-serif;margin:1.2em;color:#222}h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.4em}"
-    "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
+    "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right;"
+    "white-space:nowrap}td.t{white-space:normal}"
     "th{background:#f3f3f3}td.t,th.t{text-align:left}nav a{margin-right:1em}.note{color:#666}"
     ".stale{background:#fff3cd;padding:.4em}.empty{background:#eef;padding:1em}.kpi{display:inline-block;"
     "margin:0 1.5em .5em 0}.kpi b{display:block;font-size:1.5em}pre{white-space:pre-wrap;background:#f7f7f7;"
@@ -21,12 +23,17 @@ STYLE = (
 )
 
 
+_UTC_TIME = re.compile(r"^(\d{4}-\d\d-\d\d)T(\d\d:\d\d):\d\d(\.\d+)?(Z|\+00:00)$")
+
+
 def esc(value) -> str:
-    """A value as escaped text: n/a for missing, floats to 3 decimals."""
+    """A value as escaped text: n/a for missing, floats to 3 decimals, UTC times as YYYY-MM-DD HH:MM."""
     if value is None or (not isinstance(value, (list, dict, str)) and pd.isna(value)):
         return "n/a"
     if isinstance(value, float):
         return escape(f"{value:.3f}")
+    if isinstance(value, str) and (time := _UTC_TIME.match(value)):
+        return f"{time[1]} {time[2]}"
     return escape(str(value))
 
 
@@ -292,15 +299,17 @@ def job_page(doc: dict, base: str) -> str:
         if ledger
         else "<p class='note'>Not in the ledger yet (the job has not ended, or the ledger was not rebuilt).</p>",
         "<h2>State history</h2>",
-        table(doc["history"], ["seq", "changed_at", "event", "from_state", "to_state", "reason", "source"])
-        .replace("<table>", '<table id="history">', 1)
-        .replace('<td class="">', '<td class="t">'),
+        table(
+            doc["history"],
+            ["seq", "changed_at", "event", "from_state", "to_state", "reason", "source"],
+            ("event", "from_state", "to_state", "reason", "source"),
+        ).replace("<table>", '<table id="history">', 1),
         "<h2>Planned against actual</h2>",
         table(
             doc.get("runs") or [],
-            ["attempt", "plan_id", "cluster", "planned_start", "started_at", "planned_end", "ended_at"]
-            + ["runtime_error_pct", "energy_kwh", "expected_kgco2e", "realized_kgco2e", "outcome"],
-            ("plan_id", "cluster", "outcome"),
+            ["attempt", "cluster", "planned_start", "started_at", "planned_end", "ended_at", "runtime_error_pct"]
+            + ["energy_kwh", "expected_kgco2e", "realized_kgco2e", "outcome"],
+            ("cluster", "outcome"),
         ),
         f"<h2>Decisions ({len(decisions)})</h2>",
     ]

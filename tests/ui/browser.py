@@ -112,9 +112,9 @@ class Browser:
         self.evaluate(f"document.querySelector({json.dumps(selector)}).focus()")
         self.send("Input.insertText", text=text)
 
-    def screenshot(self, path: Path) -> Path:
-        """The whole page as PNG."""
-        data = self.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"]
+    def screenshot(self, path: Path, full_page: bool = True) -> Path:
+        """The whole page (or what the window shows) as PNG."""
+        data = self.send("Page.captureScreenshot", format="png", captureBeyondViewport=full_page)["data"]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(data))
         return path
