@@ -1,24 +1,14 @@
 """The Carbon pages in the Airflow UI: the app of `ui.app` mounted at /carbon on the API server, a "Carbon" entry in
 the navigation and a "Carbon plan" tab on every plan_hourly run. Only Airflow's side lives here: its authentication
-(a session cookie or a bearer token), its log-in page and the plan a DAG run wrote (its `plan` task's XCom). Every
-Airflow process loads plugins (task processes too), so Airflow's API-server modules are imported on first use."""
+(a session cookie or a bearer token), its log-in page and the plan a DAG run wrote (its `plan` task's XCom).
 
-from __future__ import annotations
+Every Airflow process loads the plugins folder, task processes too, which never serve a page: the app (FastAPI, the
+warehouse readers) is built on the first request, so loading this file imports nothing more."""
+
+# No `from __future__ import annotations`: FastAPI resolves the `Request` annotation of a dependency at run time.
+from functools import cache
 
 from airflow.plugins_manager import AirflowPlugin
-from fastapi import Request
-from fastapi.security import HTTPBearer
-
-from ui.app import create_app
-
-_bearer = HTTPBearer(auto_error=False)
-
-
-async def _authenticated(request: Request) -> None:
-    """Airflow's own check (`get_user`): a bearer token, else the UI's session cookie; 401/403 without a valid one."""
-    from airflow.api_fastapi.core_api.security import get_user  # noqa: PLC0415 - API server only
-
-    await get_user(request, None, await _bearer(request))
 
 
 def _login_url(next_url: str) -> str:
@@ -46,15 +36,31 @@ def _plan_of_run(dag_id: str, run_id: str) -> str | None:
     return summary.get("plan_id") if isinstance(summary, dict) else None
 
 
+@cache
+def _app():
+    from airflow.api_fastapi.core_api.security import get_user  # noqa: PLC0415 - API server only
+    from fastapi import Request  # noqa: PLC0415 - API server only
+    from fastapi.security import HTTPBearer  # noqa: PLC0415 - API server only
+
+    from ui.app import create_app  # noqa: PLC0415 - API server only
+
+    bearer = HTTPBearer(auto_error=False)
+
+    async def authenticated(request: Request) -> None:
+        """Airflow's own check (`get_user`): a bearer token, else the UI's session cookie; 401/403 without one."""
+        await get_user(request, None, await bearer(request))
+
+    return create_app(authenticated, login_url=_login_url, plan_of_run=_plan_of_run)
+
+
+async def carbon_app(scope, receive, send) -> None:
+    """ASGI entry point: the Carbon app, built on the first request."""
+    await _app()(scope, receive, send)
+
+
 class CarbonPlugin(AirflowPlugin):
     name = "carbon"
-    fastapi_apps = [
-        {
-            "app": create_app(_authenticated, login_url=_login_url, plan_of_run=_plan_of_run),
-            "url_prefix": "/carbon",
-            "name": "Carbon",
-        }
-    ]
+    fastapi_apps = [{"app": carbon_app, "url_prefix": "/carbon", "name": "Carbon"}]
     external_views = [
         {"name": "Carbon", "href": "/carbon/", "destination": "nav", "url_route": "carbon"},
         {
