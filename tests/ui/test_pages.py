@@ -164,3 +164,21 @@ def test_a_writer_holding_the_warehouse_never_fails_a_page(looped, looped_wareho
         release.set()
         holder.join()
     assert "stale" not in looped.get("/api/overview", headers=TOKEN).json()
+
+
+def test_the_llm_narration_shows_when_the_chat_explainer_wrote_the_card(monkeypatch):
+    from scheduling.explain.registry import make_explainer
+    from scheduling.explain.template import TemplateExplainer
+    from tests.scheduling.test_explain import RECORD, FakeChat
+    from ui import pages
+
+    card = pages.decision_card({"plan_id": "p", "record": RECORD, "text": TemplateExplainer().explain(RECORD)})
+    assert "Narration" not in card and "Card text" in card
+    for var in ("AIRFLOW_CONN_EXPLAINER_LLM", "EXPLAINER_LLM_API_KEY", "EXPLAINER_LLM_MODEL", "AIRFLOW_CTX_DAG_ID"):
+        monkeypatch.delenv(var, raising=False)  # only the endpoint below
+    with FakeChat() as chat:  # an OpenAI-compatible endpoint on 127.0.0.1
+        monkeypatch.setenv("EXPLAINER_LLM_BASE_URL", chat.url + "/v1")
+        text = make_explainer("chat").explain(RECORD)
+    assert text.startswith("LLM card for")
+    card = pages.decision_card({"plan_id": "p", "record": RECORD, "text": text})
+    assert "Narration (explainer LLM)" in card and pages.esc(text) in card
