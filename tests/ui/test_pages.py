@@ -107,22 +107,10 @@ def test_the_job_page_shows_history_decision_and_realized_carbon(looped):
 
 def test_markup_in_data_or_urls_is_text_and_ids_are_parameters(tmp_warehouse):
     from scheduling.queue.intake import submit_mappings
+    from tests.scheduling.queue.helpers import good_job
 
     script = '<script>alert("x")</script>'
-    job = {
-        "tenant": "ml",
-        "job_id": "j1",
-        "submitted_at": "2021-07-15T11:30:00Z",
-        "gpus": 1,
-        "cpu_milli": 4000,
-        "memory_mib": 16384,
-        "job_type": script,
-        "workload_class": "vision",
-        "est_duration_h": 4.0,
-        "home_region": "us-west",
-        "image": "registry.example/train:latest",
-        "command": ["python", "train.py"],
-    }
+    job = good_job(job_type=script, workload_class="vision")
     report = submit_mappings([job], source="carbon-page-test", as_of="2021-07-15T12:00Z", db_path=tmp_warehouse)
     assert not report.rejected, report.rejected
     client = _client(tmp_warehouse)
