@@ -218,7 +218,7 @@ def current_plan(con, plan_id: str | None = None) -> dict:
         "assignments": _rows(assignments.drop(columns=["record"])),
         "intensity": _intensity(con, t0, sorted(set(clusters["zone"].dropna()))),
         "waiting": waiting,
-        "queued": _queued(con),
+        "queued": _queued(con, t0, {w["job_id"]: w["why"] for w in waiting}),
     }
 
 
@@ -286,16 +286,24 @@ def _intensity(con, t0: pd.Timestamp, zones: list[str]) -> dict:
     return out
 
 
-def _queued(con) -> list[dict]:
-    """queue.jobs waiting for a plan or a dispatch (queued, planned), oldest first."""
+def _queued(con, t0: pd.Timestamp, reasons: dict[str, str]) -> list[dict]:
+    """queue.jobs waiting for a plan or a dispatch (queued, planned), oldest first, each with why it waits: the
+    plan's reason, or that it came after the plan."""
     if not _has(con, JOBS):
         return []
-    return _rows(
+    rows = _rows(
         con.execute(
             f"SELECT tenant, job_id, state, submitted_at, deadline, est_duration_h, attempts FROM {JOBS} "
             "WHERE state IN ('queued', 'planned') ORDER BY submitted_at, tenant, job_id"
         ).df()
     )
+    for row in rows:
+        why = reasons.get(f"{row['tenant']}/{row['job_id']}")
+        if why is None:
+            after = utc(row["submitted_at"]) > t0
+            why = "submitted after this plan: the next hourly plan places it" if after else "not in this plan"
+        row["why"] = why
+    return rows
 
 
 # ------------------------------------------------------------------------------------------------ job

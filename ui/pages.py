@@ -215,8 +215,8 @@ def plan_page(doc: dict, base: str, note: str = "") -> str:
         f"<h2>Queue: jobs waiting for a plan or a dispatch ({len(doc['queued'])})</h2>",
         table(
             doc["queued"],
-            ["tenant", "job_id", "state", "submitted_at", "deadline", "est_duration_h"],
-            ("tenant", "job_id", "state"),
+            ["tenant", "job_id", "state", "submitted_at", "deadline", "est_duration_h", "why"],
+            ("tenant", "job_id", "state", "why"),
             queued_link,
         ),
     ]

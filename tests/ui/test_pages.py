@@ -80,6 +80,9 @@ def test_the_plan_page_shows_the_latest_plan_and_why_jobs_wait(looped):
     later = [a for a in doc["assignments"] if a["start_time"] > plan["plan_time"]]
     assert [w["job_id"] for w in doc["waiting"]] == [a["job_id"] for a in later]
     assert all(w["why"].startswith("waits ") for w in doc["waiting"])
+    reasons = {w["job_id"]: w["why"] for w in doc["waiting"]}
+    assert doc["queued"] and all(q["why"] for q in doc["queued"])
+    assert all(q["why"] == reasons[f"{q['tenant']}/{q['job_id']}"] for q in doc["queued"] if q["state"] == "planned")
     html = looped.get("/plan", headers=TOKEN).text
     assert plan["plan_id"] in html and "<svg" in html
     older = looped.get("/api/plan", params={"plan_id": "rolling-lp@2021-07-15T03:00:00Z"}, headers=TOKEN).json()
