@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from functools import lru_cache
 
@@ -47,7 +48,8 @@ class WarehouseBusy(RuntimeError):
 # ------------------------------------------------------------------------------------------------ reading
 
 
-_LAST: dict[tuple, tuple[float, dict]] = {}
+LAST_READS_KEPT = 256  # documents kept for a busy warehouse (the most recently read)
+_LAST: OrderedDict[tuple, tuple[float, dict]] = OrderedDict()
 _LAST_LOCK = threading.Lock()
 
 
@@ -74,6 +76,9 @@ def read(what: Callable, *args, db_path=None) -> dict:
     doc = to_jsonable(doc)
     with _LAST_LOCK:
         _LAST[key] = (time.time(), doc)
+        _LAST.move_to_end(key)
+        while len(_LAST) > LAST_READS_KEPT:
+            _LAST.popitem(last=False)
     return doc
 
 

@@ -96,7 +96,7 @@ def timeline(start, end, rows: list[dict], bars: list[dict], bands: dict[str, li
     scaled within the row), jobs as bars in lanes (row index, start, end, label, href; late ones in another colour)."""
     start, end = utc(start), utc(end)
     hours = (end - start) / HOUR
-    width, left, top, lane_h = 1000, 150, 30, 9
+    width, left, top, lane_h, right = 1000, 150, 30, 9, 30
     bars = sorted(bars, key=lambda b: (b["row"], utc(b["start"])))
     lane_of = lanes(bars)
     n_lanes = [1 + max([lane for b, lane in zip(bars, lane_of) if b["row"] == i], default=0) for i in range(len(rows))]
@@ -105,7 +105,7 @@ def timeline(start, end, rows: list[dict], bars: list[dict], bands: dict[str, li
     height = top + sum(heights) + 24
 
     def x(t) -> float:
-        return left + (width - left - 10) * min(max((utc(t) - start) / HOUR, 0.0), hours) / hours
+        return left + (width - left - right) * min(max((utc(t) - start) / HOUR, 0.0), hours) / hours
 
     body = [f'<text x="4" y="14" font-weight="bold">{escape(title)}</text>']
     for h in range(0, int(hours) + 1, 6):
@@ -115,7 +115,7 @@ def timeline(start, end, rows: list[dict], bars: list[dict], bands: dict[str, li
     for i, row in enumerate(rows):
         y0, row_h = offsets[i], heights[i]
         body.append(f'<text x="{left - 6}" y="{y0 + row_h / 2 + 4}" text-anchor="end">{escape(row["label"])}</text>')
-        body.append(f'<rect x="{left}" y="{y0}" width="{width - left - 10}" height="{row_h - 2}" fill="#fafafa"/>')
+        body.append(f'<rect x="{left}" y="{y0}" width="{width - left - right}" height="{row_h - 2}" fill="#fafafa"/>')
         band = bands.get(row.get("zone") or "", [])
         values = [_num(p.get(k)) for p in band for k in ("p10", "p50", "p90") if p.get(k) is not None]
         if values:
