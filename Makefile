@@ -7,6 +7,7 @@ STAMP := $(VENV)/.installed-$(shell sha1sum requirements.txt | cut -c1-12)
 
 export AIRFLOW_HOME ?= $(CURDIR)/var/airflow
 export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
+export AIRFLOW__CORE__PLUGINS_FOLDER := $(CURDIR)/plugins
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION := False
 export AIRFLOW__CORE__PARALLELISM ?= 4
@@ -44,11 +45,11 @@ lint: $(STAMP)
 
 ## The test suite (what CI runs): lint first, then the tests. Long training tests are marked `slow` and skipped.
 test: setup lint
-	@bash deploy/install-services.sh postgresql slurm
+	@bash deploy/install-services.sh postgresql slurm chromium
 	$(PY) -m pytest -q -m "not slow" tests
 
 test-all: setup lint
-	@bash deploy/install-services.sh postgresql redis-server slurm
+	@bash deploy/install-services.sh postgresql redis-server slurm chromium
 	$(PY) -m pytest -q tests
 
 ## The Airflow UI on http://localhost:8080 (log-in: see README).

@@ -101,20 +101,25 @@ def _days(start, end) -> tuple[str, list]:
 def ledger(start=None, end=None, db_path=None) -> Ledger:
     """The ledger of the jobs submitted on the days of [start, end) (either bound optional). An empty ledger, not
     an error, when the loop has not run yet (the marts are then missing or empty)."""
+    with reader(db_path) as con:
+        return read_ledger(con, start, end)
+
+
+def read_ledger(con, start=None, end=None) -> Ledger:
+    """`ledger` on an open connection (a caller reading more beside it opens one)."""
     start = utc(start) if start is not None else None
     end = utc(end) if end is not None else None
     where, params = _days(start, end)
-    with reader(db_path) as con:
-        if not all(table_exists(con, t) for t in LEDGER_TABLES):
-            return Ledger(start, end, totals_of(pd.Series(dtype=float)), {}, pd.DataFrame(), pd.DataFrame())
-        daily = con.execute(f"SELECT * FROM marts.carbon_ledger_daily{where}", params).df()
-        jobs = con.execute(f"SELECT * FROM marts.carbon_ledger{where} ORDER BY tenant, job_id", params).df()
-        runs = con.execute(
-            "SELECT r.* FROM marts.job_runs AS r JOIN marts.carbon_ledger AS l USING (tenant, job_id)"
-            + where.replace("submitted_day", "l.submitted_day")
-            + " ORDER BY r.tenant, r.job_id, r.attempt, r.plan_id",
-            params,
-        ).df()
+    if not all(table_exists(con, t) for t in LEDGER_TABLES):
+        return Ledger(start, end, totals_of(pd.Series(dtype=float)), {}, pd.DataFrame(), pd.DataFrame())
+    daily = con.execute(f"SELECT * FROM marts.carbon_ledger_daily{where}", params).df()
+    jobs = con.execute(f"SELECT * FROM marts.carbon_ledger{where} ORDER BY tenant, job_id", params).df()
+    runs = con.execute(
+        "SELECT r.* FROM marts.job_runs AS r JOIN marts.carbon_ledger AS l USING (tenant, job_id)"
+        + where.replace("submitted_day", "l.submitted_day")
+        + " ORDER BY r.tenant, r.job_id, r.attempt, r.plan_id",
+        params,
+    ).df()
     if daily.empty:
         return Ledger(start, end, totals_of(pd.Series(dtype=float)), {}, jobs, runs)
     rollups = {

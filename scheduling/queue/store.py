@@ -481,23 +481,26 @@ def show_job(job: str, tenant: str | None = None, db_path=None) -> dict:
     queue.job_history rows), and its plan decisions under planner id `tenant/job_id`: `assignments`,
     `unplaced` and `explanations` (record and text) of every stored plan."""
     with reader(db_path) as con:
-        row = _one(con, job, tenant)
-        key = f"{row['tenant']}/{row['job_id']}"
-        history = _records(
-            con.execute(
-                f"SELECT seq, changed_at, event, from_state, to_state, reason, source FROM {HISTORY} "
-                "WHERE tenant = ? AND job_id = ? ORDER BY seq",
-                [row["tenant"], row["job_id"]],
-            )
+        return job_document(con, job, tenant)
+
+
+def job_document(con, job: str, tenant: str | None = None) -> dict:
+    """`show_job` on an open connection; the job and tenant are query parameters, never SQL text."""
+    row = _one(con, job, tenant)
+    key = f"{row['tenant']}/{row['job_id']}"
+    history = _records(
+        con.execute(
+            f"SELECT seq, changed_at, event, from_state, to_state, reason, source FROM {HISTORY} "
+            "WHERE tenant = ? AND job_id = ? ORDER BY seq",
+            [row["tenant"], row["job_id"]],
         )
-        decisions = {}
-        for table in ("assignments", "unplaced", "explanations"):
-            if not table_exists(con, f"plan.{table}"):
-                decisions[table] = []
-                continue
-            decisions[table] = _records(
-                con.execute(f"SELECT * FROM plan.{table} WHERE job_id = ? ORDER BY plan_id", [key])
-            )
+    )
+    decisions = {}
+    for table in ("assignments", "unplaced", "explanations"):
+        if not table_exists(con, f"plan.{table}"):
+            decisions[table] = []
+            continue
+        decisions[table] = _records(con.execute(f"SELECT * FROM plan.{table} WHERE job_id = ? ORDER BY plan_id", [key]))
     spec = {k: row[k] for k in USER_FIELDS}
     spec["command"] = None if row["command"] is None else json.loads(row["command"])
     for rec in decisions["explanations"]:

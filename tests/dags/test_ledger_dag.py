@@ -13,6 +13,7 @@ import duckdb
 import pandas as pd
 import pytest
 
+from tests.conftest import operate_day
 from tests.dags.conftest import DAGS, REPO_ROOT, airflow_env
 
 _PROBE = r"""
@@ -100,32 +101,8 @@ def test_a_bad_period_fails_at_trigger_naming_it(airflow_home, tmp_path):
 def operated(tmp_path_factory, data_dir) -> dict:
     """A warehouse with the grid marts, on which the loop ran a day: trace jobs of DAY submitted, 24 hours planned
     and dispatched to the replay executor from its midnight."""
-    from scheduling import loop
-    from scheduling.executors.replay import ReplayExecutor
-    from scheduling.queue.intake import submit_file
-    from scheduling.queue.trace import write_trace_file
-    from scheduling.service import plan_fleet
-    from transforms.runner import build
-    from warehouse.ingest import ingest
-
     root = tmp_path_factory.mktemp("ledger_loop")
-    db = root / "warehouse.duckdb"
-    ingest(["grid_ensembleci"], data_dir=data_dir, db_path=db, progress=False)
-    build(select="+grid_hourly", warehouse_path=db, target_path=root / "target")
-    fleet = plan_fleet(None, data_dir)
-    jobs = write_trace_file(root / "jobs.yaml", DAY, 40, fleet, data_dir=data_dir)["path"]
-    report = submit_file(jobs, db_path=db, data_dir=data_dir)
-    assert not report.rejected, report.rejected[:3]
-    executor = ReplayExecutor(db_path=db)
-    loop.run_hours(
-        f"{DAY}T00:00Z",
-        24,
-        db_path=db,
-        data_dir=data_dir,
-        schedule_root=root / "schedules",
-        fleet=fleet,
-        executors=dict.fromkeys(fleet.names, executor),
-    )
+    db = operate_day(root, data_dir, DAY, 40, 24)
     with duckdb.connect(str(db), read_only=True) as con:
         states = dict(
             con.execute(

@@ -49,6 +49,7 @@ class AirflowServer:
         env.update(
             AIRFLOW_HOME=str(self.home),
             AIRFLOW__CORE__DAGS_FOLDER=str(REPO_ROOT / "dags"),
+            AIRFLOW__CORE__PLUGINS_FOLDER=str(REPO_ROOT / "plugins"),
             AIRFLOW__CORE__LOAD_EXAMPLES="False",
             # Paused until a test triggers them: no scheduled runs of other DAGs competing for the pool.
             AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="True",
