@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.deploy.pg import create_database, skip_unless_ci
+from tests.deploy.pg import create_database
 from warehouse import catalog, db
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -645,32 +645,6 @@ def test_airflow_metadata_database_on_postgres(postgres, tmp_path):
     assert probe["executor"] == "CeleryExecutor"
     if HAVE_CELERY:
         assert probe["executor_class"] == "CeleryExecutor"
-
-
-_EXTENSION_PACKAGES = ("duckdb_extension_ducklake", "duckdb_extension_postgres_scanner")
-
-
-@pytest.fixture(scope="module")
-def extension_directory(tmp_path_factory) -> Path:
-    """The ducklake/postgres(/httpfs) DuckDB extensions in a private directory, from the pip packages
-    (requirements-scale-out.txt); skip when they are not installed (downloading them needs the network)."""
-    if not all(importlib.util.find_spec(m) for m in _EXTENSION_PACKAGES):
-        skip_unless_ci("DuckDB extension packages duckdb-extension-ducklake/-postgres-scanner not installed")
-    directory = tmp_path_factory.mktemp("duckdb_extensions")
-    target = catalog.from_env(lake_env(DUCKDB_EXTENSION_DIRECTORY=str(directory)))
-    done = catalog.install_extensions(target)
-    assert all(d["from"] != "repository" for d in done), done
-    if importlib.util.find_spec("duckdb_extension_httpfs"):  # for the dbt profile, which loads httpfs
-        s3 = catalog.from_env(
-            lake_env(
-                DUCKDB_EXTENSION_DIRECTORY=str(directory),
-                DUCKLAKE_DATA_PATH="s3://b/l/",
-                AWS_ACCESS_KEY_ID="AKIA0000",
-                AWS_SECRET_ACCESS_KEY="x",
-            )
-        )
-        catalog.install_extensions(s3)
-    return directory
 
 
 _LAKE_WRITER = r"""
