@@ -20,8 +20,9 @@ Kubernetes manifests follow the GPU-sharing annotations of the openb trace's sim
 kubernetes-scheduler-simulator, `pod_csv_to_yaml.py`; the openb README itself names none):
 ``alibabacloud.com/gpu-milli`` (share per device, 1000 = whole GPU), ``alibabacloud.com/gpu-count``,
 ``alibabacloud.com/gpu-index`` (the planned device indexes joined by ``-``) and ``alibabacloud.com/gpu-card-model``
-(when the plan knows the GPU model). Whole-GPU jobs also request ``nvidia.com/gpu`` so that a stock NVIDIA device
-plugin works too.
+(when the plan knows the GPU model). Every GPU job also requests ``nvidia.com/gpu`` (its GPU count), so that a stock
+NVIDIA device plugin runs it: a share then gets whole GPUs, since files cannot know how the cluster shares GPUs (the
+`kubernetes` executor requests the share its cluster's `sharing` names, `executors.k8s_sharing`).
 
 Start gate (the choice): every Pod carries a ``schedulingGates`` entry ``carbonplanner.io/start-time`` and the
 planned start in the annotation of the same name. A gate controller (or ``kubectl patch`` by a cron job) removes
@@ -261,7 +262,7 @@ def k8s_manifest(row: dict, meta: dict, record: dict | None = None) -> dict:
     if _value(row, "memory_mib") is not None:
         requests["memory"] = f"{int(_value(row, 'memory_mib'))}Mi"
     limits = dict(requests)
-    if count and milli >= 1000:
+    if count:  # a share too: a stock device plugin gives it whole GPUs (the kubernetes executor asks for the share)
         limits["nvidia.com/gpu"] = str(count)
     env = [
         {"name": "PLAN_ID", "value": meta["plan_id"]},

@@ -84,7 +84,8 @@ def test_kubernetes_manifest(tmp_path):
     assert spec["initContainers"][0]["name"] == "wait-for-start"
     env = {e["name"]: e["value"] for e in spec["containers"][0]["env"]}
     assert env["GPU_POWER_LIMIT_W"] == "250"
-    assert "nvidia.com/gpu" not in spec["containers"][0]["resources"]["limits"]
+    # a share asks for a whole GPU a stock device plugin really gives (never no GPU at all)
+    assert spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert whole["metadata"]["annotations"]["alibabacloud.com/gpu-index"] == "0-1"
     assert whole["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
 
