@@ -319,6 +319,12 @@ def _candidates(problem: PlanningProblem):
     return job[order], cat(K_), cat(S), cat(C_), cat(cost), late_cost, late_pick
 
 
+def candidates(problem: PlanningProblem):
+    """(job, k, s, c, carbon, late_cost, late_pick) of every timely candidate and each job's cheapest late run, as
+    `solve_lp` builds its columns: for models that refine the same candidates (the node-aware optimum)."""
+    return _candidates(problem)
+
+
 def _energy(problem: PlanningProblem, job, k, s, c):
     """Energy (kWh) and renewable energy (kWh, with the problem's renewable shares) of candidates."""
     d = problem.dur[job, k, c]
