@@ -92,6 +92,12 @@ def register(subparsers) -> None:
         "forecasts, and rolling-lp with perfect information (oracle forecasts, true next arrivals)",
     )
     e.add_argument("--lp-time-limit", type=float, default=900.0)
+    e.add_argument(
+        "--exact",
+        action="store_true",
+        help="also the node-aware optimum (whole jobs on real nodes, MILP) and each policy's share of its reduction",
+    )
+    e.add_argument("--exact-time-limit", type=float, default=600.0, help="seconds for the node-aware MILP")
     e.add_argument("--pods", default="default", help="openb pod list variant (default, gpuspec10, ...)")
     e.add_argument("--max-duration-h", type=float, default=48.0)
     e.add_argument(
@@ -285,6 +291,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             lp_time_limit_s=args.lp_time_limit,
             ablations=args.ablations,
             postpone_margin_h=args.postpone_margin_h,
+            exact=args.exact,
+            exact_time_limit_s=args.exact_time_limit,
         )
         rep["runtime_s"] = round(time.perf_counter() - t0, 1)
         runs.append(rep)

@@ -29,6 +29,8 @@ from scheduling.evaluation.scenario import Scenario
 from scheduling.planning.lp import candidates
 
 _STATUS = {0: "optimal", 1: "time_limit", 2: "infeasible", 3: "unbounded", 4: "numerical"}
+# what a report keeps of a solve (the placement arrays stay out of JSON)
+EXACT_KEYS = ("kgco2e", "deadline_satisfaction", "status", "mip_gap", "n_vars", "n_rows", "build_s", "solve_s")
 
 
 def node_table(sc: Scenario) -> tuple[np.ndarray, np.ndarray]:

@@ -46,3 +46,16 @@ def test_the_node_optimum_is_proved_and_its_schedule_fits_the_nodes(instance):
     assert out["kgco2e"] == pytest.approx(total, rel=1e-9)
     # the LP pools each cluster's GPUs (and ignores CPU and memory): its deadlines are at least the node model's
     assert solve_optimum(instance)["deadline_satisfaction"] >= out["deadline_satisfaction"]
+
+
+def test_evaluate_reports_each_policys_share_of_the_exact_optimum(instance):
+    from scheduling.evaluation.results import evaluate
+
+    rep = evaluate(instance, ["rolling-lp"], exact=True, exact_time_limit_s=120)
+    exact = rep["exact_optimum"]
+    assert exact["status"] == "optimal" and 0 < exact["deadline_satisfaction"] <= 1
+    base = rep["policies"]["performance-first"]["kgco2e"]
+    for m in (rep["policies"]["rolling-lp"], rep["optimum"]):
+        expected = 100.0 * (base - m["kgco2e"]) / (base - exact["kgco2e"])
+        assert m["share_of_exact_optimum_reduction_pct"] == pytest.approx(expected)
+    assert rep["policies"]["performance-first"]["share_of_exact_optimum_reduction_pct"] == pytest.approx(0.0)
