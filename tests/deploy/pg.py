@@ -83,6 +83,19 @@ def create_database(server: dict, name: str, owner: str = "ducklake") -> None:
     psql(server, f"CREATE DATABASE {name} OWNER {owner}")
 
 
+def lake_on(server: dict, name: str, data_path, extension_directory) -> dict[str, str]:
+    """A new DuckLake warehouse: its catalog the database `name` of `server` (created here), its data files under
+    `data_path`; returns the environment that selects it (WAREHOUSE_CATALOG=ducklake and the rest)."""
+    create_database(server, name)
+    return {
+        "WAREHOUSE_CATALOG": "ducklake",
+        "DUCKLAKE_CATALOG_DSN": f"dbname={name} host=127.0.0.1 port={server['port']} user=ducklake",
+        "DUCKLAKE_CATALOG_PASSWORD": server["lake_password"],
+        "DUCKLAKE_DATA_PATH": f"{data_path}/",
+        "DUCKDB_EXTENSION_DIRECTORY": str(extension_directory),
+    }
+
+
 @contextlib.contextmanager
 def throwaway_postgres() -> Iterator[dict]:
     """A PostgreSQL cluster in a temporary folder: superuser `airflow` (password PASSWORD, scram over TCP on a free

@@ -17,7 +17,7 @@ from collections import Counter
 import pytest
 
 from tests.deploy.celery_stack import WORKERS, CeleryStack
-from tests.deploy.pg import create_database, throwaway_redis
+from tests.deploy.pg import lake_on, throwaway_redis
 from tests.e2e.test_pipeline_e2e import AS_OF, JOBS_FILE, _asset_triggered_run, _ok, _run
 from warehouse import db
 
@@ -27,14 +27,7 @@ pytestmark = pytest.mark.slow
 def test_celery_workers_run_ingest_transform_plan(postgres, extension_directory, tmp_path, data_dir, monkeypatch):
     var = tmp_path / "var"
     warehouse = var / "warehouse.duckdb"  # never created: the tasks write the lake
-    create_database(postgres, "ducklake_stack")
-    lake = {
-        "WAREHOUSE_CATALOG": "ducklake",
-        "DUCKLAKE_CATALOG_DSN": f"dbname=ducklake_stack host=127.0.0.1 port={postgres['port']} user=ducklake",
-        "DUCKLAKE_CATALOG_PASSWORD": postgres["lake_password"],
-        "DUCKLAKE_DATA_PATH": f"{tmp_path / 'lake'}/",
-        "DUCKDB_EXTENSION_DIRECTORY": str(extension_directory),
-    }
+    lake = lake_on(postgres, "ducklake_stack", tmp_path / "lake", extension_directory)
     for key, value in lake.items():
         monkeypatch.setenv(key, value)
     db.init_catalog()  # once, before parallel writers (docs/scale-out.md)

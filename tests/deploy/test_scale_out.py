@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.deploy.pg import create_database
+from tests.deploy.pg import create_database, lake_on
 from warehouse import catalog, db
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -779,13 +779,7 @@ def test_warehouse_writer_and_reader_on_ducklake(extension_directory, postgres, 
 
     from warehouse import db
 
-    create_database(postgres, "ducklake_writer")
-    for key, value in lake_env(
-        DUCKLAKE_CATALOG_DSN=f"dbname=ducklake_writer host=127.0.0.1 port={postgres['port']} user=ducklake",
-        DUCKLAKE_CATALOG_PASSWORD=postgres["lake_password"],
-        DUCKLAKE_DATA_PATH=f"{tmp_path / 'lake'}/",
-        DUCKDB_EXTENSION_DIRECTORY=str(extension_directory),
-    ).items():
+    for key, value in lake_on(postgres, "ducklake_writer", tmp_path / "lake", extension_directory).items():
         monkeypatch.setenv(key, value)
     batch = db.Batch(
         "raw.scale_out_probe",
@@ -818,13 +812,7 @@ def test_the_hourly_loop_on_ducklake(extension_directory, postgres, tmp_path, da
     from transforms.runner import build
     from warehouse.ingest import ingest
 
-    create_database(postgres, "ducklake_loop")
-    for key, value in lake_env(
-        DUCKLAKE_CATALOG_DSN=f"dbname=ducklake_loop host=127.0.0.1 port={postgres['port']} user=ducklake",
-        DUCKLAKE_CATALOG_PASSWORD=postgres["lake_password"],
-        DUCKLAKE_DATA_PATH=f"{tmp_path / 'lake'}/",
-        DUCKDB_EXTENSION_DIRECTORY=str(extension_directory),
-    ).items():
+    for key, value in lake_on(postgres, "ducklake_loop", tmp_path / "lake", extension_directory).items():
         monkeypatch.setenv(key, value)
     fleet = {
         "version": 1,
