@@ -29,6 +29,7 @@ from common.timeutil import utc, utc_hour
 from scheduling.domain.fleet import load_fleet
 from scheduling.domain.jobs import generate_jobs
 from scheduling.evaluation.bounds import replay_optimum, solve_optimum, solve_preemptive_optimum
+from scheduling.evaluation.exact_report import exact_instances, exact_summary
 from scheduling.evaluation.report import chart_over_runs
 from scheduling.evaluation.results import environment, evaluate, fmt, json_ready, over_seeds, report_markdown, targets
 from scheduling.evaluation.scenario import build_scenario
@@ -98,6 +99,12 @@ def register(subparsers) -> None:
         help="also the node-aware optimum (whole jobs on real nodes, MILP) and each policy's share of its reduction",
     )
     e.add_argument("--exact-time-limit", type=float, default=600.0, help="seconds for the node-aware MILP")
+    e.add_argument(
+        "--exact-json",
+        default=None,
+        help="write each instance's and policy's share of the node-aware optimum's reduction, the deadline "
+        "satisfaction and the summary over the instances there (JSON; runs with --exact)",
+    )
     e.add_argument("--pods", default="default", help="openb pod list variant (default, gpuspec10, ...)")
     e.add_argument("--max-duration-h", type=float, default=48.0)
     e.add_argument(
@@ -315,6 +322,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         tmp.replace(path)
     if args.report_plot:
         chart_over_runs(runs, Path(args.report_plot))
+    if args.exact_json:
+        instances = exact_instances(runs)
+        if not instances:
+            raise SystemExit("evaluate --exact-json: no run has a node-aware optimum (run with --exact)")
+        _write_json(Path(args.exact_json), {"summary": exact_summary(instances), "instances": instances})
     summary = over_seeds(runs)
     payload = runs[0] if len(runs) == 1 else {"runs": runs, **({"over_seeds": summary} if summary else {})}
     if args.json:

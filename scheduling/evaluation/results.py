@@ -20,6 +20,7 @@ from tqdm import tqdm
 from scheduling.evaluation.ablations import PERFECT_INFORMATION, REFERENCE_RUNS, run_ablations
 from scheduling.evaluation.bounds import PER_JOB_KEY, BoundNotSolved, gap_by_job_shape, solve_optimum
 from scheduling.evaluation.exact import EXACT_KEYS, solve_node_optimum
+from scheduling.evaluation.exact_report import exact_instances, exact_markdown
 from scheduling.evaluation.scenario import Scenario, demand_gpu_hours
 from scheduling.evaluation.simulator import BASELINE, simulate
 from scheduling.planning.forecasts import SIGNAL
@@ -333,6 +334,7 @@ def report_markdown(reports: list[dict]) -> str:
                 f"{fmt(r['kgco2e_mean'], 1)} |"
             )
         lines.append("")
+    lines += exact_markdown(exact_instances(reports))
     several = len({rep["config"]["seed"] for rep in reports}) > 1
     for rep in reports:
         cfg = rep["config"]
