@@ -175,6 +175,7 @@ CREDENTIALS: dict[str, CredentialSpec] = {
         "watttime", ("username", "password"), ("WATTTIME_USERNAME", "WATTTIME_PASSWORD"), "watttime_default"
     ),
     "eia930": CredentialSpec("eia930", ("api_key",), ("EIA_API_KEY",), "eia_default"),
+    "entsoe": CredentialSpec("entsoe", ("api_key",), ("ENTSOE_API_KEY",), "entsoe_default"),
 }
 
 
