@@ -11,11 +11,11 @@
   The document is checked with ElementTree (well-formed, A75, MAW on every series) and then parsed with
   `entsoe.parsers.parse_generation`.
 * Generation: the hourly mean of each production type's points → `raw.grid_generation` (`generation_mw`), psr
-  types mapped onto the contract's fuels by `PSR_FUELS` (the Electricity Maps grouping, which the CarbonCast
-  ENTSO-E files follow: lignite, hard coal, oil shale, peat → coal; coal-derived gas → nat_gas; waste → biomass;
-  marine, other renewable, other → unknown). Pumped storage (B10) and other storage are not generation and
-  are left out; consumption series are not generation either. An hour with fewer points than the series'
-  resolution implies is flagged `partial_hour`.
+  types mapped onto the contract's fuels by `PSR_FUELS`, grouped as Electricity Maps' ENTSO-E parser groups
+  them (lignite, hard coal, oil shale, peat → coal; coal-derived gas → nat_gas; waste → biomass; marine, other
+  renewable, other → unknown), which gives the fuel set of the EnsembleCI EU files (`unknown`, no `other`).
+  Pumped storage (B10) and other storage are not generation and are left out; consumption series are not
+  generation either. An hour with fewer points than the series' resolution implies is flagged `partial_hour`.
 * Carbon intensity: ENTSO-E publishes none, so it is computed from the hourly mix with the CarbonCast direct
   factors (`warehouse.loaders.grid_factors.intensity_from_mix`, as the file loader does), negative values counted
   as 0: `signal_type=average`, `basis=production` (imports ignored), `scope=direct`,
