@@ -122,26 +122,31 @@ def no_matching_data(area: str, start: pd.Timestamp, end: pd.Timestamp) -> str:
     )
 
 
+SAMPLE_ORIGIN = pd.Timestamp("2021-07-01T00:00Z")
+
+
 def de_sample(start: pd.Timestamp, end: pd.Timestamp) -> list[Series]:
     """A DE-like mix over [start, end): 15-min series, one hourly (PT60M) series, pumped storage both ways, and
-    one missing 15-min point (lignite at 03:30)."""
+    one missing 15-min point a day (lignite at 03:30). Values depend on the quarter-hour `i` counted from
+    2021-07-01 00:00 UTC, so any requested period gets the same value for the same time."""
     quarters = pd.date_range(start, end, freq="15min", inclusive="left", tz="UTC")
     hours = pd.date_range(start, end, freq="h", inclusive="left", tz="UTC")
+    index = [int((t - SAMPLE_ORIGIN) / pd.Timedelta(minutes=15)) for t in quarters]
     solar = [max(0.0, 900.0 * (t.hour + t.minute / 60 - 3.5)) for t in quarters]
-    lignite: list[float | None] = [12000.0 + 40 * i for i in range(len(quarters))]
-    for i, t in enumerate(quarters):
+    lignite: list[float | None] = [12000.0 + 40 * (i % 96) for i in index]
+    for k, t in enumerate(quarters):
         if t.hour == 3 and t.minute == 30:
-            lignite[i] = None
+            lignite[k] = None
     return [
         Series("B01", start, [4500.0] * len(quarters)),
         Series("B02", start, lignite),
-        Series("B04", start, [5200.0 + 10 * (i % 4) for i in range(len(quarters))]),
-        Series("B05", start, [3100.0 - 8 * i for i in range(len(quarters))]),
+        Series("B04", start, [5200.0 + 10 * (i % 4) for i in index]),
+        Series("B05", start, [3100.0 - 8 * (i % 96) for i in index]),
         Series("B10", start, [300.0] * len(quarters)),
         Series("B10", start, [900.0] * len(quarters), consumption=True),
         Series("B14", start, [8100.0] * len(quarters)),
         Series("B16", start, solar),
-        Series("B19", start, [14000.0 - 100 * i for i in range(len(quarters))]),
+        Series("B19", start, [14000.0 - 100 * (i % 96) for i in index]),
         Series("B18", start, [3000.0] * len(hours), resolution="PT60M"),
         Series("B20", start, [250.0] * len(quarters)),
     ]

@@ -46,7 +46,8 @@ def test_request_parameters_come_from_the_library(api, feeds):
     [call] = api.calls(ENTSOE_PATH)
     assert call.param("documentType") == "A75" and call.param("processType") == "A16"
     assert call.param("in_Domain") == DE_EIC and call.param("securityToken") == ENTSOE_KEY
-    assert (call.param("periodStart"), call.param("periodEnd")) == ("202107010000", "202107010600")
+    # 24 h before the interval show which types report (partial_mix); only [start, end) is kept
+    assert (call.param("periodStart"), call.param("periodEnd")) == ("202106300000", "202107010600")
     headers = {name.lower(): value for name, value in call.headers.items()}
     assert headers["user-agent"].startswith("entsoe-py 0.8.1")
 
@@ -100,6 +101,27 @@ def test_a_type_missing_in_an_hour_flags_the_mix(api, feeds):
     assert ci.loc[_hour(0), "carbon_intensity_gco2_per_kwh"] == pytest.approx(5000 * 370 / 14000)
 
 
+def test_an_hourly_fetch_still_sees_missing_types_and_quarters(api, feeds):
+    begin = S - pd.Timedelta(hours=24)
+    quarters = 30 * 4  # from 24 h before the interval to 06:00
+    series = [
+        Series("B04", begin, [5000.0] * quarters),
+        Series("B14", begin, [8000.0] * (quarters - 3)),  # 05:15-05:45 not published yet
+        Series("B16", begin, [1000.0] * (quarters - 4)),  # no solar yet for 05:00
+    ]
+    document = gl_market_document(DE_EIC, begin, E, series)
+    api.route(ENTSOE_PATH, lambda request: (200, document, XML))
+    data = feeds.connector("entsoe").fetch("DE", "DE", _hour(5), E)
+    [call] = api.calls(ENTSOE_PATH)
+    assert (call.param("periodStart"), call.param("periodEnd")) == ("202106300500", "202107010600")
+    ci = data.frames[CARBON_INTENSITY]
+    assert ci["hour_utc"].tolist() == [_hour(5)]
+    assert ci["quality_flag"].item() == "recomputed_from_mix;partial_hour;partial_mix"
+    assert ci["carbon_intensity_gco2_per_kwh"].item() == pytest.approx(5000 * 370 / 13000)
+    gen = data.frames[GENERATION].set_index("fuel")
+    assert gen.loc["nuclear", "quality_flag"] == "partial_hour" and pd.isna(gen.loc["nat_gas", "quality_flag"])
+
+
 def test_every_psr_generation_type_has_a_contract_fuel():
     assert sorted(PSR_FUELS) == [f"B{i:02d}" for i in range(1, 21) if i != 10]
     assert set(PSR_FUELS.values()) <= set(CARBONCAST_DIRECT)
@@ -109,8 +131,8 @@ def test_long_intervals_are_split_and_cached(api, feeds, client):
     connector = feeds.connector("entsoe")
     connector.fetch("DE", "DE", S, S + pd.Timedelta(days=9))
     assert [(c.param("periodStart"), c.param("periodEnd")) for c in api.calls(ENTSOE_PATH)] == [
-        ("202107010000", "202107080000"),
-        ("202107080000", "202107100000"),
+        ("202106300000", "202107070000"),
+        ("202107070000", "202107100000"),
     ]
     data = connector.fetch("DE", "DE", S, S + pd.Timedelta(days=9))
     assert api.count(ENTSOE_PATH) == 2  # both documents came from the cache

@@ -41,10 +41,14 @@ FILE_PSR = {
 QUARTER_OFFSETS = np.array([-1.5, -0.5, 0.5, 1.5])
 
 
-def _read_day(path, start: pd.Timestamp) -> pd.DataFrame:
+def _read(path) -> pd.DataFrame:
     raw = pd.read_csv(path)
     raw.index = pd.to_datetime(raw["UTC time"].str.replace("+00:00", ""), utc=True)
-    return raw.loc[(raw.index >= start) & (raw.index < start + pd.Timedelta(days=1))]
+    return raw
+
+
+def _between(frame: pd.DataFrame, start: pd.Timestamp, end: pd.Timestamp) -> pd.DataFrame:
+    return frame.loc[(frame.index >= start) & (frame.index < end)]
 
 
 def _quarters(hourly: np.ndarray) -> list[float]:
@@ -65,13 +69,21 @@ def test_a_de_day_through_entsoe_matches_the_files_direct_intensity(
     day, api, config, client, keys, tmp_warehouse, data_dir
 ):
     start, end = pd.Timestamp(day, tz="UTC"), pd.Timestamp(day, tz="UTC") + pd.Timedelta(days=1)
-    mix_file = _read_day(data_dir / "grid" / "ensembleci" / "DE_direct_emissions.csv", start)
-    truth = _read_day(data_dir / "grid" / "dacf" / "DE_carbon_from_src_prod_forecasts_direct.csv", start)
+    files = _read(data_dir / "grid" / "ensembleci" / "DE_direct_emissions.csv")
+    mix_file = _between(files, start, end)
+    truth = _between(_read(data_dir / "grid" / "dacf" / "DE_carbon_from_src_prod_forecasts_direct.csv"), start, end)
     assert len(mix_file) == 24 and len(truth) == 24
     hourly_mw = mix_file[list(FILE_PSR)] / 4  # DE columns are 4 x the hourly mean MW
-    series = [Series(psr, start, _quarters(hourly_mw[fuel].to_numpy())) for fuel, psr in FILE_PSR.items()]
-    document = gl_market_document(DE_EIC, start, end, series)
-    api.route(ENTSOE_PATH, lambda request: (200, document, {"Content-Type": "application/xml"}))
+
+    def entsoe(request):
+        """The document ENTSO-E would send for the requested period, from the file's mix of those hours."""
+        begin = pd.Timestamp(request.param("periodStart"), tz="UTC")
+        mw = _between(files, begin, pd.Timestamp(request.param("periodEnd"), tz="UTC"))[list(FILE_PSR)] / 4
+        series = [Series(psr, begin, _quarters(mw[fuel].to_numpy())) for fuel, psr in FILE_PSR.items()]
+        document = gl_market_document(DE_EIC, begin, begin + pd.Timedelta(hours=len(mw)), series)
+        return 200, document, {"Content-Type": "application/xml"}
+
+    api.route(ENTSOE_PATH, entsoe)
 
     report = ingest_live(["DE"], start, end, config=config, client=client, extras=False, forecasts=False)
     assert {r.table: r.rows for r in report.results if r.batch_id.startswith("entsoe:")} == {
@@ -79,7 +91,11 @@ def test_a_de_day_through_entsoe_matches_the_files_direct_intensity(
         "raw.grid_generation": 24 * len(FILE_PSR),
     }
     [call] = api.calls(ENTSOE_PATH)
-    assert (call.param("periodStart"), call.param("periodEnd")) == (f"{start:%Y%m%d}0000", f"{end:%Y%m%d}0000")
+    # the day, and the 24 h before it that show which production types report
+    assert (call.param("periodStart"), call.param("periodEnd")) == (
+        f"{start - pd.Timedelta(days=1):%Y%m%d}0000",
+        f"{end:%Y%m%d}0000",
+    )
 
     with reader(tmp_warehouse) as con:
         live = con.execute(

@@ -20,7 +20,9 @@
   factors (`warehouse.loaders.grid_factors.intensity_from_mix`, as the file loader does), negative values counted
   as 0: `signal_type=average`, `basis=production` (imports ignored), `scope=direct`,
   `quality_flag=recomputed_from_mix` (plus `partial_hour`, and `partial_mix` when a production type that reports
-  elsewhere in the interval has no value in that hour).
+  elsewhere in the fetched period has no value in that hour). The fetched period starts `context_hours` (24)
+  before the interval, so even an hourly run knows which types the zone reports and at what resolution; only
+  the interval's hours are returned.
 * Errors map onto the HTTP client's: 429 (honouring `Retry-After`) and 5xx are retried with the client's backoff,
   then `RateLimitedError` / `HttpStatusError`; other 4xx → `HttpStatusError` with the acknowledgement's reason;
   connection failures → `TransportError`; malformed XML, another document type or unit → `PayloadError`; "No
@@ -96,6 +98,7 @@ STORAGE_PSR = frozenset({"B10", "B25"})  # pumped storage, energy storage
 PSR_BY_NAME = {name: code for code, name in PSRTYPE_MAPPINGS.items()}
 UNIT = "MAW"  # megawatt
 DOCUMENT_TYPE = "A75"
+HOUR = pd.Timedelta(hours=1)
 NO_DATA = "No matching data found"
 _ENDPOINT_LOCK = threading.Lock()
 
@@ -252,24 +255,28 @@ class EntsoeConnector(Connector):
     def fetch(self, region: str, code: str, start: pd.Timestamp, end: pd.Timestamp) -> FeedData:
         data = FeedData(self.name, region, start, end)
         span = pd.Timedelta(days=float(self.settings.option("max_range_days", 7)))
+        # the hours before `start` only show which production types report and how often (partial_mix, partial_hour)
+        context = pd.Timedelta(hours=float(self.settings.option("context_hours", 24)))
         columns: dict[str, list[pd.Series]] = {}
-        for window_start, window_end in chunks(start, end, span):
+        steps: dict[str, pd.Timedelta] = {}
+        for window_start, window_end in chunks(start - context, end, span):
             text = self.document(code, window_start, window_end)
             if text is None:
                 log.info(
                     "%s: no matching data for %s in [%s, %s)", self.name, code, iso_z(window_start), iso_z(window_end)
                 )
                 continue
-            for psr, series in self._series(data, code, text).items():
-                columns.setdefault(psr, []).append(series)
+            series, resolutions = self._series(data, code, text)
+            for psr, values in series.items():
+                columns.setdefault(psr, []).append(values)
+                steps[psr] = min(steps.get(psr, HOUR), resolutions.get(psr, HOUR))
         hourly = []
         for psr, parts in columns.items():
             points = pd.concat(parts).sort_index()
             points = points[~points.index.duplicated(keep="last")].dropna()
             if points.empty:
                 continue
-            step = points.index.to_series().diff().min() if len(points) > 1 else pd.Timedelta(hours=1)
-            expected = max(1, int(pd.Timedelta(hours=1) / step)) if step > pd.Timedelta(0) else 1
+            expected = max(1, int(HOUR / steps[psr]))
             grouped = points.groupby(points.index.floor("h")).agg(["mean", "size"])
             hourly.append(
                 pd.DataFrame(
@@ -287,26 +294,33 @@ class EntsoeConnector(Connector):
             data.frames[CARBON_INTENSITY] = frame(CARBON_INTENSITY, [])
             return data
         rows = pd.concat(hourly, ignore_index=True)
+        types = rows["psr"].nunique()
         rows = rows[(rows["hour_utc"] >= start) & (rows["hour_utc"] < end)]
+        if rows.empty:
+            data.frames[GENERATION] = frame(GENERATION, [])
+            data.frames[CARBON_INTENSITY] = frame(CARBON_INTENSITY, [])
+            return data
         generation = rows.groupby(["hour_utc", "fuel"], as_index=False).agg(
             generation_mw=("mw", "sum"), partial=("partial", "any")
         )
         generation["quality_flag"] = generation["partial"].map({True: "partial_hour", False: None})
         generation["region"], generation["data_source"] = region, self.name
         data.frames[GENERATION] = within(frame(GENERATION, generation), start, end)
-        data.frames[CARBON_INTENSITY] = within(self._intensity(region, rows), start, end)
+        data.frames[CARBON_INTENSITY] = within(self._intensity(region, rows, types), start, end)
         return data
 
-    def _series(self, data: FeedData, code: str, text: str) -> dict[str, pd.Series]:
-        """The generation series (MW, UTC index) of one document, by psr type; storage and consumption left out."""
+    def _series(self, data: FeedData, code: str, text: str) -> tuple[dict[str, pd.Series], dict[str, pd.Timedelta]]:
+        """The generation series (MW, UTC index) of one document by psr type, storage and consumption left out,
+        and each type's finest resolution."""
         try:
             with warnings.catch_warnings():  # entsoe-py parses XML with bs4's HTML parser, on purpose
                 warnings.simplefilter("ignore", XMLParsedAsHTMLWarning)
                 parsed = parse_generation(text, nett=False)
         except (ValueError, KeyError, AttributeError, TypeError, NotImplementedError) as exc:
             raise self.payload_error(f"GL_MarketDocument could not be parsed ({type(exc).__name__}: {exc})") from None
-        if "inBiddingZone_Domain.mRID" not in text:
-            return {}  # consumption series only (parse_generation then drops the direction level)
+        resolutions = _resolutions(text)
+        if not resolutions:
+            return {}, {}  # consumption series only (parse_generation then drops the direction level)
         if isinstance(parsed, pd.Series):
             parsed = parsed.to_frame()
         if isinstance(parsed.columns, pd.MultiIndex):
@@ -326,14 +340,13 @@ class EntsoeConnector(Connector):
             series = pd.to_numeric(parsed[name], errors="coerce")
             series.index = pd.DatetimeIndex(series.index).tz_convert("UTC")
             out[psr] = series
-        return out
+        return out, resolutions
 
-    def _intensity(self, region: str, rows: pd.DataFrame) -> pd.DataFrame:
+    def _intensity(self, region: str, rows: pd.DataFrame, types: int) -> pd.DataFrame:
         mix = rows.pivot_table(index="hour_utc", columns="fuel", values="mw", aggfunc="sum").fillna(0.0).clip(lower=0.0)
         ci = intensity_from_mix(mix, CARBONCAST_DIRECT).dropna()
         reported = rows.groupby("hour_utc")["psr"].nunique()
         partial = rows.groupby("hour_utc")["partial"].any()
-        types = rows["psr"].nunique()
         out = ci.rename("carbon_intensity_gco2_per_kwh").rename_axis("hour_utc").reset_index()
         out["quality_flag"] = [
             join_flags(
@@ -346,6 +359,25 @@ class EntsoeConnector(Connector):
         out["region"], out["data_source"] = region, self.name
         out["signal_type"], out["basis"], out["scope"] = "average", "production", "direct"
         return frame(CARBON_INTENSITY, out)
+
+
+def _resolutions(text: str) -> dict[str, pd.Timedelta]:
+    """psr type → the finest `resolution` (ISO 8601 duration) of its generation series in the document."""
+    out: dict[str, pd.Timedelta] = {}
+    for series in ET.fromstring(text):
+        if _local(series.tag) != "TimeSeries" or _child_text(series, "inBiddingZone_Domain.mRID") is None:
+            continue
+        psr = _child_text(series, "psrType") or ""
+        for element in series.iter():
+            if _local(element.tag) == "resolution":
+                try:
+                    step = pd.Timedelta(element.text.strip())
+                except (AttributeError, ValueError):
+                    raise PayloadError(
+                        f"entsoe: psrType {psr}: resolution {element.text!r} is not a duration"
+                    ) from None
+                out[psr] = min(out.get(psr, step), step)
+    return out
 
 
 def _reason(text: str) -> str:
