@@ -99,6 +99,9 @@ def _sdk_client_class() -> type:
             self.token, self.token_valid_until = token, datetime.now() + self._token_ttl
             self.headers = {"Authorization": f"Bearer {token}", "User-Agent": self.session.headers["User-Agent"]}
 
+        def logged_in(self) -> bool:
+            return bool(self.headers) and self._is_token_valid()
+
         def forget_token(self) -> None:
             self.token = self.headers = self.token_valid_until = None
 
@@ -146,13 +149,19 @@ class WattTimeConnector(Connector):
                 if isinstance(cause, requests.RequestException):
                     raise cause from None
                 raise
-            except requests.exceptions.JSONDecodeError:
-                raise self.payload_error("/login returned a body that is not JSON") from None
             except (KeyError, TypeError, AttributeError, ValueError) as exc:  # the SDK indexes meta.model.date
                 raise self.payload_error(f"{path}: {type(exc).__name__}: {exc}") from None
 
+        def login() -> None:
+            try:
+                sdk._login()
+            except ValueError as exc:  # a body that is not JSON, or one without a token
+                raise self.payload_error(f"/login: {exc}") from None
+
         for attempt in (1, 2):
             try:
+                if not sdk.logged_in():  # on its own, so that a failed login is reported as one
+                    self.client.call(login, shown=redact_url(self.url("/login")), feed=self.name)
                 body = self.client.call(send, shown=shown, feed=self.name)
             except HttpStatusError as exc:
                 if exc.status == 401 and attempt == 1:
