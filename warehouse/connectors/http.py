@@ -405,12 +405,6 @@ class HttpClient:
     ) -> Any:
         """GET `url` and return its JSON body (from the cache when fresh). Raises ConnectorError subclasses."""
         shown = redact_url(url, params)
-        key = cache_key("GET", url, params)
-        if use_cache:
-            hit, body = self.cache.get(key, cache_ttl_s)
-            if hit:
-                log.debug("%s: cache hit %s", feed, shown)
-                return body
         settings = self.settings
 
         def send() -> Any:
@@ -430,9 +424,19 @@ class HttpClient:
                     f"{redact(response.text)[:200]!r}"
                 ) from None
 
-        body = self.call(send, shown=shown, feed=feed)
-        if use_cache:
-            self.cache.put(key, body, shown)
+        if not use_cache:
+            return self.call(send, shown=shown, feed=feed)
+        return self.cached(url, params, lambda: self.call(send, shown=shown, feed=feed), cache_ttl_s, feed)
+
+    def cached(self, url: str, params: Params, fetch: Callable[[], Any], cache_ttl_s=None, feed: str = "http") -> Any:
+        """The JSON body of GET `url` + `params`: from the cache when fresh, else `fetch()`'s (then stored)."""
+        key, shown = cache_key("GET", url, params), redact_url(url, params)
+        hit, body = self.cache.get(key, cache_ttl_s)
+        if hit:
+            log.debug("%s: cache hit %s", feed, shown)
+            return body
+        body = fetch()
+        self.cache.put(key, body, shown)
         return body
 
     def call(self, send: Callable[[], Any], *, shown: str, feed: str) -> Any:

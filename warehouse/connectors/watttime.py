@@ -1,18 +1,16 @@
 """WattTime API v3 through the official `watttime` SDK: marginal emissions (MOER), historical and forecast.
 
-Transport: `watttime.WattTimeHistorical.get_historical_jsons` (`/v3/historical`, at most 30 days per request;
-the connector splits longer intervals), `WattTimeForecast.get_forecast_json` (`/v3/forecast`, the latest run,
-`meta.generated_at` saying when it was issued) and `get_historical_forecast_json` (`/v3/forecast/historical`, the
-runs issued in [start, end]; `forecast_mode: historical` picks the latest one issued at or before `as_of`, for
-replays). The SDK's session is pointed at `base_url` and given the feeds' timeouts and no retries of its own:
-`HttpClient.call` applies the shared policy (5xx/timeouts back off, 429 waits for Retry-After, other 4xx fail at
-once), the shared response cache holds the bodies, and a 401 renews the login token once. Its login is
-overridden only to keep the password on the instance: the SDK's own reads it from (and writes it to) os.environ,
-which every child process would inherit.
+Endpoints: `get_historical_jsons` (`/v3/historical`, ≤ 30 days a request: longer intervals are split),
+`get_forecast_json` (`/v3/forecast`, the latest run, issued at `meta.generated_at`) and
+`get_historical_forecast_json` (`/v3/forecast/historical`, the runs issued in [start, end]; `forecast_mode:
+historical` picks the latest one issued at or before `as_of`, for replays). Payload: `{"data": [{"point_time",
+"value"}] (forecast history: [{"generated_at", "forecast": [...]}]), "meta": {"signal_type", "units",
+"data_point_period_seconds", "model", ...}}`.
 
-Payload: `{"data": [{"point_time", "value"}], "meta": {"region", "signal_type", "units",
-"data_point_period_seconds", "model", "warnings", ...}}` (forecast history: `{"data": [{"generated_at",
-"forecast": [{"point_time", "value"}]}], "meta": ...}`).
+The SDK's session gets `base_url`, the feeds' timeouts and no retries of its own: `HttpClient.call` applies the
+shared policy, the shared cache holds the bodies, and a 401 renews the token once. Its login is replaced only to
+keep the password on the instance (the SDK's reads it from, and writes it to, os.environ: every child process
+would inherit it).
 
 Units: `meta.units` `lbs_co2_per_mwh` → × 0.45359237 (1 lb/MWh = 453.59237 g / 1000 kWh) to gCO2/kWh;
 `kg_co2_per_mwh` and `g_co2_per_kwh` are already g/kWh.
@@ -38,7 +36,7 @@ from requests.adapters import HTTPAdapter
 
 from common.timeutil import utc as to_utc
 from warehouse.connectors.base import Connector
-from warehouse.connectors.http import HttpSettings, HttpStatusError, cache_key, redact_url, register_secret
+from warehouse.connectors.http import HttpSettings, HttpStatusError, redact_url, register_secret
 from warehouse.connectors.schema import CARBON_INTENSITY, LIVE_FORECASTS, FeedData, chunks, frame, within
 from warehouse.db import Rejection
 
@@ -131,11 +129,10 @@ class WattTimeConnector(Connector):
     def _call(self, path: str, params: dict, request: Callable[[Any], Any], cache_ttl_s=None) -> Any:
         """`request(sdk)` under the shared retry policy and response cache; a 401 logs in again once."""
         url = self.url(path)
-        key = cache_key("GET", url, params)
         ttl = cache_ttl_s if cache_ttl_s is not None else self.settings.cache_ttl_s
-        hit, body = self.client.cache.get(key, ttl)
-        if hit:
-            return body
+        return self.client.cached(url, params, lambda: self._fetch(path, url, params, request), ttl, self.name)
+
+    def _fetch(self, path: str, url: str, params: dict, request: Callable[[Any], Any]) -> Any:
         shown = redact_url(url, params)
         sdk = self._sdk()
 
@@ -168,7 +165,6 @@ class WattTimeConnector(Connector):
                     sdk.forget_token()  # expired: log in again once
                     continue
                 raise
-            self.client.cache.put(key, body, shown)
             return body
         raise AssertionError("unreachable")
 
