@@ -20,7 +20,8 @@ entsoe             raw.grid_generation (A75 per production type, 15/30/60-min â†
 
 Entry points: `fetch_region`, `live_batches` (Batches for `warehouse.db.load_batch`), `ingest_live` (fetch + load),
 and `python -m warehouse.connectors`. Feeds and regions are configured in `feeds.yaml`; HTTP behaviour, caching
-and credentials live in `warehouse.connectors.http`.
+and credentials live in `warehouse.connectors.http` (WattTime's requests go through the official `watttime` SDK
+under that same policy).
 """
 
 from warehouse.connectors.base import Connector, FeedSettings
