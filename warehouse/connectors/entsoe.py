@@ -23,9 +23,10 @@
   elsewhere in the fetched period has no value in that hour). The fetched period starts `context_hours` (24)
   before the interval, so even an hourly run knows which types the zone reports and at what resolution; only
   the interval's hours are returned.
-* Errors map onto the HTTP client's: 429 (honouring `Retry-After`) and 5xx are retried with the client's backoff,
-  then `RateLimitedError` / `HttpStatusError`; other 4xx → `HttpStatusError` with the acknowledgement's reason;
-  connection failures → `TransportError`; malformed XML, another document type or unit → `PayloadError`; "No
+* Requests run under the HTTP client's retry policy (`HttpClient.call`): 429 (honouring `Retry-After`), 5xx,
+  timeouts and connection errors are retried with the client's backoff, then `RateLimitedError` /
+  `HttpStatusError` / `TransportError`; other 4xx → `HttpStatusError` at once with the acknowledgement's reason
+  (entsoe-py's parameter errors as 400); malformed XML, another document type or unit → `PayloadError`; "No
   matching data" → no rows, so `LiveFeeds` raises `EmptyFeedError` and the fallback serves. Successful documents
   are cached as text in the client's response cache (the token is not part of the key).
 """
@@ -60,8 +61,6 @@ from warehouse.connectors.http import (
     HttpStatusError,
     PayloadError,
     RateLimitedError,
-    TransportError,
-    _retry_after_seconds,
     cache_key,
     redact,
     redact_url,
@@ -154,78 +153,41 @@ class EntsoeConnector(Connector):
         return self._raw
 
     def _request(self, area, start: pd.Timestamp, end: pd.Timestamp, shown: str) -> str | None:
-        """One A75 document as XML text, or None when ENTSO-E has no matching data; retries as the client does."""
-        settings = self.client.settings
-        attempts = max(1, settings.max_attempts)
-        problem, status = "no attempt made", None
-        for attempt in range(1, attempts + 1):
-            delay = None
-            try:
-                with _ENDPOINT_LOCK, warnings.catch_warnings():
-                    warnings.simplefilter("ignore", XMLParsedAsHTMLWarning)  # bs4 reads error bodies as HTML
-                    previous, entsoe_api.URL = entsoe_api.URL, self._endpoint()
-                    try:
-                        return self._raw_client().query_generation(area, start=start, end=end)
-                    finally:
-                        entsoe_api.URL = previous
-            except NoMatchingDataError:
-                return None
-            except (InvalidBusinessParameterError, InvalidPSRTypeError, InvalidParameterError) as exc:
-                raise HttpStatusError(
-                    f"{self.name}: GET {shown} rejected the request ({type(exc).__name__})", 400, shown
-                ) from None
-            except PaginationError as exc:
-                raise HttpStatusError(f"{self.name}: GET {shown}: {exc}; lower max_range_days", 400, shown) from None
-            except requests.HTTPError as exc:
-                response = exc.response
-                status = response.status_code if response is not None else 0
-                reason = _reason(response.text if response is not None else "")
-                if status == 429:
-                    wait = _retry_after_seconds(response.headers.get("Retry-After"), self.client.clock)
-                    if wait is not None and wait > settings.retry_after_max_s:
-                        raise RateLimitedError(
-                            f"{self.name}: GET {shown} rate limited (429); server asks to wait {wait:.0f} s, more "
-                            f"than retry_after_max_s={settings.retry_after_max_s:g}",
-                            status,
-                            shown,
-                        ) from None
-                    if attempt == attempts:
-                        raise RateLimitedError(
-                            f"{self.name}: GET {shown} still rate limited (429) after {attempts} attempts",
-                            status,
-                            shown,
-                        ) from None
-                    problem, delay = "rate limited (429)", wait
-                elif status < 500:
-                    hint = " (check the security token)" if status in (401, 403) else ""
+        """One A75 document as XML text, or None when ENTSO-E has no matching data; under the client's retry policy."""
+        reasons: list[str] = []  # the acknowledgement's reason of the last HTTP error, for the 4xx message
+
+        def send() -> str | None:
+            with _ENDPOINT_LOCK, warnings.catch_warnings():
+                warnings.simplefilter("ignore", XMLParsedAsHTMLWarning)  # bs4 reads error bodies as HTML
+                previous, entsoe_api.URL = entsoe_api.URL, self._endpoint()
+                try:
+                    return self._raw_client().query_generation(area, start=start, end=end)
+                except NoMatchingDataError:
+                    return None
+                except (InvalidBusinessParameterError, InvalidPSRTypeError, InvalidParameterError) as exc:
                     raise HttpStatusError(
-                        f"{self.name}: GET {shown} failed with HTTP {status}{hint}: {redact(reason)[:300]!r}",
-                        status,
-                        shown,
+                        f"{self.name}: GET {shown} rejected the request ({type(exc).__name__})", 400, shown
                     ) from None
-                else:
-                    problem = f"HTTP {status}: {redact(reason)[:200]!r}"
-            except requests.Timeout as exc:
-                status, problem = None, f"timed out ({type(exc).__name__})"
-            except requests.RequestException as exc:
-                status, problem = None, f"connection failed ({type(exc).__name__}: {redact(exc)[:300]})"
-            if attempt < attempts:
-                delay = delay if delay is not None else self.client._backoff(attempt)
-                log.warning(
-                    "%s: GET %s %s; retrying in %.2f s (attempt %d/%d)",
-                    self.name,
-                    shown,
-                    problem,
-                    delay,
-                    attempt,
-                    attempts,
-                )
-                self.client.sleep(delay)
-        if status is not None:
+                except PaginationError as exc:
+                    message = f"{self.name}: GET {shown}: {exc}; lower max_range_days"
+                    raise HttpStatusError(message, 400, shown) from None
+                except requests.HTTPError as exc:
+                    reasons.append(_reason(exc.response.text) if exc.response is not None else "")
+                    raise
+                finally:
+                    entsoe_api.URL = previous
+
+        try:
+            return self.client.call(send, shown=shown, feed=self.name)
+        except HttpStatusError as exc:
+            if isinstance(exc, RateLimitedError) or not 400 <= exc.status < 500 or not reasons:
+                raise
+            hint = " (check the security token)" if exc.status in (401, 403) else ""
             raise HttpStatusError(
-                f"{self.name}: GET {shown} failed after {attempts} attempts: {problem}", status, shown
-            )
-        raise TransportError(f"{self.name}: GET {shown} failed after {attempts} attempts: {problem}")
+                f"{self.name}: GET {shown} failed with HTTP {exc.status}{hint}: {redact(reasons[-1])[:300]!r}",
+                exc.status,
+                shown,
+            ) from None
 
     def document(self, code: str, start: pd.Timestamp, end: pd.Timestamp) -> str | None:
         """The A75 GL_MarketDocument of zone `code` over [start, end), from the cache when fresh; None if no data."""
