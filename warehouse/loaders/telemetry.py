@@ -684,7 +684,9 @@ def _load_zeus(
     out = pd.DataFrame(index=raw.index)
     out["job_key"] = _job_keys(rows, raw["window_name"], "window_name", job, "name the job's window after it")
     out["meter_run_id"] = raw["window_name"]
-    start, _ = _timestamps(rows, "start_time", raw["ts"], None, "zeus")
+    epoch = raw["ts"].str.strip().str.fullmatch(r"\d+(?:\.\d*)?").fillna(False).to_numpy(dtype=bool)
+    rows.reject(~epoch, "start_time", raw["ts"], "not a Unix time in seconds")
+    start, _ = _timestamps(rows, "start_time", raw["ts"].where(epoch, "0"), None, "zeus")
     elapsed = _numbers(
         rows, Field("elapsed_time", "float", required=True, min_value=0), "elapsed_time", None, raw["elapsed_time"]
     )
