@@ -743,7 +743,8 @@ def _batches(data_dir: Path) -> Iterator[Batch]:
 telemetry = Source(
     SOURCE,
     "energy",
-    "GPU telemetry logs (nvidia-smi --query-gpu CSV, DCGM-exporter CSV) under DATA_DIR/telemetry -> raw.gpu_telemetry",
+    "GPU telemetry logs (nvidia-smi --query-gpu CSV, DCGM-exporter CSV) and job energy meters (CodeCarbon "
+    "emissions.csv, ZeusMonitor log) under DATA_DIR/telemetry -> raw.gpu_telemetry",
     _batches,
     _files,
 )
