@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from scheduling.executors.events import load_events
-from scheduling.output.ledger import LEDGER_SELECT
+from scheduling.output.ledger import LEDGER_SELECT, ledger, write_ledger_report
 from scheduling.output.plan_store import StoredPlan, write_plan
 from transforms.runner import build
 from warehouse.db import reader
@@ -146,3 +146,11 @@ def test_carbon_ledger_shows_the_meter(ledger_warehouse):
     assert daily == (4, 3)
     # the Zeus log loaded under two names counts once: 2 windows x 2 GPUs
     assert metered == [("lab/reported", "zeus", 1), ("lab/resnet50-cc", "codecarbon", 4), ("lab/vit-zeus", "zeus", 4)]
+
+
+def test_the_ledger_command_reports_the_measured_jobs(ledger_warehouse, tmp_path):
+    book = ledger("2021-07-15", "2021-07-16", db_path=ledger_warehouse)
+    assert book.totals["jobs"] == 4 and book.totals["measured_energy_pct"] == 75.0
+    meters = dict(zip(book.jobs["tenant"] + "/" + book.jobs["job_id"], book.jobs["energy_meter"]))
+    assert meters["lab/resnet50-cc"] == "codecarbon" and meters["lab/vit-zeus"] == "zeus"
+    assert (write_ledger_report(book, tmp_path / "report")).exists()
