@@ -189,6 +189,10 @@ def test_sidecar_job_keys_a_whole_file(tmp_path):
     assert sorted(batch.frame["meter_run_id"]) == ["eval", "train"]
     with pytest.raises(ValueError, match="'nope' is not a planner job id"):
         load_telemetry_file(path, job="nope")
+    no_gpu = tmp_path / "cpu.csv"
+    no_gpu.write_text("start_time,window_name,elapsed_time,\n1626351000.5,lab/a,100.0,\n")
+    with pytest.raises(LoadError, match=r"cpu\.csv, row 1: a ZeusMonitor log without GPU energy columns"):
+        load_telemetry_file(no_gpu)
     bad = tmp_path / "bad.csv"
     bad.write_text("start_time,window_name,elapsed_time,gpu0_power\n1,lab/a,1,1\n")
     with pytest.raises(LoadError, match=r"bad\.csv, row 1, field 'gpu0_power': not a ZeusMonitor energy column"):

@@ -646,7 +646,7 @@ def _load_zeus(
     The writer does not quote: commas in a window name split it, so the fields between start_time and the last
     ones are joined back into the name."""
     gpus = []
-    for name in header[3:]:
+    for name in header[3:] if any(header[3:]) else []:  # no GPU monitored: the header ends in a comma
         match = re.fullmatch(r"gpu(\d+)_energy", name)
         if match is None:
             raise LoadError(
