@@ -1,5 +1,6 @@
 """Airflow DAG: ingest GPU measurements into raw.*: energy (Zeus sweeps/profiles, ML.ENERGY v2/v3, AcmeTrace,
-telemetry logs) and interference (Gavel isolated and co-located throughputs).
+telemetry logs: nvidia-smi, DCGM, and the jobs' own CodeCarbon and Zeus meters) and interference (Gavel isolated
+and co-located throughputs).
 
 Trigger by hand; Params choose sources and the data folder. Updates `warehouse://raw/energy` and
 `warehouse://raw/interference`.

@@ -255,6 +255,29 @@ def grid_hourly_from_files(
     return _finish(add_calendar(pd.concat(parts, ignore_index=True)))
 
 
+class SignalMixError(ValueError):
+    """marts.grid_hourly offered a non-average value in the average-signal columns (the forecasting targets)."""
+
+
+def average_signal_only(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame`, checked: its carbon intensity (`signal_type`, the training target's) is the average signal.
+
+    A marginal value (WattTime's MOER) answers another question and has its own column
+    (`carbon_intensity_marginal_gco2_per_kwh`); a row whose `signal_type` is anything but average is refused rather
+    than trained on.
+    """
+    if "signal_type" in frame.columns:
+        bad = frame["signal_type"].notna() & (frame["signal_type"] != "average")
+        if bad.any():
+            found = sorted(set(frame.loc[bad, "signal_type"].astype(str)))
+            regions = sorted(set(frame.loc[bad, "region"].astype(str)))
+            raise SignalMixError(
+                f"marts.grid_hourly: signal_type {found} in the average-signal columns ({int(bad.sum())} rows, "
+                f"regions {regions}); marginal values belong in carbon_intensity_marginal_gco2_per_kwh only"
+            )
+    return frame
+
+
 def load_grid_hourly(regions=None, start=None, end=None, db_path=None) -> pd.DataFrame:
     """`marts.grid_hourly` rows for `regions` with start <= hour_utc < end, read through `warehouse.db.reader`."""
     start, end = _bounds(start, end)
@@ -275,7 +298,7 @@ def load_grid_hourly(regions=None, start=None, end=None, db_path=None) -> pd.Dat
     frame["hour_utc"] = pd.to_datetime(frame["hour_utc"], utc=True).dt.as_unit("us")
     if "is_weekend" in frame.columns:
         frame["is_weekend"] = frame["is_weekend"].astype("boolean").fillna(False).astype(bool)
-    return _finish(frame)
+    return _finish(average_signal_only(frame))
 
 
 def grid_hourly(regions=None, start=None, end=None, source: str = "auto", db_path=None, data_dir=None) -> pd.DataFrame:
@@ -285,6 +308,8 @@ def grid_hourly(regions=None, start=None, end=None, source: str = "auto", db_pat
             frame = load_grid_hourly(regions, start, end, db_path)
             if len(frame) or source == "warehouse":
                 return frame
+        except SignalMixError:
+            raise
         except Exception:
             if source == "warehouse":
                 raise

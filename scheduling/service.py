@@ -11,7 +11,11 @@ T:
 * **Fleet**: the file `FLEET_PATH` names (default `scheduling/domain/fleet.yaml`); `regions` selects a subset,
   default every region with grid data (not GB).
 * **Forecasts**: `forecast.forecasts` (carbon_intensity, p50 of the latest issue at or before T, through the
-  planner's `WarehouseForecast`); the seasonal naive from actuals where none exist.
+  planner's `WarehouseForecast`); the seasonal naive from actuals where none exist. With the fleet file's
+  `signal: marginal`, the plan minimises WattTime's marginal intensity instead: actuals from
+  `marts.grid_hourly.carbon_intensity_marginal_gco2_per_kwh`, forecasts from the feed's own
+  (`staging.stg_grid__live_forecasts`), the naive of those actuals where none exist; a zone without marginal data
+  is an error, never a silent switch to the average.
 * **Models**: the latest good registered power model ("gpu-power") and predictor ("gpu-predictor") of
   `model.registry` whose cut-off is at or before T (`scheduling.models.registered.resolve_registered`). Without one,
   flagged (`fallback: true`): power options fitted from marts.gpu_energy_profiles / the files, speeds from Gavel's
@@ -98,15 +102,17 @@ def _source_key(db_path, mart: str) -> str:
     return "files"
 
 
-def _grid(zones, plan_time: pd.Timestamp, horizon_h: int, db_path=None, data_dir=None):
-    """Grid actuals for the UTC day of plan_time minus 8 days to the end of the horizon (a window that depends on
-    the day only, so every hour of a day shares it)."""
+def _grid(zones, plan_time: pd.Timestamp, horizon_h: int, db_path=None, data_dir=None, signal: str = "average"):
+    """Grid actuals of `signal` for the UTC day of plan_time minus 8 days to the end of the horizon (a window that
+    depends on the day only, so every hour of a day shares it)."""
     day = plan_time.floor("D")
     end = day + pd.Timedelta(hours=24 + horizon_h + 24)
-    key = (tuple(zones), day, end, _source_key(db_path, "grid_hourly"), str(data_dir))
+    key = (tuple(zones), day, end, _source_key(db_path, "grid_hourly"), str(data_dir), signal)
     if key not in _GRID_CACHE:
         _GRID_CACHE.clear()
-        _GRID_CACHE[key] = GridSeries.load(zones, day, end, source="auto", data_dir=data_dir, db_path=db_path)
+        _GRID_CACHE[key] = GridSeries.load(
+            zones, day, end, source="auto", data_dir=data_dir, db_path=db_path, signal=signal
+        )
     return _GRID_CACHE[key]
 
 
@@ -151,12 +157,14 @@ def _feedback(predictor, as_of, db_path=None, data_dir=None, fleet=None) -> tupl
 
 
 def _forecasts(fleet, plan_time: pd.Timestamp, horizon_h: int, db_path=None, data_dir=None):
-    """forecast.forecasts (latest issue at or before plan_time), else the seasonal naive from actuals."""
+    """Of the fleet's signal: forecast.forecasts (average) or the live feed's own forecasts (marginal), latest issue
+    at or before plan_time, else the seasonal naive from actuals."""
     zones = fleet.zones
     end = plan_time + pd.Timedelta(hours=horizon_h + 24)
-    grid = _grid(zones, plan_time, horizon_h, db_path, data_dir)
+    grid = _grid(zones, plan_time, horizon_h, db_path, data_dir, fleet.signal)
+    kind = "live" if fleet.signal == "marginal" else "warehouse"
     try:
-        return make_forecasts("warehouse", grid, zones, start=plan_time, end=end, db_path=db_path, data_dir=data_dir)
+        return make_forecasts(kind, grid, zones, start=plan_time, end=end, db_path=db_path, data_dir=data_dir)
     except ValueError:
         return make_forecasts("naive", grid, zones)
 
@@ -195,6 +203,7 @@ def make_plan(
     }
     forecasts = _forecasts(fleet, plan_time, horizon_hours, db_path, data_dir)
     info["forecast_source"] = forecasts.name
+    info["signal"] = fleet.signal
     if jobs.empty:
         return Plan(plan_time=plan_time, policy=policy, forecast_version=None), info
     power_table = _power_table(fleet, db_path, data_dir, as_of=plan_time)
@@ -291,8 +300,8 @@ def write_plan(
 ) -> dict:
     """Write `plan` (see the module doc) with its explanation texts (`job_files`: cluster -> the per-job schedule
     files it gets, see `schedules.render`); returns the summary: plan_id, plan_time,
-    policy, dry_run, forecast_version, forecast_source, n_jobs, n_assigned, n_dispatched (start now), n_unplaced,
-    n_running, n_arrived_dispatched, expected_kgco2e, schedule_dir, files, tables, models, seconds."""
+    policy, dry_run, forecast_version, forecast_source, signal, n_jobs, n_assigned, n_dispatched (start now),
+    n_unplaced, n_running, n_arrived_dispatched, expected_kgco2e, schedule_dir, files, tables, models, seconds."""
     t0 = time.perf_counter() if started is None else started
     plan_time = utc(plan.plan_time)
     explainer = explainer or make_explainer()
@@ -319,6 +328,7 @@ def write_plan(
         "dry_run": bool(dry_run),
         "forecast_version": plan.forecast_version,
         "forecast_source": info.get("forecast_source"),
+        "signal": info.get("signal"),
         "n_jobs": int(len(a) + len(plan.unplaced)),
         "n_assigned": int(len(a)),
         "n_dispatched": dispatched,

@@ -9,6 +9,7 @@ The YAML file (`FLEET_PATH` selects the hourly plan's, see `scheduling.domain.fl
 
     version: 1
     seed: 7                                   # node sampling (sampled clusters only)
+    signal: average                           # carbon signal the hourly plan minimises: average | marginal
     transfer: {kwh_per_gb: 0.0075}            # network energy per GB when a job runs outside its home region
     regions:   {us-west: {zone: CISO}}        # region -> grid zone of marts.grid_hourly
     gpu_models:                               # board power (W); gavel: k80|p100|v100, or relative_speed vs a V100
@@ -73,7 +74,10 @@ EXECUTOR_KINDS = ("replay", "files", "slurm", "kubernetes")
 GAVEL_TYPES = ("k80", "p100", "v100")
 
 # What the file may say, per level (anything else is refused, so that a misspelt key cannot be silently ignored).
-TOP_KEYS = ("version", "seed", "transfer", "regions", "gpu_models", "clusters")
+TOP_KEYS = ("version", "seed", "signal", "transfer", "regions", "gpu_models", "clusters")
+# average: marts.grid_hourly's direct average intensity (attributional); marginal: WattTime's MOER (the consequence of
+# adding load now) where the live feeds deliver it (docs/planner.md, "Which carbon signal")
+SIGNALS = ("average", "marginal")
 REGION_KEYS = ("zone",)
 MODEL_KEYS = ("idle_w", "peak_w", "gavel", "relative_speed")
 CLUSTER_KEYS = ("name", "region", "gpu_model", "source", "gpus", "nodes", "node_groups", "pue", "weight", "executor")
@@ -192,6 +196,7 @@ class Fleet:
     regions: dict[str, str]  # region -> zone
     transfer_kwh_per_gb: float = 0.0075
     seed: int = 7
+    signal: str = "average"  # the carbon signal the hourly plan minimises (SIGNALS)
     source_path: str | None = None
     _pools: dict = field(default_factory=dict, repr=False)
 
@@ -476,12 +481,16 @@ def fleet_from_spec(
     _check_keys(transfer, ("kwh_per_gb",), f"{where}: transfer")
     kwh_per_gb = _number(transfer.get("kwh_per_gb", 0.0075), f"{where}: transfer.kwh_per_gb", lo=0.0)
     fleet_seed = int(seed) if seed is not None else _int(spec.get("seed", 7), f"{where}: seed", lo=0)
+    signal = spec.get("signal", "average")
+    if signal not in SIGNALS:
+        raise ValueError(f"{where}: signal: must be one of {', '.join(SIGNALS)}, got {_show(signal)}")
     fleet = Fleet(
         clusters=[],
         gpu_models=models,
         regions=region_zone,
         transfer_kwh_per_gb=kwh_per_gb,
         seed=fleet_seed,
+        signal=signal,
         source_path=str(path),
     )
     entries = spec["clusters"]

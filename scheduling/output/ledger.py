@@ -55,9 +55,9 @@ SUMS = (
     "counterfactual_kgco2e",
 )
 LEDGER_TABLES = ("marts.carbon_ledger_daily", "marts.carbon_ledger", "marts.job_runs")
-# the dbt selection that rebuilds those marts from the loop's events and assignments (dbt: `<model>+` = it and
-# everything downstream of it)
-LEDGER_SELECT = ("stg_jobs__events+", "stg_jobs__assignments+")
+# the dbt selection that rebuilds those marts from the loop's events and assignments and the jobs' own meter readings
+# (CodeCarbon / Zeus telemetry; dbt: `<model>+` = it and everything downstream of it)
+LEDGER_SELECT = ("stg_jobs__events+", "stg_jobs__assignments+", "stg_telemetry__gpu_telemetry+")
 
 
 def totals_of(sums: pd.Series) -> dict:

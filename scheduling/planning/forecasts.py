@@ -1,7 +1,10 @@
 """Grid actuals and the carbon-intensity forecasts a plan is made from.
 
 Signal: production-based, direct, average carbon intensity (`marts.grid_hourly.carbon_intensity_direct_gco2_per_kwh`;
-`forecasting.data.grid_hourly_from_files` builds the same frame from the CSVs when the warehouse lacks the mart).
+`forecasting.data.grid_hourly_from_files` builds the same frame from the CSVs when the warehouse lacks the mart). With
+`signal="marginal"` (the fleet file's `signal`), the marginal column instead
+(`carbon_intensity_marginal_gco2_per_kwh`, WattTime's MOER through the live feeds; warehouse only, and every zone
+must have it).
 
 Forecast providers answer `at(now, hours) -> (F, version, meta)`: F is (hours, zones) gCO2e/kWh for the hours
 now, now+1h, ... known at `now` (planning never reads the wall clock: `now` is an argument):
@@ -14,6 +17,8 @@ now, now+1h, ... known at `now` (planning never reads the wall clock: `now` is a
                day of `now` (published the day before, as forecasting.data treats the operators' forecasts); later
                hours and other zones -> naive.
 * `oracle`     the actual intensity (perfect forecast; the optimum's knowledge, for diagnostics).
+* `live`       a live feed's own forecast of the marginal signal (`staging.stg_grid__live_forecasts`, WattTime),
+               latest issue at or before `now` per zone; hours it does not cover -> naive (counted as fallback).
 * `auto`       warehouse when it holds rows for the zones and period, else dacf when the period lies in its
                coverage, else naive.
 
@@ -31,9 +36,11 @@ import pandas as pd
 from common.timeutil import utc
 from forecasting.data import grid_hourly, load_published_forecasts
 from forecasting.store import STORED_PREFIX, read_forecasts
+from warehouse.db import reader, table_exists
 
 HOUR = pd.Timedelta(hours=1)
 CI_COLUMN = "carbon_intensity_direct_gco2_per_kwh"
+SIGNAL_COLUMNS = {"average": CI_COLUMN, "marginal": "carbon_intensity_marginal_gco2_per_kwh"}
 SIGNAL = "average, production-based, direct (scope 1) carbon intensity, gCO2e/kWh (marts.grid_hourly)"
 
 
@@ -47,6 +54,7 @@ class GridSeries:
     renewable: np.ndarray
     source: str = "files"
     filled: dict = field(default_factory=dict)
+    signal: str = "average"
 
     @property
     def n_hours(self) -> int:
@@ -76,17 +84,28 @@ class GridSeries:
         return out if zones is None else out[:, self.zone_index(zones)]
 
     @classmethod
-    def from_frame(cls, frame: pd.DataFrame, zones, source: str = "frame") -> GridSeries:
+    def from_frame(cls, frame: pd.DataFrame, zones, source: str = "frame", signal: str = "average") -> GridSeries:
         zones = list(zones)
         have = set(frame["region"].unique())
         missing = [z for z in zones if z not in have]
         if missing:
             raise ValueError(f"grid data lacks zone(s) {missing} (have {sorted(have)})")
+        if signal not in SIGNAL_COLUMNS:
+            raise ValueError(f"unknown carbon signal {signal!r}; known: {', '.join(SIGNAL_COLUMNS)}")
+        column = SIGNAL_COLUMNS[signal]
         frame = frame[frame["region"].isin(zones)]
+        present = frame.dropna(subset=[column])["region"].unique() if column in frame.columns else []
+        absent = [z for z in zones if z not in set(present)]
+        if signal != "average" and absent:
+            raise ValueError(
+                f"signal {signal}: no {column} for zone(s) {absent} in the {source} grid data; the marginal signal "
+                f"comes from WattTime through the live feeds (warehouse/connectors/feeds.yaml), the grid files hold "
+                f"average intensity only. Use signal: average, or plan only zones with marginal data"
+            )
         hours = pd.to_datetime(frame["hour_utc"], utc=True)
         t0, t1 = hours.min(), hours.max()
         axis = pd.date_range(t0, t1, freq="h")
-        ci = frame.pivot_table(index="hour_utc", columns="region", values=CI_COLUMN, aggfunc="mean")
+        ci = frame.pivot_table(index="hour_utc", columns="region", values=column, aggfunc="mean")
         ci.index = pd.to_datetime(ci.index, utc=True)
         ci = ci.reindex(index=axis, columns=zones)
         ren_col = "renewable_share"
@@ -99,19 +118,28 @@ class GridSeries:
         filled = {z: int(ci[z].isna().sum()) for z in zones if ci[z].isna().any()}
         ci = ci.interpolate(limit_direction="both")
         ren = ren.interpolate(limit_direction="both").fillna(0.0)
-        return cls(utc(t0), zones, ci.to_numpy(float), ren.to_numpy(float), source, filled)
+        return cls(utc(t0), zones, ci.to_numpy(float), ren.to_numpy(float), source, filled, signal)
 
     @classmethod
     def load(
-        cls, zones, start, end, source: str = "auto", data_dir=None, db_path=None, history_days: int = 8
+        cls,
+        zones,
+        start,
+        end,
+        source: str = "auto",
+        data_dir=None,
+        db_path=None,
+        history_days: int = 8,
+        signal: str = "average",
     ) -> GridSeries:
-        """Actuals for [start - history_days, end) from marts.grid_hourly (`source` warehouse|files|auto)."""
+        """Actuals of `signal` for [start - history_days, end) from marts.grid_hourly (`source`
+        warehouse|files|auto)."""
         lo = utc(start) - pd.Timedelta(days=history_days)
         frame = grid_hourly(list(zones), start=lo, end=utc(end), source=source, db_path=db_path, data_dir=data_dir)
         if frame.empty:
             raise ValueError(f"no grid data for {list(zones)} in [{lo}, {end})")
         used = "warehouse" if source == "warehouse" else source
-        return cls.from_frame(frame, zones, source=used)
+        return cls.from_frame(frame, zones, source=used, signal=signal)
 
 
 def _clamp_seasonal(idx: np.ndarray, n: int) -> np.ndarray:
@@ -210,6 +238,7 @@ class WarehouseForecast(ForecastProvider):
     """p50 of `forecast.forecasts` (target carbon_intensity, one model), latest issue at or before `now`."""
 
     name = "warehouse"
+    table = "forecast.forecasts"
 
     def __init__(self, grid: GridSeries, zones, rows: pd.DataFrame, model: str):
         super().__init__(grid, zones)
@@ -256,11 +285,41 @@ class WarehouseForecast(ForecastProvider):
         last = max(issued_used).isoformat() if issued_used else "none"
         # The versions of the issues this plan used (not every version read), so an explanation names its forecast.
         label = "|".join(sorted(versions_used)) or ("unversioned" if issued_used else "none")
-        version = f"forecast.forecasts:{self.model}:{label}@{last}+naive-24"
+        version = f"{self.table}:{self.model}:{label}@{last}+naive-24"
         return out, version, {"fallback_share": float(1 - used.mean())}
 
     def describe(self):
         return {"kind": self.name, "model": self.model, "model_versions": self.versions, "rows": int(len(self.rows))}
+
+
+class LiveForecast(WarehouseForecast):
+    """A live feed's own forecast of the marginal signal (WattTime), latest issue at or before `now` per zone."""
+
+    name = "live"
+    table = "staging.stg_grid__live_forecasts"
+
+
+def live_forecast_rows(zones, start=None, end=None, db_path=None) -> pd.DataFrame:
+    """The marginal forecasts the live feeds stored for `zones`, issued before `end`, in WarehouseForecast's shape
+    (region, issued_at, target_time, p50, model_version = the feed); empty when the view does not exist."""
+    where, params = ["signal_type = 'marginal'", f"region IN ({', '.join('?' for _ in zones)})"], list(zones)
+    if end is not None:
+        where.append("issued_at < ?")
+        params.append(utc(end).to_pydatetime())
+    if start is not None:
+        where.append("hour_utc >= ?")
+        params.append((utc(start) - pd.Timedelta(days=2)).to_pydatetime())
+    sql = (
+        "SELECT region, issued_at, hour_utc AS target_time, carbon_intensity_gco2_per_kwh AS p50, "
+        f"data_source AS model_version FROM {LiveForecast.table} WHERE {' AND '.join(where)}"
+    )
+    try:
+        with reader(db_path) as con:
+            if not table_exists(con, LiveForecast.table):
+                return pd.DataFrame(columns=["region", "issued_at", "target_time", "p50", "model_version"])
+            return con.execute(sql, params).df()
+    except FileNotFoundError:
+        return pd.DataFrame(columns=["region", "issued_at", "target_time", "p50", "model_version"])
 
 
 def make_forecasts(
@@ -274,7 +333,7 @@ def make_forecasts(
     model: str | None = None,
     version: str | None = None,
 ) -> ForecastProvider:
-    """A provider by kind (naive | oracle | dacf | warehouse | auto); see the module docstring.
+    """A provider by kind (naive | oracle | dacf | warehouse | live | auto); see the module docstring.
 
     `version` (warehouse rows): None takes every model_version of the model, the latest issue winning (the hourly
     plan: whatever was issued last); BACKTEST takes the stored backtest (`python -m forecasting backtest --store`,
@@ -287,6 +346,13 @@ def make_forecasts(
         return NaiveForecast(grid, zones)
     if kind == "oracle":
         return OracleForecast(grid, zones)
+    if kind == "live":
+        if grid.signal != "marginal":
+            raise ValueError(f"the live feeds' forecasts are of the marginal signal; this grid is {grid.signal}")
+        rows = live_forecast_rows(zones, start, end, db_path)
+        if not len(rows):
+            raise ValueError("staging.stg_grid__live_forecasts holds no marginal forecasts for these zones and period")
+        return LiveForecast(grid, zones, rows, "watttime")
     if kind in ("warehouse", "auto"):
         rows, chosen = _warehouse_rows(zones, start, end, db_path, model, version)
         if rows is not None and len(rows):
@@ -312,7 +378,7 @@ def make_forecasts(
             raise ValueError("no DACF published forecasts for these zones and period")
     if kind == "auto":
         return NaiveForecast(grid, zones)
-    raise ValueError(f"unknown forecast kind {kind!r}; known: naive, oracle, dacf, warehouse, auto")
+    raise ValueError(f"unknown forecast kind {kind!r}; known: naive, oracle, dacf, warehouse, live, auto")
 
 
 PREFERRED_MODELS = ("ensemble", "lgbm", "mix", "tft", "prophet", "naive-24")

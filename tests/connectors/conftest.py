@@ -1,8 +1,9 @@
-"""A real HTTP server on 127.0.0.1 that plays the four grid APIs from the recorded payloads.
+"""A real HTTP server on 127.0.0.1 that plays the five grid APIs from the recorded payloads.
 
 Nothing in the HTTP client is mocked: the connectors talk to this server over a socket. Handlers check the
 credentials the way the services do (auth-token header, basic auth + bearer token, api_key parameter), record
-every request, and can be replaced per test (500 forever, 429 then 200, slow responses, ...).
+every request, and can be replaced per test (500 forever, 429 then 200, slow responses, ...). ENTSO-E answers
+with XML documents written by tests/connectors/entsoe_documents.py.
 """
 
 from __future__ import annotations
@@ -18,13 +19,18 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import pandas as pd
 import pytest
+
+from tests.connectors.entsoe_documents import DE_EIC, acknowledgement, de_sample, gl_market_document, no_matching_data
 
 PAYLOADS = Path(__file__).parent / "payloads"
 EM_KEY = "em-test-key-7f3a9c"
 WT_USER, WT_PASSWORD = "planner", "wt-pass-51ce0d"
 WT_TOKEN = "wt-bearer-token-e4b21a77"
 EIA_KEY = "EIA-SECRET-KEY-0123456789"
+ENTSOE_KEY = "entsoe-token-8d1c5f0e-7a2b"
+ENTSOE_PATH = "/api"
 START, END = "2021-07-01T00:00Z", "2021-07-01T06:00Z"
 
 
@@ -75,13 +81,14 @@ class FakeApi:
                     status, body, headers = 404, {"error": f"no route {parts.path}"}, {}
                 else:
                     status, body, *rest = handler(request)
-                    headers = rest[0] if rest else {}
+                    headers = dict(rest[0]) if rest else {}
                 if isinstance(body, (dict, list)):
                     data, ctype = json.dumps(body).encode(), "application/json"
                 elif isinstance(body, str):
                     data, ctype = body.encode(), "text/plain"
                 else:
                     data, ctype = body or b"", "application/octet-stream"
+                ctype = headers.pop("Content-Type", ctype)
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", ctype)
@@ -201,6 +208,20 @@ def eia_handler(request: Request) -> Response:
 EIA_PATH = "/v2/electricity/rto/fuel-type-data/data/"
 
 
+def entsoe_handler(request: Request) -> Response:
+    """A75/A16 documents for DE (a sample mix over the requested period); other zones: no matching data."""
+    xml = {"Content-Type": "application/xml"}
+    if request.param("securityToken") != ENTSOE_KEY:
+        return 401, "<html><body><h1>Unauthorized</h1>Missing or invalid security token</body></html>", {}
+    if (request.param("documentType"), request.param("processType")) != ("A75", "A16"):
+        return 400, acknowledgement("check you request against dependency tables"), xml
+    start = pd.Timestamp(request.param("periodStart"), tz="UTC")
+    end = pd.Timestamp(request.param("periodEnd"), tz="UTC")
+    if request.param("in_Domain") != DE_EIC:
+        return 200, no_matching_data(request.param("in_Domain"), start, end), xml
+    return 200, gl_market_document(DE_EIC, start, end, de_sample(start, end)), xml
+
+
 def install_services(api: FakeApi) -> None:
     for kind in ("carbon_intensity", "power_breakdown"):
         for mode in ("past-range", "history"):
@@ -212,6 +233,7 @@ def install_services(api: FakeApi) -> None:
     api.route("/intensity/", _ukci("ukci_intensity_2021-07-01.json"), prefix=True)
     api.route("/generation/", _ukci("ukci_generation_2021-07-01.json"), prefix=True)
     api.route(EIA_PATH, eia_handler)
+    api.route(ENTSOE_PATH, entsoe_handler)
 
 
 # -- fixtures --------------------------------------------------------------------------------------------------
@@ -236,6 +258,9 @@ def _isolated_env(monkeypatch, tmp_path):
         "WATTTIME_BASE_URL",
         "UKCI_BASE_URL",
         "EIA930_BASE_URL",
+        "ENTSOE_API_KEY",
+        "ENTSOE_BASE_URL",
+        "AIRFLOW_CONN_ENTSOE_DEFAULT",
         "AIRFLOW_CONN_ELECTRICITYMAPS_DEFAULT",
         "AIRFLOW_CONN_WATTTIME_DEFAULT",
         "AIRFLOW_CONN_EIA_DEFAULT",
@@ -251,6 +276,7 @@ def keys(monkeypatch):
     monkeypatch.setenv("WATTTIME_USERNAME", WT_USER)
     monkeypatch.setenv("WATTTIME_PASSWORD", WT_PASSWORD)
     monkeypatch.setenv("EIA_API_KEY", EIA_KEY)
+    monkeypatch.setenv("ENTSOE_API_KEY", ENTSOE_KEY)
 
 
 @pytest.fixture
@@ -264,7 +290,7 @@ def config(api, tmp_path):
 
     return (
         load_feed_config()
-        .with_base_urls({name: api.url for name in ("electricitymaps", "watttime", "ukci", "eia930")})
+        .with_base_urls({name: api.url for name in ("electricitymaps", "watttime", "ukci", "eia930", "entsoe")})
         .with_http(
             connect_timeout_s=1.0,
             read_timeout_s=2.0,

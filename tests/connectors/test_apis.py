@@ -111,7 +111,7 @@ def test_watttime_login_then_bearer_and_lbs_to_grams(api, feeds):
     hist = api.calls("/v3/historical")[0]
     assert hist.headers["Authorization"] == f"Bearer {WT_TOKEN}"
     assert (hist.param("region"), hist.param("signal_type")) == ("CAISO_NORTH", "co2_moer")
-    assert (hist.param("start"), hist.param("end")) == ("2021-07-01T00:00:00Z", "2021-07-01T06:00:00Z")
+    assert (pd.Timestamp(hist.param("start")), pd.Timestamp(hist.param("end"))) == (S, E)  # the SDK's format
 
     ci = data.frames[CARBON_INTENSITY]
     assert len(ci) == 6
@@ -155,7 +155,7 @@ def test_watttime_historical_forecast_is_the_one_known_at_as_of(api, feeds):
     # the run issued at 06:05 is after as_of=06:00 and must not be used
     assert set(fc["issued_at"]) == {pd.Timestamp("2021-07-01T06:00:00Z")}
     call = api.calls("/v3/forecast/historical")[0]
-    assert (call.param("start"), call.param("end")) == ("2021-07-01T05:00:00Z", "2021-07-01T06:00:00Z")
+    assert (pd.Timestamp(call.param("start")), pd.Timestamp(call.param("end"))) == (E - pd.Timedelta(hours=1), E)
 
 
 def test_watttime_unknown_units_fail_clearly(api, feeds):

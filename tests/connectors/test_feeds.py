@@ -24,10 +24,11 @@ def _ukci_down(api):
 # -- configuration ---------------------------------------------------------------------------------------------
 def test_default_config_is_valid_and_complete():
     config = load_feed_config()
-    assert set(config.feeds) == {"electricitymaps", "watttime", "ukci", "eia930"}
+    assert set(config.feeds) == {"electricitymaps", "watttime", "ukci", "eia930", "entsoe"}
     assert (config.region("GB").primary, config.region("GB").fallback) == ("ukci", "electricitymaps")
     assert (config.region("CISO").primary, config.region("CISO").fallback) == ("eia930", "electricitymaps")
-    assert config.region("DE").primary == "electricitymaps"
+    for region in ("DE", "ES", "NL", "PL", "SE"):
+        assert (config.region(region).primary, config.region(region).fallback) == ("entsoe", "electricitymaps")
     assert config.region("CISO").code("electricitymaps") == "US-CAL-CISO"
     with pytest.raises(KeyError, match="no live feed configured"):
         config.region("ATLANTIS")
@@ -153,8 +154,8 @@ def _counts(path) -> dict:
 def test_idempotent_reload_into_a_tmp_warehouse(api, config, client, keys, tmp_warehouse):
     first = ingest_live(["GB", "CISO", "DE"], START, END, config=config, client=client)
     counts = _counts(tmp_warehouse)
-    assert counts["raw.grid_carbon_intensity"] == 6 + 12 + 6 + 6  # ukci, eia930 (direct+lifecycle), watttime, EM DE
-    assert counts["raw.grid_generation"] == 47 + 60  # eia930 CISO, EM DE (10 fuels x 6 h)
+    assert counts["raw.grid_carbon_intensity"] == 6 + 12 + 6 + 6  # ukci, eia930 (direct+lifecycle), watttime, entsoe DE
+    assert counts["raw.grid_generation"] == 47 + 42  # eia930 CISO, entsoe DE (7 fuels x 6 h)
     assert counts["raw.grid_generation_share"] == 54 and counts["raw.grid_live_forecasts"] == 3
     assert counts["quarantine.rejected_rows"] == 1
     second = ingest_live(["GB", "CISO", "DE"], START, END, config=config, client=client)
@@ -177,7 +178,7 @@ def test_idempotent_reload_into_a_tmp_warehouse(api, config, client, keys, tmp_w
         sources = dict(con.execute("SELECT data_source, count(*) FROM raw.grid_carbon_intensity GROUP BY 1").fetchall())
     assert dupes == 0
     assert types["hour_utc"] == "TIMESTAMP WITH TIME ZONE" and types["carbon_intensity_gco2_per_kwh"] == "DOUBLE"
-    assert sources == {"ukci": 6, "eia930": 12, "watttime": 6, "electricitymaps": 6}
+    assert sources == {"ukci": 6, "eia930": 12, "watttime": 6, "entsoe": 6}
 
 
 def test_primary_recovering_replaces_the_fallback_rows(api, config, client, keys, tmp_warehouse):
@@ -217,7 +218,7 @@ def test_interval_is_explicit_and_hour_aligned(api, feeds):
 def test_cli_fetch_json(api, config, keys, tmp_path, monkeypatch, capsys):
     from warehouse.connectors.__main__ import main
 
-    for feed in ("ELECTRICITYMAPS", "WATTTIME", "UKCI", "EIA930"):
+    for feed in ("ELECTRICITYMAPS", "WATTTIME", "UKCI", "EIA930", "ENTSOE"):
         monkeypatch.setenv(f"{feed}_BASE_URL", api.url)
     code = main(["fetch", "--region", "GB", "--start", START, "--end", END, "--json"])
     out = json.loads(capsys.readouterr().out)

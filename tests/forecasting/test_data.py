@@ -131,6 +131,22 @@ def test_load_from_the_warehouse_round_trip(grid_frame, grid_dir, tmp_warehouse)
     assert len(pub) == 500 and set(pub.columns) >= {"region", "hour_utc", "target", "value", "publisher"}
 
 
+def test_a_marginal_signal_in_the_mart_is_refused(grid_frame, tmp_warehouse):
+    """The training target is the average signal: a marginal row there fails loudly, with no fallback to files."""
+    from warehouse.db import writer
+
+    frame = grid_frame[grid_frame["hour_utc"] < "2021-01-03"].copy()
+    frame.loc[frame.index[:3], "signal_type"] = "marginal"
+    with writer(tmp_warehouse) as con:
+        con.execute("CREATE SCHEMA IF NOT EXISTS marts")
+        con.register("f", frame)
+        con.execute("CREATE TABLE marts.grid_hourly AS SELECT * FROM f")
+    with pytest.raises(fdata.SignalMixError, match=r"signal_type \['marginal'\].*3 rows"):
+        fdata.load_grid_hourly(db_path=tmp_warehouse)
+    with pytest.raises(fdata.SignalMixError):
+        fdata.grid_hourly(source="auto", db_path=tmp_warehouse)
+
+
 def test_known_at_blanks_boolean_and_integer_observed_columns():
     """pandas 3 refuses a missing value in a numpy bool column; known_at must still mask it (quality flags)."""
     hours = pd.date_range("2021-01-01", periods=4, freq="h", tz="UTC")

@@ -13,6 +13,7 @@ from transforms.runner import PROJECT_DIR
 
 LEDGER_MODELS = (
     "intermediate/jobs/int_jobs__attempts.sql",
+    "intermediate/jobs/int_jobs__metered_energy.sql",
     "marts/job_runs.sql",
     "marts/job_window_carbon.sql",
     "marts/carbon_ledger.sql",

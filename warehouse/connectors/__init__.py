@@ -1,4 +1,4 @@
-"""Live grid connectors: Electricity Maps, WattTime, UK Carbon Intensity, EIA-930.
+"""Live grid connectors: Electricity Maps, WattTime, UK Carbon Intensity, EIA-930, ENTSO-E.
 
 Each connector turns its API's payloads into the warehouse's long grid tables (docs/data-contracts.md), with the
 feed name in `data_source` and `signal_type`/`basis`/`scope` on every value:
@@ -14,11 +14,14 @@ ukci               raw.grid_carbon_intensity, raw.grid_generation_share (percent
                                                                                           direct
 eia930             raw.grid_generation, raw.grid_carbon_intensity (derived from the mix)  average, production,
                                                                                           direct + lifecycle
+entsoe             raw.grid_generation (A75 per production type, 15/30/60-min → hourly    average, production,
+                   mean), raw.grid_carbon_intensity (derived from the mix; entsoe-py)     direct
 =================  ====================================================================  ========================
 
 Entry points: `fetch_region`, `live_batches` (Batches for `warehouse.db.load_batch`), `ingest_live` (fetch + load),
 and `python -m warehouse.connectors`. Feeds and regions are configured in `feeds.yaml`; HTTP behaviour, caching
-and credentials live in `warehouse.connectors.http`.
+and credentials live in `warehouse.connectors.http` (WattTime's requests go through the official `watttime` SDK
+under that same policy).
 """
 
 from warehouse.connectors.base import Connector, FeedSettings

@@ -46,13 +46,12 @@ class Connector(ABC):
     def url(self, path: str) -> str:
         return self.settings.base_url.rstrip("/") + "/" + path.lstrip("/")
 
-    def get(self, path: str, *, params=None, headers=None, auth=None, use_cache: bool = True, cache_ttl_s=None) -> Any:
+    def get(self, path: str, *, params=None, headers=None, use_cache: bool = True, cache_ttl_s=None) -> Any:
         ttl = cache_ttl_s if cache_ttl_s is not None else self.settings.cache_ttl_s
         return self.client.get_json(
             self.url(path),
             params=params,
             headers=headers,
-            auth=auth,
             use_cache=use_cache,
             cache_ttl_s=ttl,
             feed=self.name,

@@ -36,6 +36,7 @@ from common.timeutil import utc as to_utc
 from warehouse.connectors.base import Connector, FeedSettings
 from warehouse.connectors.eia930 import EIA930Connector
 from warehouse.connectors.electricitymaps import ElectricityMapsConnector
+from warehouse.connectors.entsoe import EntsoeConnector
 from warehouse.connectors.http import ConnectorError, HttpClient, HttpSettings, redact
 from warehouse.connectors.schema import (
     CARBON_INTENSITY,
@@ -58,12 +59,14 @@ CONNECTORS.register("electricitymaps", ElectricityMapsConnector)
 CONNECTORS.register("watttime", WattTimeConnector)
 CONNECTORS.register("ukci", UKCarbonIntensityConnector)
 CONNECTORS.register("eia930", EIA930Connector)
+CONNECTORS.register("entsoe", EntsoeConnector)
 # the tables each feed's `fetch` writes (used to supersede a fallback's batch when the primary serves)
 FEED_TABLES: dict[str, tuple[str, ...]] = {
     "electricitymaps": (CARBON_INTENSITY, GENERATION),
     "watttime": (CARBON_INTENSITY,),
     "ukci": (CARBON_INTENSITY, GENERATION_SHARE),
     "eia930": (CARBON_INTENSITY, GENERATION),
+    "entsoe": (CARBON_INTENSITY, GENERATION),
 }
 
 

@@ -175,6 +175,7 @@ CREDENTIALS: dict[str, CredentialSpec] = {
         "watttime", ("username", "password"), ("WATTTIME_USERNAME", "WATTTIME_PASSWORD"), "watttime_default"
     ),
     "eia930": CredentialSpec("eia930", ("api_key",), ("EIA_API_KEY",), "eia_default"),
+    "entsoe": CredentialSpec("entsoe", ("api_key",), ("ENTSOE_API_KEY",), "entsoe_default"),
 }
 
 
@@ -399,32 +400,87 @@ class HttpClient:
         *,
         params: Params = None,
         headers: Mapping[str, str] | None = None,
-        auth: tuple[str, str] | None = None,
         use_cache: bool = True,
         cache_ttl_s: float | None = None,
         feed: str = "http",
     ) -> Any:
         """GET `url` and return its JSON body (from the cache when fresh). Raises ConnectorError subclasses."""
         shown = redact_url(url, params)
-        key = cache_key("GET", url, params)
-        if use_cache:
-            hit, body = self.cache.get(key, cache_ttl_s)
-            if hit:
-                log.debug("%s: cache hit %s", feed, shown)
-                return body
+        settings = self.settings
+
+        def send() -> Any:
+            response = self.session.get(
+                url,
+                params=_param_items(params),
+                headers=dict(headers or {}),
+                timeout=(settings.connect_timeout_s, settings.read_timeout_s),
+            )
+            if response.status_code >= 400:
+                raise requests.HTTPError(response=response)
+            try:
+                return response.json()
+            except ValueError:
+                raise PayloadError(
+                    f"{feed}: GET {shown} returned HTTP {response.status_code} with a body that is not JSON: "
+                    f"{redact(response.text)[:200]!r}"
+                ) from None
+
+        if not use_cache:
+            return self.call(send, shown=shown, feed=feed)
+        return self.cached(url, params, lambda: self.call(send, shown=shown, feed=feed), cache_ttl_s, feed)
+
+    def cached(self, url: str, params: Params, fetch: Callable[[], Any], cache_ttl_s=None, feed: str = "http") -> Any:
+        """The JSON body of GET `url` + `params`: from the cache when fresh, else `fetch()`'s (then stored)."""
+        key, shown = cache_key("GET", url, params), redact_url(url, params)
+        hit, body = self.cache.get(key, cache_ttl_s)
+        if hit:
+            log.debug("%s: cache hit %s", feed, shown)
+            return body
+        body = fetch()
+        self.cache.put(key, body, shown)
+        return body
+
+    def call(self, send: Callable[[], Any], *, shown: str, feed: str) -> Any:
+        """`send()` under the retry policy; `send` returns a body or raises requests' errors (HTTPError with its
+        response for a status >= 400). The policy is the module's: 5xx, timeouts and connection errors back off,
+        429 waits for Retry-After, other 4xx fail at once; every failure surfaces as a ConnectorError subclass."""
         settings = self.settings
         attempts = max(1, settings.max_attempts)
         last_problem = "no attempt made"
         last_status: int | None = None
         for attempt in range(1, attempts + 1):
+            delay = None
             try:
-                response = self.session.get(
-                    url,
-                    params=_param_items(params),
-                    headers=dict(headers or {}),
-                    auth=auth,
-                    timeout=(settings.connect_timeout_s, settings.read_timeout_s),
-                )
+                return send()
+            except requests.HTTPError as exc:
+                response = exc.response
+                if response is None:
+                    raise TransportError(f"{feed}: GET {shown} failed: {redact(exc)[:300]}") from None
+                status = response.status_code
+                if status == 429:
+                    wait = _retry_after_seconds(response.headers.get("Retry-After"), self.clock)
+                    if wait is not None and wait > settings.retry_after_max_s:
+                        raise RateLimitedError(
+                            f"{feed}: GET {shown} rate limited (429); server asks to wait {wait:.0f} s, more than "
+                            f"retry_after_max_s={settings.retry_after_max_s:g}",
+                            status,
+                            shown,
+                        ) from None
+                    if attempt == attempts:
+                        raise RateLimitedError(
+                            f"{feed}: GET {shown} still rate limited (429) after {attempts} attempts", status, shown
+                        ) from None
+                    last_problem, delay = "rate limited (429)", wait
+                elif status >= 500:
+                    last_status = status
+                    last_problem = f"HTTP {status}: {redact(response.text)[:200]!r}"
+                else:
+                    hint = " (check the credentials)" if status in (401, 403) else ""
+                    raise HttpStatusError(
+                        f"{feed}: GET {shown} failed with HTTP {status}{hint}: {redact(response.text)[:300]!r}",
+                        status,
+                        shown,
+                    ) from None
             except requests.Timeout as exc:
                 last_status = None
                 last_problem = (
@@ -436,51 +492,8 @@ class HttpClient:
                 last_problem = f"connection failed ({type(exc).__name__}: {redact(exc)[:300]})"
             except requests.RequestException as exc:
                 raise TransportError(f"{feed}: GET {shown} failed: {redact(exc)[:300]}") from None
-            else:
-                status = response.status_code
-                if status == 429:
-                    wait = _retry_after_seconds(response.headers.get("Retry-After"), self.clock)
-                    if wait is not None and wait > settings.retry_after_max_s:
-                        raise RateLimitedError(
-                            f"{feed}: GET {shown} rate limited (429); server asks to wait {wait:.0f} s, more than "
-                            f"retry_after_max_s={settings.retry_after_max_s:g}",
-                            status,
-                            shown,
-                        )
-                    last_problem = "rate limited (429)"
-                    if attempt < attempts:
-                        delay = wait if wait is not None else self._backoff(attempt)
-                        log.warning(
-                            "%s: 429 on %s; retrying in %.2f s (attempt %d/%d)", feed, shown, delay, attempt, attempts
-                        )
-                        self.sleep(delay)
-                        continue
-                    raise RateLimitedError(
-                        f"{feed}: GET {shown} still rate limited (429) after {attempts} attempts", status, shown
-                    )
-                if status >= 500:
-                    last_status = status
-                    last_problem = f"HTTP {status}: {redact(response.text)[:200]!r}"
-                elif status >= 400:
-                    hint = " (check the credentials)" if status in (401, 403) else ""
-                    raise HttpStatusError(
-                        f"{feed}: GET {shown} failed with HTTP {status}{hint}: {redact(response.text)[:300]!r}",
-                        status,
-                        shown,
-                    )
-                else:
-                    try:
-                        body = response.json()
-                    except ValueError:
-                        raise PayloadError(
-                            f"{feed}: GET {shown} returned HTTP {status} with a body that is not JSON: "
-                            f"{redact(response.text)[:200]!r}"
-                        ) from None
-                    if use_cache:
-                        self.cache.put(key, body, shown)
-                    return body
             if attempt < attempts:
-                delay = self._backoff(attempt)
+                delay = self._backoff(attempt) if delay is None else delay
                 log.warning(
                     "%s: GET %s %s; retrying in %.2f s (attempt %d/%d)",
                     feed,

@@ -1,14 +1,16 @@
-"""WattTime API v3: marginal emissions (MOER), historical and forecast.
+"""WattTime API v3 through the official `watttime` SDK: marginal emissions (MOER), historical and forecast.
 
-* `GET /login` with HTTP basic auth (username, password) → `{"token": ...}` (valid 30 minutes; kept in memory for
-  `token_ttl_s`, renewed once on a 401). Data requests send `Authorization: Bearer <token>`.
-* `GET /v3/historical?region=R&start=..&end=..&signal_type=co2_moer` (at most 32 days per request; the
-  connector splits longer intervals) → `{"data": [{"point_time", "value"}], "meta": {"region", "signal_type",
-  "units", "data_point_period_seconds", "model", "warnings", ...}}`.
-* `GET /v3/forecast?region=R&signal_type=co2_moer&horizon_hours=H` → the latest forecast, `meta.generated_at`
-  saying when it was issued; `GET /v3/forecast/historical?region=R&start=..&end=..` → `{"data": [{"generated_at",
-  "forecast": [{"point_time", "value"}]}], "meta": ...}`, the forecasts issued in [start, end]
-  (`forecast_mode: historical` picks the latest one issued at or before `as_of`, for replays).
+Endpoints: `get_historical_jsons` (`/v3/historical`, ≤ 30 days a request: longer intervals are split),
+`get_forecast_json` (`/v3/forecast`, the latest run, issued at `meta.generated_at`) and
+`get_historical_forecast_json` (`/v3/forecast/historical`, the runs issued in [start, end]; `forecast_mode:
+historical` picks the latest one issued at or before `as_of`, for replays). Payload: `{"data": [{"point_time",
+"value"}] (forecast history: [{"generated_at", "forecast": [...]}]), "meta": {"signal_type", "units",
+"data_point_period_seconds", "model", ...}}`.
+
+The SDK's session gets `base_url`, the feeds' timeouts and no retries of its own: `HttpClient.call` applies the
+shared policy, the shared cache holds the bodies, and a 401 renews the token once. Its login is replaced only to
+keep the password on the instance (the SDK's reads it from, and writes it to, os.environ: every child process
+would inherit it).
 
 Units: `meta.units` `lbs_co2_per_mwh` → × 0.45359237 (1 lb/MWh = 453.59237 g / 1000 kWh) to gCO2/kWh;
 `kg_co2_per_mwh` and `g_co2_per_kwh` are already g/kWh.
@@ -22,14 +24,19 @@ the generators that respond to a change in load), `scope=direct` (stack CO2, no 
 
 from __future__ import annotations
 
-import time
+import functools
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
 
 import pandas as pd
+import requests
+from requests.adapters import HTTPAdapter
 
-from common.timeutil import iso_z
 from common.timeutil import utc as to_utc
 from warehouse.connectors.base import Connector
-from warehouse.connectors.http import HttpStatusError, register_secret
+from warehouse.connectors.http import HttpSettings, HttpStatusError, redact_url, register_secret
 from warehouse.connectors.schema import CARBON_INTENSITY, LIVE_FORECASTS, FeedData, chunks, frame, within
 from warehouse.db import Rejection
 
@@ -41,44 +48,134 @@ SIGNALS = {  # WattTime signal_type -> (signal_type, basis, scope)
 }
 
 
+class _FeedAdapter(HTTPAdapter):
+    """No retries of its own (HttpClient.call applies the feeds' policy) and the feeds' (connect, read) timeouts."""
+
+    def __init__(self, timeout: tuple[float, float]):
+        super().__init__(max_retries=0)
+        self.timeout = timeout
+
+    def send(self, request, **kwargs):
+        kwargs["timeout"] = self.timeout
+        return super().send(request, **kwargs)
+
+
+@functools.cache
+def _sdk_client_class() -> type:
+    """The SDK's historical + forecast client, imported on first use.
+
+    Importing `watttime` calls `logging.basicConfig` on the root logger; a handler or level it sets on a host
+    that has not configured logging yet is undone, so the host's own configuration still takes effect.
+    """
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    from watttime import WattTimeForecast, WattTimeHistorical  # noqa: PLC0415 - see the docstring
+
+    for handler in root.handlers[:]:
+        if handler not in handlers:
+            root.removeHandler(handler)
+    root.setLevel(level)
+
+    class SdkClient(WattTimeHistorical, WattTimeForecast):
+        def __init__(self, username: str, password: str, base_url: str, http: HttpSettings, token_ttl_s: float):
+            super().__init__()  # no username/password here: the SDK would put them into os.environ
+            self.url_base = base_url.rstrip("/")
+            self._basic_auth = requests.auth.HTTPBasicAuth(username, password)
+            self._token_ttl = timedelta(seconds=token_ttl_s)
+            adapter = _FeedAdapter((http.connect_timeout_s, http.read_timeout_s))
+            self.session.mount("http://", adapter)
+            self.session.mount("https://", adapter)
+            self.session.headers["User-Agent"] = http.user_agent
+
+        def _login(self) -> None:
+            response = self.session.get(f"{self.url_base}/login", auth=self._basic_auth)
+            response.raise_for_status()
+            token = response.json().get("token")
+            if not token:
+                raise ValueError("/login returned no 'token'")
+            register_secret(token)
+            self.token, self.token_valid_until = token, datetime.now() + self._token_ttl
+            self.headers = {"Authorization": f"Bearer {token}", "User-Agent": self.session.headers["User-Agent"]}
+
+        def logged_in(self) -> bool:
+            return bool(self.headers) and self._is_token_valid()
+
+        def forget_token(self) -> None:
+            self.token = self.headers = self.token_valid_until = None
+
+    return SdkClient
+
+
 class WattTimeConnector(Connector):
     name = "watttime"
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._token: str | None = None
-        self._token_at = 0.0
+        self._client: Any = None
 
-    # -- auth ------------------------------------------------------------------------------------------------
-    def _login(self) -> str:
-        creds = self.credentials()
-        body = self.get("/login", auth=(creds["username"], creds["password"]), use_cache=False)
-        token = body.get("token") if isinstance(body, dict) else None
-        if not token:
-            raise self.payload_error("/login returned no 'token'")
-        register_secret(token)
-        self._token, self._token_at = token, time.monotonic()
-        return token
+    # -- transport -------------------------------------------------------------------------------------------
+    def _sdk(self) -> Any:
+        if self._client is None:
+            creds = self.credentials()
+            self._client = _sdk_client_class()(
+                creds["username"],
+                creds["password"],
+                self.settings.base_url,
+                self.client.settings,
+                float(self.settings.option("token_ttl_s", 1500)),
+            )
+        return self._client
 
-    def _token_value(self) -> str:
-        if self._token is None or time.monotonic() - self._token_at > float(self.settings.option("token_ttl_s", 1500)):
-            return self._login()
-        return self._token
+    def _call(self, path: str, params: dict, request: Callable[[Any], Any], cache_ttl_s=None) -> Any:
+        """`request(sdk)` under the shared retry policy and response cache; a 401 logs in again once."""
+        url = self.url(path)
+        ttl = cache_ttl_s if cache_ttl_s is not None else self.settings.cache_ttl_s
+        return self.client.cached(url, params, lambda: self._fetch(path, url, params, request), ttl, self.name)
 
-    def _get_authorized(self, path: str, params: dict, cache_ttl_s=None) -> dict:
-        for attempt in (1, 2):
-            headers = {"Authorization": f"Bearer {self._token_value()}"}
+    def _fetch(self, path: str, url: str, params: dict, request: Callable[[Any], Any]) -> Any:
+        shown = redact_url(url, params)
+        sdk = self._sdk()
+
+        def send() -> Any:
             try:
-                body = self.get(path, params=params, headers=headers, cache_ttl_s=cache_ttl_s)
+                return request(sdk)
+            except RuntimeError as exc:  # the SDK wraps requests' errors of data requests in RuntimeError
+                cause = exc.__cause__
+                if isinstance(cause, requests.exceptions.JSONDecodeError):
+                    raise self.payload_error(f"{path} returned a body that is not JSON") from None
+                if isinstance(cause, requests.RequestException):
+                    raise cause from None
+                raise
+            except (KeyError, TypeError, AttributeError, ValueError) as exc:  # the SDK indexes meta.model.date
+                raise self.payload_error(f"{path}: {type(exc).__name__}: {exc}") from None
+
+        def login() -> None:
+            try:
+                sdk._login()
+            except ValueError as exc:  # a body that is not JSON, or one without a token
+                raise self.payload_error(f"/login: {exc}") from None
+
+        for attempt in (1, 2):
+            try:
+                if not sdk.logged_in():  # on its own, so that a failed login is reported as one
+                    self.client.call(login, shown=redact_url(self.url("/login")), feed=self.name)
+                body = self.client.call(send, shown=shown, feed=self.name)
             except HttpStatusError as exc:
                 if exc.status == 401 and attempt == 1:
-                    self._token = None  # expired: log in again once
+                    sdk.forget_token()  # expired: log in again once
                     continue
                 raise
-            if not isinstance(body, dict):
-                raise self.payload_error(f"{path} returned {type(body).__name__}, expected an object")
             return body
         raise AssertionError("unreachable")
+
+    def _responses(self, path: str, body: Any) -> list[dict]:
+        responses = body if isinstance(body, list) else [body]
+        for response in responses:
+            if not isinstance(response, dict):
+                raise self.payload_error(f"{path} returned {type(response).__name__}, expected an object")
+        if not responses:
+            raise self.payload_error(f"{path} returned no response")
+        return responses
 
     # -- parsing ---------------------------------------------------------------------------------------------
     def _signal(self) -> str:
@@ -138,21 +235,22 @@ class WattTimeConnector(Connector):
     def fetch(self, region: str, code: str, start: pd.Timestamp, end: pd.Timestamp) -> FeedData:
         data = FeedData(self.name, region, start, end)
         frames = []
+        signal = self._signal()
         max_days = float(self.settings.option("max_range_days", 30))
+        path = "/v3/historical"
         for window_start, window_end in chunks(start, end, pd.Timedelta(days=max_days)):
-            params = {
-                "region": code,
-                "start": iso_z(window_start),
-                "end": iso_z(window_end),
-                "signal_type": self._signal(),
-            }
-            body = self._get_authorized("/v3/historical", params)
-            factor, (signal_type, basis, scope), period = self._meta(body, "/v3/historical")
-            points = self._points(data, CARBON_INTENSITY, body.get("data"), "/v3/historical", factor)
-            if len(points):
-                hourly = self._hourly(points, period)
-                hourly["signal_type"], hourly["basis"], hourly["scope"] = signal_type, basis, scope
-                frames.append(hourly)
+            first, last = window_start.to_pydatetime(), window_end.to_pydatetime()
+            params = {"region": code, "start": first.isoformat(), "end": last.isoformat(), "signal_type": signal}
+            body = self._call(
+                path, params, lambda sdk, first=first, last=last: sdk.get_historical_jsons(first, last, code, signal)
+            )
+            for response in self._responses(path, body):
+                factor, (signal_type, basis, scope), period = self._meta(response, path)
+                points = self._points(data, CARBON_INTENSITY, response.get("data"), path, factor)
+                if len(points):
+                    hourly = self._hourly(points, period)
+                    hourly["signal_type"], hourly["basis"], hourly["scope"] = signal_type, basis, scope
+                    frames.append(hourly)
         rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
         if len(rows):
             rows = rows.drop_duplicates(["hour_utc", "signal_type"], keep="last")
@@ -165,28 +263,46 @@ class WattTimeConnector(Connector):
         as_of = to_utc(as_of)
         horizon = int(self.settings.option("horizon_hours", 24))
         mode = self.settings.option("forecast_mode", "latest")
-        params = {"region": code, "signal_type": self._signal(), "horizon_hours": horizon}
+        signal = self._signal()
+        params: dict[str, Any] = {"region": code, "signal_type": signal, "horizon_hours": horizon}
         if mode == "latest":
             path = "/v3/forecast"
             ttl = float(self.settings.option("forecast_cache_ttl_s", 300))
-            body = self._get_authorized(path, params, cache_ttl_s=ttl)
-            generated_at = (body.get("meta") or {}).get("generated_at")
-            runs = [{"generated_at": generated_at, "forecast": body.get("data")}]
+            body = self._call(
+                path, params, lambda sdk: sdk.get_forecast_json(code, signal, horizon_hours=horizon), cache_ttl_s=ttl
+            )
+            responses = self._responses(path, body)
+            runs = [
+                (
+                    response,
+                    {
+                        "generated_at": (response.get("meta") or {}).get("generated_at"),
+                        "forecast": response.get("data"),
+                    },
+                )
+                for response in responses
+            ]
         elif mode == "historical":
             path = "/v3/forecast/historical"
             lookback = pd.Timedelta(minutes=float(self.settings.option("forecast_lookback_minutes", 60)))
-            params.update(start=iso_z(as_of - lookback), end=iso_z(as_of))
-            body = self._get_authorized(path, params)
-            runs = body.get("data")
-            if not isinstance(runs, list):
-                raise self.payload_error(f"{path} 'data' is not a list")
+            first, last = (as_of - lookback).to_pydatetime(), as_of.to_pydatetime()
+            params.update(start=first.isoformat(), end=last.isoformat())
+            body = self._call(
+                path,
+                params,
+                lambda sdk: sdk.get_historical_forecast_json(first, last, code, signal, horizon_hours=horizon),
+            )
+            runs = []
+            for response in self._responses(path, body):
+                if not isinstance(response.get("data"), list):
+                    raise self.payload_error(f"{path} 'data' is not a list")
+                runs.extend((response, run) for run in response["data"])
         else:
             raise ValueError(f"watttime: forecast_mode must be latest or historical, got {mode!r}")
-        factor, (signal_type, basis, scope), period = self._meta(body, path)
         issued = []
-        for run in runs:
+        for response, run in runs:
             try:
-                issued.append((to_utc(run["generated_at"]), run))
+                issued.append((to_utc(run["generated_at"]), response, run))
             except (KeyError, TypeError, ValueError):
                 raise self.payload_error(f"{path} forecast without a valid generated_at") from None
         if mode == "historical":
@@ -195,7 +311,8 @@ class WattTimeConnector(Connector):
         if not issued:
             data.frames[LIVE_FORECASTS] = frame(LIVE_FORECASTS, [])
             return data
-        issued_at, run = max(issued, key=lambda item: item[0])
+        issued_at, response, run = max(issued, key=lambda item: item[0])
+        factor, (signal_type, basis, scope), period = self._meta(response, path)
         points = self._points(data, LIVE_FORECASTS, run.get("forecast"), path, factor)
         rows = self._hourly(points, period) if len(points) else pd.DataFrame()
         if len(rows):

@@ -1,6 +1,7 @@
-"""GPU telemetry logs: `nvidia-smi --query-gpu=... --format=csv` and DCGM-exporter CSV exports -> raw.gpu_telemetry.
+"""GPU telemetry logs -> raw.gpu_telemetry: node logs (`nvidia-smi --query-gpu=... --format=csv`, DCGM-exporter CSV
+exports) and the energy meters a job runs itself (CodeCarbon emissions.csv, ZeusMonitor log files).
 
-Two log formats, told apart by the header:
+Four log formats, told apart by the header:
 
 * nvidia-smi: `nvidia-smi --query-gpu=timestamp,index,uuid,name,power.draw,power.limit,clocks.sm,utilization.gpu,
   temperature.gpu --format=csv -l 1` writes a header like `timestamp, index, uuid, name, power.draw [W], ...` and rows
@@ -13,23 +14,41 @@ Two log formats, told apart by the header:
   `timestamp,gpu,UUID,device,modelName,Hostname,DCGM_FI_DEV_SM_CLOCK,DCGM_FI_DEV_GPU_TEMP,DCGM_FI_DEV_POWER_USAGE,
   DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION,DCGM_FI_DEV_GPU_UTIL,...`; timestamp ISO-8601 (with zone) or Unix epoch
   (s or ms); DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION is the cumulative energy counter in mJ since the driver loaded.
+* CodeCarbon 3.x `emissions.csv` (`timestamp,project_name,run_id,experiment_id,duration,emissions,...,energy_consumed,
+  ...,tracking_mode,...`): one row per `flush()`/`stop()` with the run's totals so far (duration s, energy_consumed
+  kWh = CPU + GPU + RAM); the timestamp is local time without a zone (pass `tz`). One output row per input row:
+  energy_j = energy_consumed since the run's previous row, over window_start_utc = timestamp - the duration since
+  then; energy_counter_j = the run's total; energy_scope `machine`; gpu_index NULL.
+* ZeusMonitor(log_file=...) (`start_time,window_name,elapsed_time,gpu<i>_energy,...`): one row per ended window
+  (start Unix s, elapsed s, J per GPU). One output row per window x GPU: energy_j = the GPU's energy in
+  [window_start_utc, ts_utc]; energy_scope `gpu`.
+
+Meter rows are keyed to a job by `job_key`, the planner job id `<tenant>/<job_id>` (as in raw.job_events): the
+CodeCarbon `project_name` (`EmissionsTracker(project_name="<tenant>/<job_id>")`), the Zeus window name
+(`monitor.begin_window("<tenant>/<job_id>")`), or for every row of a file the sidecar's `job`. `meter_run_id` = the
+CodeCarbon run_id / the Zeus window name; power_w = the mean power over the window. Node rows have job_key,
+meter_run_id and window_start_utc NULL and energy_scope `gpu`.
 
 Output `raw.gpu_telemetry(ts_utc TIMESTAMPTZ, host, gpu_index, gpu_uuid, gpu_model, power_w, sm_clock_mhz,
-gpu_util_pct, energy_j, energy_source, energy_counter_j, power_limit_w, temperature_c, log_format, source_tz)`:
+gpu_util_pct, energy_j, energy_source, energy_counter_j, power_limit_w, temperature_c, log_format, source_tz, job_key,
+meter_run_id, window_start_utc TIMESTAMPTZ, energy_scope)`:
 
-* `energy_j` is the energy the GPU used since its previous sample in the same file (J), NULL at its first sample;
-  so SUM(energy_j) over a time range is the energy in that range. `energy_source` = `measured` when it is the
+* Node logs: `energy_j` is the energy the GPU used since its previous sample in the same file (J), NULL at its first
+  sample; so SUM(energy_j) over a time range is the energy in that range. `energy_source` = `measured` when it is the
   difference of the DCGM energy counter (a counter reset counts from 0), `integrated` when the log has no energy and
   it is the trapezoid of power over time; gaps longer than `max_gap_s` (default 300 s) are not integrated (NULL).
-  `energy_counter_j` is the raw DCGM counter in J (NULL for integrated rows).
+  `energy_counter_j` is the raw DCGM counter in J (NULL for integrated rows). Meter rows are all `measured`.
 * Quarantined rows (with file, line, field, reason): missing/non-numeric/negative power and other negative or
   out-of-range values, wrong units, unparsable timestamps, timestamps without a zone when `tz=None` or when other rows
   of the same file carry a zone, local times that do not exist or are ambiguous in `tz` (DST), and duplicate
-  (timestamp, host, gpu) rows (the first is kept). A repeated header line (a logger restarted onto the same file)
-  is skipped. Whole-file problems (empty, binary, unknown header) raise LoadError.
+  (timestamp, host, gpu) rows (the first is kept). Meter rows besides: no job key, missing or negative energy,
+  energy that implies an impossible mean power (a unit other than kWh / J), a CodeCarbon total that falls within
+  its run or repeats its duration, a Zeus line with too few fields, a Zeus window overlapping an earlier one of the
+  same job (nested windows would count twice). A repeated header line (a logger restarted onto the same file) is
+  skipped. Whole-file problems (empty, binary, unknown header) raise LoadError.
 
 `DATA_DIR/telemetry/**/*.csv` is the `telemetry` source (absent in the shared data: it yields nothing); a sidecar
-`<file>.json` may give {"tz": "...", "host": "..."} for a log.
+`<file>.json` may give {"tz": "...", "host": "...", "job": "<tenant>/<job_id>"} for a log.
 """
 
 from __future__ import annotations
@@ -68,6 +87,10 @@ OUTPUT_COLUMNS = [
     "temperature_c",
     "log_format",
     "source_tz",
+    "job_key",
+    "meter_run_id",
+    "window_start_utc",
+    "energy_scope",
 ]
 NA_TOKENS = {
     "",
@@ -172,12 +195,16 @@ def _base_name(header_name: str) -> str:
 
 
 def detect_format(header: list[str]) -> str:
-    """'nvidia-smi' or 'dcgm' from a CSV header; '' when neither."""
+    """'nvidia-smi', 'dcgm', 'codecarbon' or 'zeus' from a CSV header; '' when none."""
     bases = {_base_name(h) for h in header}
     if any(b.startswith("DCGM_FI_") for b in bases):
         return "dcgm"
     if "timestamp" in bases and bases & {"power.draw", "power.draw.instant", "power.draw.average"}:
         return "nvidia-smi"
+    if {"project_name", "run_id", "duration", "energy_consumed"} <= bases:
+        return "codecarbon"
+    if header[:3] == ["start_time", "window_name", "elapsed_time"]:
+        return "zeus"
     return ""
 
 
@@ -199,7 +226,9 @@ def _sidecar(path: Path) -> dict:
     except (OSError, json.JSONDecodeError) as exc:
         raise LoadError(side, f"unreadable sidecar: {exc}") from None
     if not isinstance(meta, dict):
-        raise LoadError(side, 'sidecar must be a JSON object like {"tz": "Europe/Berlin", "host": "node-a"}')
+        raise LoadError(
+            side, 'sidecar must be a JSON object like {"tz": "Europe/Berlin", "host": "node-a", "job": "lab/job-1"}'
+        )
     return meta
 
 
@@ -261,12 +290,13 @@ def _numbers(rows: _Rows, field: Field, header_name: str, unit_in_header: str | 
         )
     if field.min_value is not None:
         below = finite & (number.to_numpy() < field.min_value)
+        quantity = field.target.split("_")[0]
         rows.reject(
             below,
             header_name,
             values,
-            "negative power"
-            if field.target == "power_w" and field.min_value == 0
+            f"negative {quantity}"
+            if quantity in ("power", "energy") and field.min_value == 0
             else f"below minimum {field.min_value}",
         )
     if field.max_value is not None:
@@ -339,11 +369,15 @@ def load_telemetry_file(
     host: str | None = None,
     data_dir: Path | None = None,
     max_gap_s: float | None = 300.0,
+    job: str | None = None,
 ) -> Batch:
-    """One nvidia-smi or DCGM-exporter CSV log as a Batch for raw.gpu_telemetry (see the module docstring).
+    """One nvidia-smi, DCGM-exporter, CodeCarbon or Zeus CSV log as a Batch for raw.gpu_telemetry (see the module
+    docstring).
 
-    tz: zone of timestamps written without one (nvidia-smi local time); None quarantines such rows.
+    tz: zone of timestamps written without one (nvidia-smi and CodeCarbon local time); None quarantines such rows.
     host: host name when the log has no Hostname column (default: the file name without extension).
+    job: planner job id (`<tenant>/<job_id>`) of every row of a CodeCarbon or Zeus log, in place of the key the
+    rows carry (CodeCarbon project_name, Zeus window name).
     """
     path = Path(path)
     zone = _timezone(tz)
@@ -353,10 +387,19 @@ def load_telemetry_file(
     if not log_format:
         raise LoadError(
             path,
-            "not a GPU telemetry log: expected an nvidia-smi --query-gpu CSV (timestamp, index, power.draw [W], ...) "
-            f"or a DCGM-exporter CSV (DCGM_FI_DEV_* columns); header is {header}",
+            "not a GPU telemetry log: expected an nvidia-smi --query-gpu CSV (timestamp, index, power.draw [W], ...), "
+            "a DCGM-exporter CSV (DCGM_FI_DEV_* columns), a CodeCarbon emissions.csv or a ZeusMonitor log "
+            f"(start_time,window_name,elapsed_time,gpu<i>_energy); header is {header}",
             row=1,
         )
+    root = Path(data_dir) if data_dir is not None else path.parent
+    meta_host = host if host is not None else path.stem
+    if job is not None and not JOB_KEY.fullmatch(job):
+        raise ValueError(f"job {job!r} is not a planner job id '<tenant>/<job_id>'")
+    if log_format in METER_FORMATS:
+        load = _load_codecarbon if log_format == "codecarbon" else _load_zeus
+        frame, rejections = load(path, text, header, zone, tz, meta_host, job)
+        return Batch(TABLE, batch_id(SOURCE, path, root), SOURCE, _typed(frame, log_format), rejections)
     by_base: dict[str, str] = {}
     for name in header:
         by_base.setdefault(_base_name(name), name)
@@ -388,7 +431,6 @@ def load_telemetry_file(
         elif field.kind == "str":
             values = raw[target].astype("string").str.strip()
             out[target] = values.where(~values.str.lower().isin(NA_TOKENS).fillna(True))
-    meta_host = host if host is not None else path.stem
     if "host" not in out:
         out["host"] = meta_host
     out["host"] = out["host"].astype("string").fillna(meta_host)
@@ -401,31 +443,50 @@ def load_telemetry_file(
 
     frame = out.loc[~rows.bad].copy()
     frame = _energy(frame, max_gap_s)
+    frame["energy_scope"] = "gpu"
+    return Batch(TABLE, batch_id(SOURCE, path, root), SOURCE, _typed(frame, log_format), rows.rejections)
+
+
+_DTYPES = {
+    "host": "string",
+    "gpu_index": "Int64",
+    "gpu_uuid": "string",
+    "gpu_model": "string",
+    "power_w": "Float64",
+    "sm_clock_mhz": "Float64",
+    "gpu_util_pct": "Float64",
+    "energy_j": "Float64",
+    "energy_source": "string",
+    "energy_counter_j": "Float64",
+    "power_limit_w": "Float64",
+    "temperature_c": "Float64",
+    "log_format": "string",
+    "source_tz": "string",
+    "job_key": "string",
+    "meter_run_id": "string",
+    "window_start_utc": "datetime64[ns, UTC]",
+    "energy_scope": "string",
+}
+
+
+def _typed(frame: pd.DataFrame, log_format: str) -> pd.DataFrame:
+    """The output columns in order and type (absent ones NULL), sorted."""
+    frame = frame.copy()
     frame["log_format"] = log_format
     for name in OUTPUT_COLUMNS:
         if name not in frame:
-            frame[name] = np.nan
-    frame = frame[OUTPUT_COLUMNS].sort_values(["host", "gpu_index", "ts_utc"], kind="stable").reset_index(drop=True)
-    frame = frame.astype(
-        {
-            "host": "string",
-            "gpu_index": "Int64",
-            "gpu_uuid": "string",
-            "gpu_model": "string",
-            "power_w": "Float64",
-            "sm_clock_mhz": "Float64",
-            "gpu_util_pct": "Float64",
-            "energy_j": "Float64",
-            "energy_source": "string",
-            "energy_counter_j": "Float64",
-            "power_limit_w": "Float64",
-            "temperature_c": "Float64",
-            "log_format": "string",
-            "source_tz": "string",
-        }
+            frame[name] = (
+                pd.Series(pd.NaT, index=frame.index, dtype="datetime64[ns, UTC]")
+                if name == "window_start_utc"
+                else np.nan
+            )
+    order = (
+        ["host", "gpu_index", "ts_utc"]
+        if log_format in NODE_FORMATS
+        else ["job_key", "meter_run_id", "ts_utc", "gpu_index"]
     )
-    root = Path(data_dir) if data_dir is not None else path.parent
-    return Batch(TABLE, batch_id(SOURCE, path, root), SOURCE, frame, rows.rejections)
+    frame = frame[OUTPUT_COLUMNS].sort_values(order, kind="stable").reset_index(drop=True)
+    return frame.astype(_DTYPES)
 
 
 def _energy(frame: pd.DataFrame, max_gap_s: float | None) -> pd.DataFrame:
@@ -457,6 +518,216 @@ def _energy(frame: pd.DataFrame, max_gap_s: float | None) -> pd.DataFrame:
     return frame
 
 
+# --- energy meters a job runs itself: CodeCarbon emissions.csv, ZeusMonitor log files -----------------------------
+
+NODE_FORMATS = ("nvidia-smi", "dcgm")
+METER_FORMATS = ("codecarbon", "zeus")
+JOB_KEY = re.compile(r"[^/\s]+/\S+")  # a planner job id: <tenant>/<job_id>
+MAX_MACHINE_POWER_W = 100_000.0  # a CodeCarbon run measures one machine: a higher mean power is a unit error
+CODECARBON_FIELDS = [
+    Field("duration", "float", required=True, min_value=0),
+    Field("energy_kwh", "float", required=True, min_value=0),
+    Field("cpu_energy_kwh", "float", min_value=0),
+    Field("gpu_energy_kwh", "float", min_value=0),
+    Field("ram_energy_kwh", "float", min_value=0),
+]
+CODECARBON_COLUMNS = {  # emissions.csv column -> loader name
+    "timestamp": "ts",
+    "project_name": "project_name",
+    "run_id": "run_id",
+    "duration": "duration",
+    "energy_consumed": "energy_kwh",
+    "cpu_energy": "cpu_energy_kwh",
+    "gpu_energy": "gpu_energy_kwh",
+    "ram_energy": "ram_energy_kwh",
+    "gpu_model": "gpu_model",
+}
+
+
+def _job_keys(rows: _Rows, values: pd.Series, field: str, job: str | None, how: str) -> pd.Series:
+    """The planner job id of each row: `job` (a sidecar's) or the row's own value, quarantined when it is none."""
+    if job is not None:
+        return pd.Series(job, index=values.index, dtype="string")
+    keys = values.astype("string").str.strip()
+    unkeyed = ~keys.str.fullmatch(JOB_KEY).fillna(False).to_numpy(dtype=bool)
+    rows.reject(
+        unkeyed,
+        field,
+        values,
+        f"cannot be keyed to a job: {field} is not a planner job id '<tenant>/<job_id>' ({how}, "
+        'or give the file a sidecar {"job": "<tenant>/<job_id>"})',
+    )
+    return keys
+
+
+def _reject_row(rows: _Rows, idx: int, field: str, values: pd.Series, reason: str) -> None:
+    mask = np.zeros(len(rows.raw), dtype=bool)
+    mask[idx] = True
+    rows.reject(mask, field, values, reason)
+
+
+def _load_codecarbon(
+    path: Path, text: str, header: list[str], zone: ZoneInfo | None, tz: str | None, host: str, job: str | None
+) -> tuple[pd.DataFrame, list[Rejection]]:
+    """CodeCarbon emissions.csv: one row per flush()/stop() with the run's totals so far (kWh, s), per run_id.
+    energy_j of a row = energy_consumed since the run's previous row (all of it at its first row), over
+    [timestamp - the duration since then, timestamp]."""
+    missing = [
+        name for name in ("timestamp", "project_name", "run_id", "duration", "energy_consumed") if name not in header
+    ]
+    if missing:
+        raise LoadError(path, f"missing column; header is {header}", row=1, field=missing[0])
+    columns = [Column(name, "str", nullable=True, rename=target) for name, target in CODECARBON_COLUMNS.items()]
+    raw, _ = read_checked_csv(path, columns, line_column="_line")
+    raw = raw.loc[raw["ts"].astype("string").str.strip() != "timestamp"].reset_index(drop=True)
+    lines = raw.pop("_line").to_numpy()
+    names = {target: name for name, target in CODECARBON_COLUMNS.items()}
+    rows = _Rows(path, raw, lines, names)
+    out = pd.DataFrame(index=raw.index)
+    out["job_key"] = _job_keys(rows, raw["project_name"], "project_name", job, "set EmissionsTracker(project_name=...)")
+    run_id = raw["run_id"].astype("string").str.strip()
+    rows.reject(
+        run_id.isna().to_numpy() | (run_id == "").fillna(True).to_numpy(), "run_id", raw["run_id"], "missing value"
+    )
+    out["meter_run_id"] = run_id
+    out["ts_utc"], zoneless = _timestamps(rows, "timestamp", raw["ts"], zone, "codecarbon")
+    out["source_tz"] = pd.Series(np.where(zoneless, tz or "", ""), index=out.index).replace("", pd.NA)
+    for field in CODECARBON_FIELDS:
+        out[field.target] = _numbers(rows, field, names[field.target], None, raw[field.target])
+    model = raw["gpu_model"].astype("string").str.strip()
+    out["gpu_model"] = model.where(~model.str.lower().isin(NA_TOKENS).fillna(True))
+
+    # Totals per run: each row's share is its difference to the run's previous good row.
+    delta_kwh = pd.Series(np.nan, index=out.index)
+    delta_s = pd.Series(np.nan, index=out.index)
+    previous: dict[str, tuple[float, float, int]] = {}  # run_id -> duration, energy, line of its last good row
+    good = out.loc[~rows.bad].sort_values(["meter_run_id", "duration"], kind="stable")
+    for idx, run, duration, energy in zip(good.index, good["meter_run_id"], good["duration"], good["energy_kwh"]):
+        last = previous.get(run)
+        if last is not None and duration == last[0]:
+            _reject_row(rows, idx, "duration", raw["duration"], f"duplicate (run_id, duration) row: as row {last[2]}")
+        elif last is not None and energy < last[1]:
+            _reject_row(
+                rows,
+                idx,
+                "energy_consumed",
+                raw["energy_kwh"],
+                f"energy_consumed falls below row {last[2]} of the same run_id (a run's rows are running totals)",
+            )
+        else:
+            delta_kwh[idx] = energy - (last[1] if last else 0.0)
+            delta_s[idx] = duration - (last[0] if last else 0.0)
+            previous[run] = (duration, energy, int(lines[idx]))
+    mean_w = delta_kwh * 3.6e6 / delta_s.where(delta_s > 0)
+    implausible = ((mean_w > MAX_MACHINE_POWER_W) | ((delta_s == 0) & (delta_kwh > 0))).to_numpy(dtype=bool)
+    rows.reject(
+        implausible,
+        "energy_consumed",
+        raw["energy_kwh"],
+        f"implausible energy: a mean power above {MAX_MACHINE_POWER_W / 1000:g} kW over the interval "
+        "(energy_consumed must be kWh)",
+    )
+    frame = out.loc[~rows.bad].copy()
+    frame["energy_j"] = delta_kwh[~rows.bad] * 3.6e6
+    frame["window_start_utc"] = frame["ts_utc"] - pd.to_timedelta(delta_s[~rows.bad], unit="s")
+    frame["energy_counter_j"] = frame["energy_kwh"] * 3.6e6
+    frame["power_w"] = mean_w[~rows.bad]
+    frame["energy_source"] = "measured"
+    frame["energy_scope"] = "machine"
+    frame["host"] = host
+    return frame, rows.rejections
+
+
+def _load_zeus(
+    path: Path, text: str, header: list[str], zone: ZoneInfo | None, tz: str | None, host: str, job: str | None
+) -> tuple[pd.DataFrame, list[Rejection]]:
+    """ZeusMonitor(log_file=...): `start_time,window_name,elapsed_time,gpu<i>_energy,...` per ended window (start
+    Unix s, elapsed s, energy J per GPU). One row per window x GPU; energy_j = the GPU's energy in the window.
+    The writer does not quote: commas in a window name split it, so the fields between start_time and the last
+    ones are joined back into the name."""
+    gpus = []
+    for name in header[3:] if any(header[3:]) else []:  # no GPU monitored: the header ends in a comma
+        match = re.fullmatch(r"gpu(\d+)_energy", name)
+        if match is None:
+            raise LoadError(
+                path, f"not a ZeusMonitor energy column (gpu<i>_energy); header is {header}", row=1, field=name
+            )
+        gpus.append(int(match.group(1)))
+    if not gpus:
+        raise LoadError(path, "a ZeusMonitor log without GPU energy columns (gpu<i>_energy)", row=1)
+    records, lines, short = [], [], []
+    reader = csv.reader(io.StringIO(text, newline=""))
+    next(reader)
+    for cells in reader:
+        line = reader.line_num
+        if not any(cell.strip() for cell in cells) or [c.strip() for c in cells] == header:
+            continue
+        if len(cells) < len(header):
+            short.append((line, cells))
+            continue
+        extra = len(cells) - len(header)
+        records.append([cells[0], ",".join(cells[1 : 2 + extra]), *cells[2 + extra :]])
+        lines.append(line)
+    energy_names = [f"gpu{i}_energy" for i in gpus]
+    raw = pd.DataFrame(records, columns=["ts", "window_name", "elapsed_time", *energy_names], dtype="string")
+    rows = _Rows(path, raw, np.array(lines, dtype="int64"), {"ts": "start_time"})
+    for line, cells in short:
+        rows.rejections.append(
+            Rejection(
+                reason=f"{len(cells)} fields, the header has {len(header)} (a truncated line?)",
+                file=str(path),
+                row_number=line,
+                field=header[len(cells)] if len(cells) < len(header) else None,
+                record=dict(zip(header, cells)),
+            )
+        )
+    out = pd.DataFrame(index=raw.index)
+    out["job_key"] = _job_keys(rows, raw["window_name"], "window_name", job, "name the job's window after it")
+    out["meter_run_id"] = raw["window_name"]
+    epoch = raw["ts"].str.strip().str.fullmatch(r"\d+(?:\.\d*)?").fillna(False).to_numpy(dtype=bool)
+    rows.reject(~epoch, "start_time", raw["ts"], "not a Unix time in seconds")
+    start, _ = _timestamps(rows, "start_time", raw["ts"].where(epoch, "0"), None, "zeus")
+    elapsed = _numbers(
+        rows, Field("elapsed_time", "float", required=True, min_value=0), "elapsed_time", None, raw["elapsed_time"]
+    )
+    energy = {}
+    for i, name in zip(gpus, energy_names):
+        energy[i] = _numbers(rows, Field("energy_j", "float", required=True, min_value=0), name, None, raw[name])
+        mean_w = energy[i] / elapsed.where(elapsed > 0)
+        implausible = ((mean_w > 5000) | ((elapsed == 0) & (energy[i] > 0))).to_numpy(dtype=bool)
+        rows.reject(
+            implausible,
+            name,
+            raw[name],
+            "implausible energy: a mean power above 5000 W over the window (gpu<i>_energy must be J)",
+        )
+    end = start + pd.to_timedelta(elapsed, unit="s")
+    # Nested or repeated windows of one job would count its energy twice: keep the first of overlapping ones.
+    last_end: dict[str, tuple[pd.Timestamp, int]] = {}  # job -> end and line of its latest kept window
+    good = pd.DataFrame({"job_key": out["job_key"], "start": start, "end": end}).loc[~rows.bad]
+    for idx, key, begin, finish in good.sort_values(["job_key", "start"], kind="stable").itertuples():
+        if key in last_end and begin < last_end[key][0]:
+            reason = f"window overlaps the window of row {last_end[key][1]} for the same job (counted twice)"
+            _reject_row(rows, idx, "start_time", raw["ts"], reason)
+        else:
+            last_end[key] = (finish, int(lines[idx]))
+    keep = ~rows.bad
+    parts = []
+    for i in gpus:
+        part = out.loc[keep, ["job_key", "meter_run_id"]].copy()
+        part["gpu_index"] = i
+        part["ts_utc"] = end[keep]
+        part["window_start_utc"] = start[keep]
+        part["energy_j"] = energy[i][keep]
+        part["power_w"] = (energy[i] / elapsed.where(elapsed > 0))[keep]
+        parts.append(part)
+    frame = pd.concat(parts, ignore_index=True)
+    frame["energy_source"] = "measured"
+    frame["energy_scope"] = "gpu"
+    frame["host"] = host
+    return frame, rows.rejections
+
+
 def _files(data_dir: Path) -> list[Path]:
     return glob_files(data_dir, ["telemetry/**/*.csv"])
 
@@ -464,13 +735,16 @@ def _files(data_dir: Path) -> list[Path]:
 def _batches(data_dir: Path) -> Iterator[Batch]:
     for path in _files(data_dir):
         meta = _sidecar(path)
-        yield load_telemetry_file(path, tz=meta.get("tz", "UTC"), host=meta.get("host"), data_dir=data_dir)
+        yield load_telemetry_file(
+            path, tz=meta.get("tz", "UTC"), host=meta.get("host"), data_dir=data_dir, job=meta.get("job")
+        )
 
 
 telemetry = Source(
     SOURCE,
     "energy",
-    "GPU telemetry logs (nvidia-smi --query-gpu CSV, DCGM-exporter CSV) under DATA_DIR/telemetry -> raw.gpu_telemetry",
+    "GPU telemetry logs (nvidia-smi --query-gpu CSV, DCGM-exporter CSV) and job energy meters (CodeCarbon "
+    "emissions.csv, ZeusMonitor log) under DATA_DIR/telemetry -> raw.gpu_telemetry",
     _batches,
     _files,
 )

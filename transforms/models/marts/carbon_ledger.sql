@@ -26,7 +26,8 @@ per_job as (
         {{ fixed_order_sum('realized_kgco2e') }} as realized_kgco2e,
         {{ fixed_order_sum('expected_kgco2e') }} filter (where started_at is not null) as forecast_kgco2e,
         {{ fixed_order_sum('planned_window_actual_kgco2e') }} filter (where started_at is not null) as planned_window_actual_kgco2e,
-        bool_or(energy_source = 'measured') as any_measured_energy
+        bool_or(energy_source = 'measured') as any_measured_energy,
+        string_agg(distinct energy_meter, '+' order by energy_meter) as energy_meters
     from runs
     group by tenant, job_id
 )
@@ -52,7 +53,8 @@ select
     p.forecast_kgco2e,
     100.0 * (p.forecast_kgco2e - p.planned_window_actual_kgco2e) / nullif(p.planned_window_actual_kgco2e, 0)
         as forecast_error_pct,
-    case when p.any_measured_energy then 'measured' else 'power_model' end as energy_source
+    case when p.any_measured_energy then 'measured' else 'power_model' end as energy_source,
+    p.energy_meters as energy_meter
 from last_attempt as l
 inner join per_job as p on p.tenant = l.tenant and p.job_id = l.job_id
 left join {{ ref('int_jobs__attempts') }} as a

@@ -1,5 +1,5 @@
 -- One row per dispatched attempt of a job: planned against actual start, end and run time, the energy (measured
--- where the executor reported it, else the plan's draw x the actual run time plus the data transfer), and the
+-- where the executor reported it or the job metered it with CodeCarbon / Zeus, energy_meter, else the plan's draw x the actual run time plus the data transfer), and the
 -- realized carbon at the actual hourly intensity: the run at the cluster's zone over the run, the data moved to a
 -- cluster outside the home region at the mean of the home and the cluster's zone in the hour it starts (as the
 -- planner prices a move and the simulator values it).
@@ -87,6 +87,7 @@ select
     100.0 * (actual_runtime_h - est_runtime_h) / nullif(est_runtime_h, 0) as runtime_error_pct,
     energy_kwh,
     energy_source,
+    case when energy_source = 'measured' then energy_meter end as energy_meter,
     mean_ci_gco2_per_kwh,
     ci_missing_hours,
     -- the run at the zone's actual intensity over the run, a data transfer at its ends' in the start hour

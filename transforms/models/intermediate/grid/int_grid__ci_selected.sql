@@ -3,7 +3,7 @@
 --   lifecycle : signal_type = average, scope = lifecycle
 --   marginal  : signal_type = marginal (live feeds such as WattTime; kept apart, never mixed with averages)
 -- Precedence when several rows cover the same region-hour and signal: FILE sources (ensembleci, lets_wait_awhile)
--- win over live feeds (electricitymaps, watttime, ukci, eia930 in that order); then production-based wins over
+-- win over live feeds (electricitymaps, watttime, ukci, eia930, entsoe in that order); then production-based wins over
 -- consumption-based; then data_source name (deterministic).
 with ci as (
     select

@@ -1,5 +1,5 @@
 -- One row per dispatched attempt of a job (tenant, job_id, attempt, plan_id): what the executor reported (start,
--- end, outcome, measured energy) beside what the plan that dispatched it expected (window, draw, zone, deadline,
+-- end, outcome, measured energy; else the energy the job metered itself, int_jobs__metered_energy) beside what the plan that dispatched it expected (window, draw, zone, deadline,
 -- the run-now counterfactual's inputs). An attempt with no terminal event yet has outcome 'running' (started) or
 -- 'dispatched'; 'unconfirmed' when the executor cannot say (a hand-off through files).
 with events as (
@@ -54,10 +54,16 @@ select
     a.transfer_kwh,
     a.expected_energy_kwh,
     a.expected_kgco2e,
-    r.measured_energy_kwh,
+    coalesce(r.measured_energy_kwh, m.metered_energy_kwh) as measured_energy_kwh,
+    case
+        when r.measured_energy_kwh is not null then 'executor'
+        when m.metered_energy_kwh is not null then m.energy_meter
+    end as energy_meter,
     a.home_zone,
     a.run_now_kw,
     a.run_now_duration_h
 from reported as r
 left join {{ ref('stg_jobs__assignments') }} as a
     on a.plan_id = r.plan_id and a.planner_job_id = r.planner_job_id
+left join {{ ref('int_jobs__metered_energy') }} as m
+    on m.tenant = r.tenant and m.job_id = r.job_id and m.attempt = r.attempt and m.plan_id = r.plan_id

@@ -1,5 +1,6 @@
--- GPU telemetry samples (nvidia-smi / DCGM logs; raw.gpu_telemetry, optional: an empty relation when no log was
--- ingested). energy_j = energy since the GPU's previous sample (measured counter difference or integrated power).
+-- GPU telemetry (raw.gpu_telemetry, optional: an empty relation when no log was ingested): node samples (nvidia-smi /
+-- DCGM logs; energy_j = energy since the GPU's previous sample) and job meter readings (CodeCarbon / Zeus; energy_j =
+-- the energy of the job's run in [window_start_utc, ts_utc], keyed to the planner job id job_key).
 with source as (
     {{ optional_source('raw', 'gpu_telemetry', {
         'ts_utc': 'timestamptz',
@@ -17,6 +18,10 @@ with source as (
         'temperature_c': 'double',
         'log_format': 'varchar',
         'source_tz': 'varchar',
+        'job_key': 'varchar',
+        'meter_run_id': 'varchar',
+        'window_start_utc': 'timestamptz',
+        'energy_scope': 'varchar',
         '_loaded_at': 'timestamptz',
     }) }}
 )
@@ -38,5 +43,9 @@ select
     temperature_c,
     log_format,
     source_tz,
+    job_key,
+    meter_run_id,
+    window_start_utc,
+    coalesce(energy_scope, 'gpu') as energy_scope,
     _loaded_at as loaded_at
 from source
