@@ -272,7 +272,8 @@ def test_loading_the_same_files_twice_is_identical(tmp_warehouse, tmp_path):
     second = ingest(["openb_pods", "telemetry"], data_dir=root, progress=False)
     assert snapshot() == once
     assert [r.rows for r in first] == [r.rows for r in second] and all(r.skipped_unchanged for r in second)
-    assert len(once[0]) == 3 and len(once[1]) == 320 + 242 + 60 and len(once[2]) == 2
+    # nvidia-smi, nvidia-smi (no units), DCGM, CodeCarbon and Zeus fixtures
+    assert len(once[0]) == 3 and len(once[1]) == 320 + 242 + 60 + 5 + 4 and len(once[2]) == 2
 
 
 # --- hypothesis ------------------------------------------------------------------------------------------------------
