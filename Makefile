@@ -16,7 +16,7 @@ export OMP_NUM_THREADS ?= 1
 export PYTHONPATH := $(CURDIR)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup run test test-all airflow-ui ingest transform lint clean
+.PHONY: setup run test test-all bench-exact airflow-ui ingest transform lint clean
 
 $(STAMP): requirements.txt
 	@test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
@@ -51,6 +51,15 @@ test: setup lint
 test-all: setup lint
 	@bash deploy/install-services.sh postgresql redis-server slurm chromium
 	$(PY) -m pytest -q tests
+
+## The twelve small instances against the node-aware optimum (docs/results/planner/exact.md; about 40 min on 2 cores):
+## the ensemble's backtest forecasts for both periods, then every policy, the ablations and the exact MILP.
+bench-exact: setup
+	OMP_NUM_THREADS=1 $(PY) -m forecasting backtest --model ensemble --start 2021-07-01 --end 2021-07-06 --horizon 96 --store --no-plot
+	OMP_NUM_THREADS=1 $(PY) -m forecasting backtest --model ensemble --start 2021-12-01 --end 2021-12-06 --train-end 2021-07-01 --horizon 96 --store --no-plot
+	OMP_NUM_THREADS=1 $(PY) -m scheduling evaluate --jobs 80 --days 2 --start 2021-07-01 2021-12-01 --load 0.5 0.8 --seed 0 1 2 \
+	    --exact --exact-time-limit 120 --ablations --no-progress --report-md docs/results/planner/exact.md \
+	    --exact-json docs/results/planner/exact_shares.json
 
 ## The Airflow UI on http://localhost:8080 (log-in: see README).
 airflow-ui: setup
