@@ -276,10 +276,11 @@ class Fleet:
         out.clusters = [c for c in self.clusters if c.config.region in keep]
         return out
 
-    def scaled(self, total_gpus: float, seed: int | None = None) -> Fleet:
+    def scaled(self, total_gpus: float, seed: int | None = None, minimum_gpus=None) -> Fleet:
         """The same clusters re-sampled so that the fleet has about `total_gpus` GPUs, split by weight (each
-        cluster at least one node). Only sampled fleets re-size: a declared cluster's nodes are real machines, so
-        a fleet holding one is refused (ValueError) rather than silently missing the target."""
+        cluster at least one node, and at least `minimum_gpus[i]` GPUs where given). Only sampled fleets re-size: a
+        declared cluster's nodes are real machines, so a fleet holding one is refused (ValueError) rather than
+        silently missing the target."""
         declared = [c.name for c in self.clusters if c.declared]
         if declared:
             raise ValueError(
@@ -288,6 +289,8 @@ class Fleet:
             )
         weights = np.array([c.config.weight for c in self.clusters], dtype=float)
         targets = total_gpus * weights / weights.sum()
+        if minimum_gpus is not None:
+            targets = np.maximum(targets, np.asarray(minimum_gpus, dtype=float))
         out = copy.copy(self)
         out.clusters = [
             FleetCluster(

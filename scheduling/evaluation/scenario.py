@@ -76,6 +76,30 @@ def demand_gpu_hours(jobs: pd.DataFrame, table: JobTable, on: str = "fleet") -> 
     return float((share * d).sum())
 
 
+def bound_minimum_gpus(jobs: pd.DataFrame, table: JobTable, load: float, hours: int) -> np.ndarray:
+    """Per cluster, the GPUs that the jobs bound to a few clusters need at `load`: for every set S of clusters that
+    some job can run on only (its GPU models), the GPU-hours of the jobs that fit nowhere else but S, over
+    (load x hours), split over S by weight; each cluster keeps the largest of its shares. A fleet sized on the
+    total alone can leave a GPU model that many jobs demand far over `load` (e.g. every T4-only job on one T4
+    cluster) and no schedule could meet their deadlines."""
+    allowed = table.allowed
+    weights = np.array([c.config.weight for c in table.fleet.clusters], dtype=float)
+    w = allowed * weights[None, :]
+    w = w / np.maximum(w.sum(axis=1, keepdims=True), 1e-12)
+    gpu_hours = (w * np.where(allowed, table.base_dur, 0.0)).sum(axis=1) * (
+        jobs["num_gpu"].to_numpy(float) * jobs["gpu_milli"].to_numpy(float) / 1000.0
+    )
+    minimum = np.zeros(allowed.shape[1])
+    for subset in np.unique(allowed[allowed.sum(axis=1) < allowed.shape[1]], axis=0):
+        if not subset.any():
+            continue
+        inside = ~np.any(allowed & ~subset[None, :], axis=1)  # jobs that can run only within the subset
+        need = gpu_hours[inside].sum() / (load * hours)
+        share = need * weights * subset / (weights * subset).sum()
+        minimum = np.maximum(minimum, share)
+    return minimum
+
+
 def build_scenario(
     start="2021-07-01",
     days: float = 14,
@@ -129,8 +153,10 @@ def build_scenario(
 
     power = load_power_table(fleet, data_dir=data_dir, db_path=db_path, as_of=start)
     jobs, table = draw(fleet, power)
+    minimum = None
     if load is not None:
-        fleet = fleet.scaled(demand_gpu_hours(jobs, table) / (load * hours))
+        minimum = bound_minimum_gpus(jobs, table, load, hours)
+        fleet = fleet.scaled(demand_gpu_hours(jobs, table) / (load * hours), minimum_gpus=minimum)
         # The same draws again on the re-sized fleet: home cluster, home run time and so the deadline must refer
         # to clusters that exist (and can host the job) in the fleet the jobs run on.
         power = load_power_table(fleet, data_dir=data_dir, db_path=db_path, as_of=start)
@@ -172,7 +198,7 @@ def build_scenario(
             if abs(placed - load) < 0.02 or placed <= 0:
                 break
             target_gpus = target_gpus * placed / load
-            fleet = fleet.scaled(target_gpus)
+            fleet = fleet.scaled(target_gpus, minimum_gpus=minimum)
             jobs, table = draw(fleet, power)
             workload = default_workload(job_pods(jobs))
     config = {

@@ -318,6 +318,30 @@ def test_scaled_fleet_deadlines_are_feasible_and_sizing_counts_slow_gpus(scenari
     )
 
 
+def test_jobs_bound_to_a_gpu_model_get_that_model_at_the_load(data_dir):
+    """On the openb trace whose jobs name GPU models (gpuspec33), every set of clusters that some jobs can run on
+    only gets the GPUs their work needs at `load`, even where the fleet's total would leave it short."""
+    from scheduling.evaluation.scenario import bound_minimum_gpus
+
+    sc = build_scenario(
+        start=START, days=2, n_jobs=400, regions=6, load=0.8, seed=0, forecasts="naive", data_dir=data_dir,
+        grid_source="files", tail_days=4, pod_list="gpuspec33",
+    )  # fmt: skip
+    tbl = sc.table
+    minimum = bound_minimum_gpus(sc.jobs, tbl, 0.8, sc.hours)
+    gpus = np.array([c.n_gpus for c in sc.fleet.clusters])
+    assert (gpus >= np.floor(minimum)).all()
+    bound = tbl.allowed.sum(axis=1) == 1
+    assert bound.any()  # jobs that one cluster alone can run
+    share = sc.jobs["num_gpu"].to_numpy(float) * sc.jobs["gpu_milli"].to_numpy(float) / 1000.0
+    for c in np.flatnonzero(tbl.allowed[bound].any(axis=0)):
+        only_here = bound & tbl.allowed[:, c]
+        need = (share[only_here] * tbl.base_dur[only_here, c]).sum() / (0.8 * sc.hours)
+        assert gpus[c] >= need - 1.0  # whole nodes: within a GPU of the need
+    even = sc.fleet.scaled(float(gpus.sum()))  # the same total split by weight alone
+    assert any(e.n_gpus < m - 1 for e, m in zip(even.clusters, minimum)), "the total alone would leave one short"
+
+
 def test_calibrated_fleet_reaches_the_placed_load(data_dir):
     """`calibrate`: the fleet is re-sized until the GPU-hours performance-first runs the jobs with are about
     `load` of the fleet's GPU-hours (whole nodes, so only about)."""
