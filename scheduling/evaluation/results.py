@@ -215,7 +215,8 @@ How to read this:
   preempted (preemption is opt-in, not in these runs).
 * Load: the fleet (whole openb / PAI nodes per cluster, equal weights) is sized so that the jobs' GPU-hours as
   performance-first runs them (slow GPUs included) are the target share of the fleet's GPU-hours in the period
-  (`placed load`; two re-sizing rounds from a GPU-count-weighted estimate). The job trace is drawn on the sized
+  (`placed load`; two re-sizing rounds from a GPU-count-weighted estimate); clusters that some jobs alone can run
+  on (their GPU models) get at least the GPUs those jobs need at the load. The job trace is drawn on the sized
   fleet, so home clusters and deadlines refer to clusters that exist. `util.` is the measured mean GPU
   allocation inside the period: lower, since the fleet starts empty and late arrivals run after the period.
 * Carbon: energy = GPU share x average board power at the chosen power limit x run time x PUE (+ network energy
