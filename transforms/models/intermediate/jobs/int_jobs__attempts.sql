@@ -1,7 +1,8 @@
 -- One row per dispatched attempt of a job (tenant, job_id, attempt, plan_id): what the executor reported (start,
 -- end, outcome, measured energy; else the energy the job metered itself, int_jobs__metered_energy) beside what the
--- plan that dispatched it expected (window, draw, zone, deadline, the run-now counterfactual's inputs). An attempt with no terminal event yet has outcome 'running' (started) or
--- 'dispatched'; 'unconfirmed' when the executor cannot say (a hand-off through files).
+-- plan that dispatched it expected (window, draw, zone, deadline, the run-now counterfactual's inputs). An attempt
+-- with no terminal event yet has outcome 'running' (started) or 'dispatched'; 'unconfirmed' when the executor cannot
+-- say (a hand-off through files).
 with events as (
     select * from {{ ref('stg_jobs__events') }}
 ),
