@@ -22,11 +22,10 @@ import time
 
 import numpy as np
 from scipy import sparse
-from scipy.optimize import Bounds, LinearConstraint, milp
 
 from scheduling.evaluation.bounds import optimum_problem
 from scheduling.evaluation.scenario import Scenario
-from scheduling.planning.lp import candidates
+from scheduling.planning.lp import assignment, candidates, solve_binary
 
 _STATUS = {0: "optimal", 1: "time_limit", 2: "infeasible", 3: "unbounded", 4: "numerical"}
 # what a report keeps of a solve (the placement arrays stay out of JSON)
@@ -84,17 +83,9 @@ def solve_node_optimum(
     b_ub = np.concatenate([np.repeat(cap[None, :, r], H, axis=0).reshape(-1) for r in range(3)])
     used = np.asarray(A_ub.getnnz(axis=1) > 0)
     A_ub, b_ub = A_ub[used], b_ub[used]
-    A_eq = sparse.csr_matrix((np.ones(n + N), (np.concatenate([job[cv], np.arange(N)]), np.arange(n + N))), (N, n + N))
-    lb_late = np.where(np.isfinite(late_cost), late_cost, 0.0)
-    obj = np.concatenate([cost[cv], lb_late + late_penalty_kg])
+    A_eq, obj, lb_late = assignment(job[cv], N, cost[cv], late_cost, late_penalty_kg)
     build_s = time.perf_counter() - t0
-    res = milp(
-        obj,
-        integrality=np.ones(n + N),
-        bounds=Bounds(0, 1),
-        constraints=[LinearConstraint(A_ub, -np.inf, b_ub), LinearConstraint(A_eq, 1, 1)],
-        options={"time_limit": time_limit_s, "mip_rel_gap": mip_rel_gap},
-    )
+    res = solve_binary(obj, A_ub, b_ub, A_eq, {"time_limit": time_limit_s, "mip_rel_gap": mip_rel_gap})
     status = _STATUS.get(res.status, str(res.status))
     if res.x is None:
         raise RuntimeError(f"the node-aware optimum: HiGHS found no schedule ({status}, {n + N} variables)")

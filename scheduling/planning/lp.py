@@ -325,6 +325,30 @@ def candidates(problem: PlanningProblem):
     return _candidates(problem)
 
 
+def assignment(job, n_jobs: int, cost, late_cost, late_penalty_kg: float):
+    """(A_eq, objective, late cost per job) of "each job once": its columns plus its late variable u sum to 1; the
+    columns cost their carbon, u the job's cheapest late run in the horizon (0 when there is none: a run after the
+    horizon costs at least that, so a bound stays valid) plus `late_penalty_kg`. Columns first, then u."""
+    n = len(job)
+    A_eq = sparse.csr_matrix(
+        (np.ones(n + n_jobs), (np.concatenate([job, np.arange(n_jobs)]), np.arange(n + n_jobs))),
+        shape=(n_jobs, n + n_jobs),
+    )
+    lb_late = np.where(np.isfinite(late_cost), late_cost, 0.0)
+    return A_eq, np.concatenate([cost, lb_late + late_penalty_kg]), lb_late
+
+
+def solve_binary(obj, A_ub, b_ub, A_eq, options: dict):
+    """HiGHS branch and bound (scipy `milp`) over binary variables: min obj x, A_ub x <= b_ub, A_eq x = 1."""
+    return milp(
+        obj,
+        integrality=np.ones(len(obj)),
+        bounds=Bounds(0, 1),
+        constraints=[LinearConstraint(A_ub, -np.inf, b_ub), LinearConstraint(A_eq, 1, 1)],
+        options=options,
+    )
+
+
 def _energy(problem: PlanningProblem, job, k, s, c):
     """Energy (kWh) and renewable energy (kWh, with the problem's renewable shares) of candidates."""
     d = problem.dur[job, k, c]
@@ -504,23 +528,11 @@ def solve_lp(
         job, k, s, c, cost = job[keep_v], k[keep_v], s[keep_v], c[keep_v], cost[keep_v]
     n = len(job)
     A_ub, b_ub, keep, R = _capacity_rows(problem, job, k, s, c, resources, hourly_rows, block_h)
-    # assignment: sum_x + u = 1; u costs the job's cheapest late run in the horizon (0 when there is none: a run
-    # after the horizon costs at least that, so the bound stays valid) plus the penalty
-    A_eq = sparse.csr_matrix(
-        (np.ones(n + N), (np.concatenate([job, np.arange(N)]), np.arange(n + N))), shape=(N, n + N)
-    )
-    lb_late = np.where(np.isfinite(late_cost), late_cost, 0.0)
-    obj = np.concatenate([cost, lb_late + late_penalty_kg])
+    A_eq, obj, lb_late = assignment(job, N, cost, late_cost, late_penalty_kg)
     build_s = time.perf_counter() - t0
     t1 = time.perf_counter()
     if integral:
-        res = milp(
-            obj,
-            integrality=np.ones(n + N),
-            bounds=Bounds(0, 1),
-            constraints=[LinearConstraint(A_ub, -np.inf, b_ub), LinearConstraint(A_eq, 1, 1)],
-            options={"time_limit": time_limit_s, "presolve": presolve},
-        )
+        res = solve_binary(obj, A_ub, b_ub, A_eq, {"time_limit": time_limit_s, "presolve": presolve})
         # a time-limited branch and bound may still return its best integral solution
         res = HighsSolution(_MILP_STATUS.get(res.status, str(res.status)), res.x, None)
     else:
