@@ -32,7 +32,7 @@ from scheduling.evaluation.bounds import replay_optimum, solve_optimum, solve_pr
 from scheduling.evaluation.exact_report import exact_instances, exact_summary
 from scheduling.evaluation.report import chart_over_runs
 from scheduling.evaluation.results import environment, evaluate, fmt, json_ready, over_seeds, report_markdown, targets
-from scheduling.evaluation.scenario import build_scenario
+from scheduling.evaluation.scenario import DEFAULT_LOAD_BASIS, LOAD_BASES, build_scenario
 from scheduling.evaluation.simulator import simulate
 from scheduling.planning.forecasts import GridSeries, make_forecasts
 from scheduling.planning.policies.registry import DEFAULT_POLICY, ONLINE_POLICIES
@@ -120,6 +120,13 @@ def register(subparsers) -> None:
         default=2,
         help="re-size the fleet up to N times so that the GPU-hours performance-first runs the jobs with "
         "are --load of the fleet's (0: size on the fleet-weighted estimate only)",
+    )
+    e.add_argument(
+        "--load-basis",
+        default=DEFAULT_LOAD_BASIS,
+        choices=sorted(LOAD_BASES),
+        help="how a shared-GPU job counts in --load: the GPU-milli it asks for (gpu-milli, default) or the share of "
+        "a device it holds when jobs of its size share the device (device-share)",
     )
     e.add_argument("--fleet", default=None, help="fleet YAML (default scheduling/domain/fleet.yaml)")
     e.add_argument("--data-dir", default=None)
@@ -288,6 +295,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             forecast_model=args.forecast_model,
             forecast_version=None if args.forecast_version == "all" else args.forecast_version,
             calibrate=args.calibrate,
+            load_basis=args.load_basis,
         )
         rep = evaluate(
             sc,

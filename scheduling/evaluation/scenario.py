@@ -4,7 +4,9 @@
 
 With `load` set, the fleet is sized so that the jobs' GPU-hours are `load` of the fleet's GPU-hours over the period
 (`demand_gpu_hours`, then `calibrate` rounds on performance-first's placed load), and the trace is drawn again on the
-sized fleet so that home clusters and deadlines refer to clusters that exist.
+sized fleet so that home clusters and deadlines refer to clusters that exist. `load_basis` says how a shared-GPU job
+counts: the GPU-milli it asks for (`gpu-milli`, default), or the share of a device it holds when jobs of its size
+share the device (`device-share`: an 810-milli job holds the whole device, since the 190 left fit few jobs).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from common.timeutil import utc
 from scheduling.domain.fleet import Fleet, load_fleet
 from scheduling.domain.jobs import SpeedModel, generate_jobs
 from scheduling.evaluation.simulator import BASELINE, simulate
+from scheduling.packing.pods import MILLI, held_milli
 from scheduling.planning.agents import default_workload, job_pods
 from scheduling.planning.forecasts import BACKTEST, ForecastProvider, GridSeries, make_forecasts
 from scheduling.planning.power_options import load_power_table
@@ -25,6 +28,14 @@ from scheduling.planning.problem import JobTable, abs_hours
 
 HOUR = pd.Timedelta(hours=1)
 DEFAULT_TAIL_DAYS = 10  # days simulated after the last arrival, for the last jobs to start and finish
+CALIBRATION_TOLERANCE = 0.02  # a measured placed load this close to the target ends the calibration
+
+# How much of a device a job's GPU share counts for in the load (per-GPU milli -> milli counted).
+LOAD_BASES = {
+    "gpu-milli": lambda milli: np.asarray(milli, dtype=float),  # what the job asks for
+    "device-share": held_milli,  # what it holds of a device shared by jobs of its size
+}
+DEFAULT_LOAD_BASIS = "gpu-milli"
 
 
 @dataclass
@@ -57,7 +68,21 @@ class Scenario:
         return abs_hours(self.grid.t0), arr[:, self.zone_col]
 
 
-def demand_gpu_hours(jobs: pd.DataFrame, table: JobTable, on: str = "fleet") -> float:
+def job_gpus(jobs: pd.DataFrame, basis: str = DEFAULT_LOAD_BASIS) -> np.ndarray:
+    """(N,) GPUs each job counts for in the load: num_gpu x its per-GPU share on `basis` (`LOAD_BASES`) / MILLI."""
+    if basis not in LOAD_BASES:
+        raise ValueError(f"unknown load basis {basis!r}; known: {', '.join(LOAD_BASES)}")
+    share = LOAD_BASES[basis](jobs["gpu_milli"].to_numpy(float))
+    return jobs["num_gpu"].to_numpy(float) * share / MILLI
+
+
+def placed_load(jobs: pd.DataFrame, dur_h: np.ndarray, fleet: Fleet, hours: int, basis: str = DEFAULT_LOAD_BASIS):
+    """The GPU-hours the jobs ran with (`dur_h` per job, as a policy ran them) on `basis`, over the fleet's GPU-hours
+    of the period."""
+    return float((job_gpus(jobs, basis) * np.asarray(dur_h, dtype=float)).sum() / max(fleet.total_gpus * hours, 1e-12))
+
+
+def demand_gpu_hours(jobs: pd.DataFrame, table: JobTable, on: str = "fleet", basis: str = DEFAULT_LOAD_BASIS) -> float:
     """GPU-hours the jobs need at the default power limit: `on="fleet"` (default, the fleet sizing) the run time
     on a GPU of the fleet drawn in proportion to the clusters' sizes among those that can host the job -- where a
     busy fleet puts its work, slow GPUs included; `"fastest"` on the fastest cluster that can host each job (the
@@ -72,11 +97,12 @@ def demand_gpu_hours(jobs: pd.DataFrame, table: JobTable, on: str = "fleet") -> 
     else:
         d = np.where(table.allowed, table.base_dur, np.inf).min(axis=1)
         d = np.where(np.isfinite(d), d, table.base_dur[idx, np.maximum(table.home, 0)])
-    share = jobs["num_gpu"].to_numpy(float) * jobs["gpu_milli"].to_numpy(float) / 1000.0
-    return float((share * d).sum())
+    return float((job_gpus(jobs, basis) * d).sum())
 
 
-def bound_minimum_gpus(jobs: pd.DataFrame, table: JobTable, load: float, hours: int) -> np.ndarray:
+def bound_minimum_gpus(
+    jobs: pd.DataFrame, table: JobTable, load: float, hours: int, basis: str = DEFAULT_LOAD_BASIS
+) -> np.ndarray:
     """Per cluster, the GPUs that the jobs bound to a few clusters need at `load`: for every set S of clusters that
     some job can run on only (its GPU models), the GPU-hours of the jobs that fit nowhere else but S, over
     (load x hours), split over S by weight; each cluster keeps the largest of its shares. A fleet sized on the
@@ -86,9 +112,7 @@ def bound_minimum_gpus(jobs: pd.DataFrame, table: JobTable, load: float, hours: 
     weights = np.array([c.config.weight for c in table.fleet.clusters], dtype=float)
     w = allowed * weights[None, :]
     w = w / np.maximum(w.sum(axis=1, keepdims=True), 1e-12)
-    gpu_hours = (w * np.where(allowed, table.base_dur, 0.0)).sum(axis=1) * (
-        jobs["num_gpu"].to_numpy(float) * jobs["gpu_milli"].to_numpy(float) / 1000.0
-    )
+    gpu_hours = (w * np.where(allowed, table.base_dur, 0.0)).sum(axis=1) * job_gpus(jobs, basis)
     minimum = np.zeros(allowed.shape[1])
     for subset in np.unique(allowed[allowed.sum(axis=1) < allowed.shape[1]], axis=0):
         if not subset.any():
@@ -119,6 +143,7 @@ def build_scenario(
     tail_days: int = DEFAULT_TAIL_DAYS,
     packing: str = "fgd",
     calibrate: int = 0,
+    load_basis: str = DEFAULT_LOAD_BASIS,
 ) -> Scenario:
     """Fleet, job trace, grid actuals and the forecast provider for one evaluation.
 
@@ -126,11 +151,13 @@ def build_scenario(
     the offered load -- the jobs' GPU-hours on a GPU drawn in proportion to the clusters that can host each job,
     over the fleet's GPU-hours of the period -- is `load`; the job trace is then drawn again (same seed, same
     draws) on the re-sized fleet so that home clusters and deadlines refer to clusters that exist. With
-    `calibrate` > 0 the fleet is re-sized up to that many times by (GPU-hours performance-first runs the jobs
-    with / fleet GPU-hours) / `load` (`placed_load` of its metrics). The measured utilisation (mean GPU allocation
-    inside the period) is reported beside it: lower, since the fleet starts empty and jobs arriving late run after
-    the period. `load=None` keeps the configured sizes. `forecast_version`: which model_version of the stored forecasts
-    (`make_forecasts`; default: the stored backtest where there is one, else every version)."""
+    `calibrate` > 0 performance-first runs the jobs on the fleet and the fleet is re-sized by its placed load (the
+    GPU-hours it ran the jobs with / fleet GPU-hours) / `load`, up to `calibrate` times; every fleet tried is
+    measured and the one whose placed load is closest to `load` is kept (whole nodes: a re-size can overshoot).
+    The measured utilisation (mean GPU allocation inside the period) is reported beside it: lower, since the fleet
+    starts empty and jobs arriving late run after the period. `load_basis`: how a shared-GPU job counts in the
+    load (`LOAD_BASES`). `load=None` keeps the configured sizes. `forecast_version`: which model_version of the
+    stored forecasts (`make_forecasts`; default: the stored backtest where there is one, else every version)."""
     start = utc(start).floor("h")
     hours = int(round(days * 24))
     fleet = load_fleet(fleet_path, regions=regions, data_dir=data_dir)
@@ -155,8 +182,8 @@ def build_scenario(
     jobs, table = draw(fleet, power)
     minimum = None
     if load is not None:
-        minimum = bound_minimum_gpus(jobs, table, load, hours)
-        fleet = fleet.scaled(demand_gpu_hours(jobs, table) / (load * hours), minimum_gpus=minimum)
+        minimum = bound_minimum_gpus(jobs, table, load, hours, load_basis)
+        fleet = fleet.scaled(demand_gpu_hours(jobs, table, basis=load_basis) / (load * hours), minimum_gpus=minimum)
         # The same draws again on the re-sized fleet: home cluster, home run time and so the deadline must refer
         # to clusters that exist (and can host the job) in the fleet the jobs run on.
         power = load_power_table(fleet, data_dir=data_dir, db_path=db_path, as_of=start)
@@ -178,29 +205,11 @@ def build_scenario(
     )
     workload = default_workload(job_pods(jobs))
     calibration = []
-    if load is not None:
-        target_gpus = float(fleet.total_gpus)
-        for _ in range(int(calibrate)):
-            probe = Scenario(start, hours, fleet, jobs, table, grid, provider, load, {}, workload, tail_days * 24)
-            res = simulate(probe, BASELINE)
-            # The work as performance-first places it (slow GPUs included), over the fleet's GPU-hours of the
-            # period: the utilisation the fleet has if it keeps up. The allocation measured inside the period is
-            # no target: it saturates below 1 (packing) when the fleet cannot keep up and the queue grows.
-            placed = res.metrics["placed_load"]
-            calibration.append(
-                {
-                    "gpus": fleet.total_gpus,
-                    "placed_load": round(placed, 4),
-                    "utilization": round(res.metrics["utilization"], 4),
-                    "deadline_satisfaction": round(res.metrics["deadline_satisfaction"], 4),
-                }
-            )
-            if abs(placed - load) < 0.02 or placed <= 0:
-                break
-            target_gpus = target_gpus * placed / load
-            fleet = fleet.scaled(target_gpus, minimum_gpus=minimum)
-            jobs, table = draw(fleet, power)
-            workload = default_workload(job_pods(jobs))
+    if load is not None and calibrate > 0:
+        fleet, jobs, table, workload, calibration = _calibrate(
+            fleet, (jobs, table, workload), draw, power, minimum, load, load_basis, int(calibrate),
+            lambda f, j, t, w: Scenario(start, hours, f, j, t, grid, provider, load, {}, w, tail_days * 24),
+        )  # fmt: skip
     config = {
         "start": start.isoformat(),
         "days": days,
@@ -227,11 +236,49 @@ def build_scenario(
             else "GPU-hours on a GPU drawn in proportion to the clusters that can host each "
             "job / fleet GPU-hours of the period"
         ),
-        "offered_load": round(demand_gpu_hours(jobs, table) / (fleet.total_gpus * hours), 4),
-        "demand_gpu_hours_fleet": round(demand_gpu_hours(jobs, table), 1),
-        "demand_gpu_hours_fastest": round(demand_gpu_hours(jobs, table, on="fastest"), 1),
+        "load_basis": load_basis,
+        "offered_load": round(demand_gpu_hours(jobs, table, basis=load_basis) / (fleet.total_gpus * hours), 4),
+        "demand_gpu_hours_fleet": round(demand_gpu_hours(jobs, table, basis=load_basis), 1),
+        "demand_gpu_hours_fastest": round(demand_gpu_hours(jobs, table, on="fastest", basis=load_basis), 1),
     }
     return Scenario(start, hours, fleet, jobs, table, grid, provider, load, config, workload, tail_days * 24)
+
+
+def _calibrate(fleet, drawn, draw, power, minimum, load, basis, rounds, probe):
+    """Performance-first on `fleet` and up to `rounds` re-sized fleets (target GPUs x placed load / `load`); the
+    fleet whose measured placed load is closest to `load` is kept. Returns (fleet, jobs, table, workload, the
+    measurements, the kept one marked `used`). Stops early within CALIBRATION_TOLERANCE or when whole nodes bring
+    a re-size back to a fleet already measured."""
+    jobs, table, workload = drawn
+    target_gpus = float(fleet.total_gpus)
+    tried, seen = [], set()
+    while True:
+        seen.add(tuple(c.n_gpus for c in fleet.clusters))
+        probe_sc = probe(fleet, jobs, table, workload)
+        res = simulate(probe_sc, BASELINE)
+        # The work as performance-first places it (slow GPUs included), over the fleet's GPU-hours of the period:
+        # the utilisation the fleet has if it keeps up. The allocation measured inside the period is no target:
+        # it saturates below 1 (packing) when the fleet cannot keep up and the queue grows.
+        placed = placed_load(jobs, res.records["duration_h"].to_numpy(), fleet, probe_sc.hours, basis)
+        entry = {
+            "gpus": fleet.total_gpus,
+            "placed_load": round(placed, 4),
+            "utilization": round(res.metrics["utilization"], 4),
+            "deadline_satisfaction": round(res.metrics["deadline_satisfaction"], 4),
+        }
+        tried.append((abs(placed - load), len(tried), (fleet, jobs, table, workload), entry))
+        if abs(placed - load) < CALIBRATION_TOLERANCE or placed <= 0 or len(tried) > rounds:
+            break
+        target_gpus = target_gpus * placed / load
+        resized = fleet.scaled(target_gpus, minimum_gpus=minimum)
+        if tuple(c.n_gpus for c in resized.clusters) in seen:
+            break
+        fleet = resized
+        jobs, table = draw(fleet, power)
+        workload = default_workload(job_pods(jobs))
+    best = min(tried, key=lambda t: (t[0], t[1]))
+    calibration = [dict(entry, used=entry is best[3]) for _, _, _, entry in tried]
+    return (*best[2], calibration)
 
 
 def scenario_for_jobs(

@@ -9,7 +9,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 MILLI = 1000  # milli-GPU in one device
+
+
+def held_milli(gpu_milli):
+    """The share of a device a pod holds when the device is shared by pods of its size: MILLI / floor(MILLI / m)
+    (two 470-milli pods hold 500 each; an 810-milli pod leaves 190 that few pods fit, so it holds the device);
+    whole-GPU shares as they are. Works on scalars and numpy arrays."""
+    m = np.asarray(gpu_milli, dtype=float)
+    held = np.where((m > 0) & (m < MILLI), MILLI / np.floor(MILLI / np.maximum(m, 1e-9)), m)
+    return held if held.ndim else float(held)
 
 
 def normalize_gpu_spec(spec: object) -> str:

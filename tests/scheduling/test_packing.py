@@ -483,3 +483,15 @@ def test_copy_keeps_fragmentation_exact():
     d.allocate(Pod("q", 1000, 0, 1, 500), 1, (0,))
     assert d.fragmentation(wl) == 1000.0 and c.fragmentation(wl) == 500.0
     assert FGD(wl).place(d, Pod("r", 1000, 0, 1, 400)).node == 0 and d.bindings.keys() == {"p", "q"}
+
+
+def test_held_milli_counts_the_device_share_jobs_of_one_size_leave_unusable():
+    """A device shared by jobs of one size fits floor(1000 / m) of them, so each holds 1000 / floor(1000 / m):
+    the remainder no such job fits counts as held; whole-GPU shares stay as they are."""
+    from scheduling.packing.pods import held_milli
+
+    assert held_milli(470) == 500.0  # two per device
+    assert held_milli(810) == 1000.0  # the 190 left fit no 810-milli job
+    assert held_milli(300) == pytest.approx(1000 / 3)
+    assert held_milli(250) == 250.0 and held_milli(1000) == 1000.0
+    np.testing.assert_allclose(held_milli(np.array([50, 460, 600, 1000])), [50.0, 500.0, 1000.0, 1000.0])
