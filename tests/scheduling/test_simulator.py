@@ -279,6 +279,8 @@ def test_cli_evaluate_json_only(capsys, data_dir, tmp_path):
             "naive",
             "--policies",
             "priority,greedy-carbon",
+            "--load-basis",
+            "device-share",
             "--json",
             "--no-progress",
             "--out",
@@ -292,7 +294,7 @@ def test_cli_evaluate_json_only(capsys, data_dir, tmp_path):
     assert rc == 0
     out = capsys.readouterr().out
     rep = json.loads(out)
-    assert rep["forecasts"]["used"] == "naive"
+    assert rep["forecasts"]["used"] == "naive" and rep["config"]["load_basis"] == "device-share"
     assert set(rep["policies"]) == {"priority", "greedy-carbon", "performance-first"}
     assert (tmp_path / "results.md").read_text().startswith("# Carbon-aware planner")
     assert json.loads((tmp_path / "ev.json").read_text())["config"]["n_jobs"] == rep["config"]["n_jobs"]
