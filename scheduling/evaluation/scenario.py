@@ -206,9 +206,17 @@ def build_scenario(
     workload = default_workload(job_pods(jobs))
     calibration = []
     if load is not None and calibrate > 0:
+
+        def redraw(f):
+            j, t = draw(f, power)
+            return j, t, default_workload(job_pods(j))
+
+        def probe(f, j, t, w):
+            return Scenario(start, hours, f, j, t, grid, provider, load, {}, w, tail_days * 24)
+
         fleet, jobs, table, workload, calibration = _calibrate(
-            fleet, (jobs, table, workload), draw, power, minimum, load, load_basis, int(calibrate),
-            lambda f, j, t, w: Scenario(start, hours, f, j, t, grid, provider, load, {}, w, tail_days * 24),
+            fleet, (jobs, table, workload), redraw, probe, minimum=minimum, load=load, basis=load_basis,
+            rounds=int(calibrate),
         )  # fmt: skip
     config = {
         "start": start.isoformat(),
@@ -244,11 +252,12 @@ def build_scenario(
     return Scenario(start, hours, fleet, jobs, table, grid, provider, load, config, workload, tail_days * 24)
 
 
-def _calibrate(fleet, drawn, draw, power, minimum, load, basis, rounds, probe):
-    """Performance-first on `fleet` and up to `rounds` re-sized fleets (target GPUs x placed load / `load`); the
-    fleet whose measured placed load is closest to `load` is kept. Returns (fleet, jobs, table, workload, the
-    measurements, the kept one marked `used`). Stops early within CALIBRATION_TOLERANCE or when whole nodes bring
-    a re-size back to a fleet already measured."""
+def _calibrate(fleet, drawn, redraw, probe, *, minimum, load: float, basis: str, rounds: int):
+    """Performance-first on `fleet` (its trace `drawn` = (jobs, table, workload)) and up to `rounds` re-sized fleets
+    (target GPUs x placed load / `load`, the trace drawn again by `redraw(fleet)`, run on `probe(...)`'s scenario);
+    the fleet whose measured placed load is closest to `load` is kept. Returns (fleet, jobs, table, workload, the
+    measurements with the kept one marked `used`). Stops early within CALIBRATION_TOLERANCE or when whole nodes
+    bring a re-size back to a fleet already measured."""
     jobs, table, workload = drawn
     target_gpus = float(fleet.total_gpus)
     tried, seen = [], set()
@@ -274,8 +283,7 @@ def _calibrate(fleet, drawn, draw, power, minimum, load, basis, rounds, probe):
         if tuple(c.n_gpus for c in resized.clusters) in seen:
             break
         fleet = resized
-        jobs, table = draw(fleet, power)
-        workload = default_workload(job_pods(jobs))
+        jobs, table, workload = redraw(fleet)
     best = min(tried, key=lambda t: (t[0], t[1]))
     calibration = [dict(entry, used=entry is best[3]) for _, _, _, entry in tried]
     return (*best[2], calibration)
