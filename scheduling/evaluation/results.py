@@ -215,10 +215,12 @@ How to read this:
   preempted (preemption is opt-in, not in these runs).
 * Load: the fleet (whole openb / PAI nodes per cluster, equal weights) is sized so that the jobs' GPU-hours as
   performance-first runs them (slow GPUs included) are the target share of the fleet's GPU-hours in the period
-  (`placed load`; two re-sizing rounds from a GPU-count-weighted estimate); clusters that some jobs alone can run
-  on (their GPU models) get at least the GPUs those jobs need at the load. The job trace is drawn on the sized
-  fleet, so home clusters and deadlines refer to clusters that exist. `util.` is the measured mean GPU
-  allocation inside the period: lower, since the fleet starts empty and late arrivals run after the period.
+  (`placed load`; up to two re-sizes from a GPU-count-weighted estimate, each measured, the closest kept; a job
+  sharing a GPU counts its GPU-milli, or with `--load-basis device-share` the device share it holds); clusters
+  that some jobs alone can run on (their GPU models) get at least the GPUs those jobs need at the load. The job
+  trace is drawn on the sized fleet, so home clusters and deadlines refer to clusters that exist. `util.` is the
+  measured mean GPU allocation inside the period: lower, since the fleet starts empty and late arrivals run after
+  the period.
 * Carbon: energy = GPU share x average board power at the chosen power limit x run time x PUE (+ network energy
   when a job leaves its home region), charged at the actual hourly intensity of the cluster's zone.
 * `priority` = the specified priority order (P = 0.35 U + 0.40 F + 0.25 O, lowest P planned first), minimum
@@ -347,8 +349,14 @@ def report_markdown(reports: list[dict]) -> str:
             versions = ", ".join(fc.get("model_versions") or []) or "unversioned"
             used = f"forecast.forecasts {fc.get('model')} ({versions})"
         seed = f", trace seed {cfg['seed']}" if several else ""
+        basis = cfg.get("load_basis", "gpu-milli")
+        placed = "placed load"
+        if basis != "gpu-milli":
+            kept = [c["placed_load"] for c in cfg.get("load_calibration", []) if c.get("used")]
+            seed += f" on the {basis} basis" + (f" (performance-first places {fmt(kept[0], 2)})" if kept else "")
+            placed = "GPU-milli placed load"
         lines.append(
-            f"## {cfg['start'][:10]} + {cfg['days']} d, load target {cfg['load_target']}{seed} (placed load "
+            f"## {cfg['start'][:10]} + {cfg['days']} d, load target {cfg['load_target']}{seed} ({placed} "
             f"under performance-first {fmt(base.get('placed_load'), 2)}, {rep['fleet']['total_gpus']} GPUs: "
             f"{per_region} per region), forecasts: {used} (naive fallback share of forecast cells "
             f"{fmt(fc.get('fallback_share_of_cells'), 2)})"
