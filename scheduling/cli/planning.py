@@ -354,8 +354,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def _print_table(rep: dict) -> None:
     cfg = rep["config"]
     print(
-        f"{cfg['start'][:10]} +{cfg['days']}d load {cfg['load_target']} seed {cfg['seed']} forecasts "
-        f"{rep['forecasts']['used']}"
+        f"{cfg['start'][:10]} +{cfg['days']}d load {cfg['load_target']} ({cfg.get('load_basis', 'gpu-milli')}, "
+        f"{rep['fleet']['total_gpus']} GPUs) seed {cfg['seed']} forecasts {rep['forecasts']['used']}"
     )
     rows = list(rep["policies"].items()) + ([("optimum", rep["optimum"])] if rep.get("optimum") else [])
     for name, m in rows:

@@ -296,8 +296,11 @@ def test_cli_evaluate_json_only(capsys, data_dir, tmp_path):
     rep = json.loads(out)
     assert rep["forecasts"]["used"] == "naive" and rep["config"]["load_basis"] == "device-share"
     assert set(rep["policies"]) == {"priority", "greedy-carbon", "performance-first"}
-    assert (tmp_path / "results.md").read_text().startswith("# Carbon-aware planner")
+    md = (tmp_path / "results.md").read_text()
+    assert md.startswith("# Carbon-aware planner") and "load target 0.6 on the device-share basis" in md
     assert json.loads((tmp_path / "ev.json").read_text())["config"]["n_jobs"] == rep["config"]["n_jobs"]
+    assert main(["evaluate", "--from-json", str(tmp_path / "ev.json"), "--data-dir", str(data_dir)]) == 0
+    assert f"load 0.6 (device-share, {rep['fleet']['total_gpus']} GPUs)" in capsys.readouterr().out
 
 
 def test_scaled_fleet_deadlines_are_feasible_and_sizing_counts_slow_gpus(scenario):
