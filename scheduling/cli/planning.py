@@ -30,9 +30,10 @@ from scheduling.domain.fleet import load_fleet
 from scheduling.domain.jobs import generate_jobs
 from scheduling.evaluation.bounds import replay_optimum, solve_optimum, solve_preemptive_optimum
 from scheduling.evaluation.exact_report import exact_instances, exact_summary
+from scheduling.evaluation.load import DEFAULT_LOAD_BASIS, LOAD_BASES
 from scheduling.evaluation.report import chart_over_runs
 from scheduling.evaluation.results import environment, evaluate, fmt, json_ready, over_seeds, report_markdown, targets
-from scheduling.evaluation.scenario import DEFAULT_LOAD_BASIS, LOAD_BASES, build_scenario
+from scheduling.evaluation.scenario import build_scenario
 from scheduling.evaluation.simulator import simulate
 from scheduling.planning.forecasts import GridSeries, make_forecasts
 from scheduling.planning.policies.registry import DEFAULT_POLICY, ONLINE_POLICIES

@@ -19,8 +19,8 @@ import pandas as pd
 from common.timeutil import utc
 from scheduling.domain.fleet import Fleet, load_fleet
 from scheduling.domain.jobs import SpeedModel, generate_jobs
+from scheduling.evaluation.load import DEFAULT_LOAD_BASIS, job_gpus, placed_load
 from scheduling.evaluation.simulator import BASELINE, simulate
-from scheduling.packing.pods import MILLI, held_milli
 from scheduling.planning.agents import default_workload, job_pods
 from scheduling.planning.forecasts import BACKTEST, ForecastProvider, GridSeries, make_forecasts
 from scheduling.planning.power_options import load_power_table
@@ -29,13 +29,6 @@ from scheduling.planning.problem import JobTable, abs_hours
 HOUR = pd.Timedelta(hours=1)
 DEFAULT_TAIL_DAYS = 10  # days simulated after the last arrival, for the last jobs to start and finish
 CALIBRATION_TOLERANCE = 0.02  # a measured placed load this close to the target ends the calibration
-
-# How much of a device a job's GPU share counts for in the load (per-GPU milli -> milli counted).
-LOAD_BASES = {
-    "gpu-milli": lambda milli: np.asarray(milli, dtype=float),  # what the job asks for
-    "device-share": held_milli,  # what it holds of a device shared by jobs of its size
-}
-DEFAULT_LOAD_BASIS = "gpu-milli"
 
 
 @dataclass
@@ -66,20 +59,6 @@ class Scenario:
         """(first absolute hour, (T, C) actual values per cluster) over the grid axis."""
         arr = self.grid.ci if what == "ci" else self.grid.renewable
         return abs_hours(self.grid.t0), arr[:, self.zone_col]
-
-
-def job_gpus(jobs: pd.DataFrame, basis: str = DEFAULT_LOAD_BASIS) -> np.ndarray:
-    """(N,) GPUs each job counts for in the load: num_gpu x its per-GPU share on `basis` (`LOAD_BASES`) / MILLI."""
-    if basis not in LOAD_BASES:
-        raise ValueError(f"unknown load basis {basis!r}; known: {', '.join(LOAD_BASES)}")
-    share = LOAD_BASES[basis](jobs["gpu_milli"].to_numpy(float))
-    return jobs["num_gpu"].to_numpy(float) * share / MILLI
-
-
-def placed_load(jobs: pd.DataFrame, dur_h: np.ndarray, fleet: Fleet, hours: int, basis: str = DEFAULT_LOAD_BASIS):
-    """The GPU-hours the jobs ran with (`dur_h` per job, as a policy ran them) on `basis`, over the fleet's GPU-hours
-    of the period."""
-    return float((job_gpus(jobs, basis) * np.asarray(dur_h, dtype=float)).sum() / max(fleet.total_gpus * hours, 1e-12))
 
 
 def demand_gpu_hours(jobs: pd.DataFrame, table: JobTable, on: str = "fleet", basis: str = DEFAULT_LOAD_BASIS) -> float:
@@ -156,7 +135,7 @@ def build_scenario(
     measured and the one whose placed load is closest to `load` is kept (whole nodes: a re-size can overshoot).
     The measured utilisation (mean GPU allocation inside the period) is reported beside it: lower, since the fleet
     starts empty and jobs arriving late run after the period. `load_basis`: how a shared-GPU job counts in the
-    load (`LOAD_BASES`). `load=None` keeps the configured sizes. `forecast_version`: which model_version of the
+    load (`load.LOAD_BASES`). `load=None` keeps the configured sizes. `forecast_version`: which model_version of the
     stored forecasts (`make_forecasts`; default: the stored backtest where there is one, else every version)."""
     start = utc(start).floor("h")
     hours = int(round(days * 24))

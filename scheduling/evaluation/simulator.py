@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from scheduling.evaluation.load import placed_load
 from scheduling.planning.forecasts import ForecastProvider
 from scheduling.planning.policies.base import PlacementPolicy
 from scheduling.planning.policies.registry import DEFAULT_POLICY, make_policy
@@ -209,7 +210,7 @@ def simulate(
         "unallocated_gpus": float(((cap[None, :] - alloc).sum(axis=1) / 1000.0).mean()),
         "utilization": float(alloc.sum() / (cap.sum() * sc.hours)),
         # GPU-hours as this policy ran the jobs (slow GPUs, power caps included) / fleet GPU-hours of the period
-        "placed_load": float((tbl.gpu_total / 1000.0 * ex["dur_h"]).sum() / max(cap.sum() / 1000.0 * sc.hours, 1e-12)),
+        "placed_load": placed_load(jobs, ex["dur_h"], sc.fleet, sc.hours),
         "jobs_started": int(hp.started.sum()),
         "jobs_late": int((hp.started & ~met).sum()),
         "jobs_never_started": int((~hp.started).sum()),

@@ -378,7 +378,8 @@ def test_device_share_load_counts_what_shared_jobs_hold(data_dir):
     """`load_basis="device-share"`: on a trace where every GPU job shares a device (gpushare100), a job counts for
     the share of a device it holds among jobs of its size, so the fleet for the same load is larger than on the
     GPU-milli the jobs ask for, and the offered load is computed on the held shares."""
-    from scheduling.evaluation.scenario import demand_gpu_hours, job_gpus
+    from scheduling.evaluation.load import job_gpus
+    from scheduling.evaluation.scenario import demand_gpu_hours
     from scheduling.packing.pods import held_milli
 
     kw = dict(start=START, days=2, n_jobs=300, regions=6, load=0.5, seed=0, forecasts="naive", data_dir=data_dir,
