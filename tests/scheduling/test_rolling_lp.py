@@ -302,3 +302,30 @@ def test_capacity_matrix_is_the_same_whatever_the_chunk(hourly_rows):
             assert (a.indptr == b.indptr).all() and (a.indices == b.indices).all() and (a.data == b.data).all()
         else:
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("overdue_last", [True, False])
+def test_a_job_that_can_still_meet_its_deadline_goes_before_an_overdue_one(overdue_last):
+    """One node with one GPU, three hours. Job 0 is overdue (2 h of work, deadline in 0.5 h: no timely start left),
+    job 1 is due now (1 h, deadline in 1 h). Earliest deadline first alone gives the GPU to job 0 and makes job 1
+    late too; rolling-lp starts job 1 and leaves job 0 waiting for the capacity the plan leaves. With two GPUs both
+    start, job 0 late."""
+    from scheduling.packing import Cluster, Pod
+    from scheduling.planning.agents import ClusterAgent
+
+    def plan(gpus: int, **options):
+        p = toy_problem(
+            [[100]] * 3, [[gpus * 1000]] * 3, gpu=[1000, 1000], dur=[[2], [1]], kw=[[1], [1]], deadline=[0.5, 1]
+        )
+        agent = ClusterAgent("c0", Cluster(["n0"], [64000], [262144], [gpus], ["V100"]), policy="bestfit")
+        pods = [Pod(f"j{i}", 1000, 1024, 1, 1000) for i in range(2)]
+        return RollingLP(RollingLPOptions(capacity_factor=1.0, **options)).plan(p, [agent], pods, now_hour=0)
+
+    out = plan(1, overdue_last=overdue_last)
+    started = out.placed & (out.s == 0)
+    if overdue_last:
+        assert started[1] and not out.late[1] and not started[0] and out.reason[0] == "no_capacity_now"
+    else:  # earliest deadline first alone: the overdue job takes the GPU, the due one is rejected
+        assert started[0] and out.late[0] and not started[1]
+    out = plan(2)
+    assert (out.placed & (out.s == 0)).all() and out.late[0] and not out.late[1]

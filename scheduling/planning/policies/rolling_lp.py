@@ -11,7 +11,10 @@ commits only hour 0; the rest is planned again the next hour. What it commits:
   (late) where it ends first;
 * every other job waits: its heaviest LP candidate after hour 0 is reported as tentative.
 
-Due jobs are offered first (earliest deadline first), then the LP's starts (largest hour-0 mass first).
+Due jobs are offered first (earliest deadline first), then the LP's starts (largest hour-0 mass first), then the
+jobs whose deadline is already lost (no timely start left; earliest deadline first): under overload a job that can
+still meet its deadline is never made late by one that cannot (earliest-deadline-first's domino effect), and the
+overdue jobs take only the capacity the LP's plan leaves.
 
 What the LP sees, and why (`RollingLPOptions` holds the defaults):
 
@@ -70,6 +73,7 @@ class RollingLPOptions:
     standby_min_nodes: int = 3  # one standby node per this many qualifying nodes of a cluster
     standby_max_nodes: int | None = 1  # at most this many standby nodes per cluster; None: no limit
     expected_arrivals_h: int = 18  # replay the arrivals of the last this many hours as expected jobs; 0: none
+    overdue_last: bool = True  # jobs past their last timely start go after the LP's starts (see the module doc)
 
 
 class Dispatch:
@@ -258,26 +262,18 @@ class RollingLP(PlacementPolicy):
 
         d = Dispatch(p, lp, agents, pods, now_hour)
         self._before_dispatch(d)
-        f_idx = np.flatnonzero(forced)
-        for j in f_idx[np.argsort(p.deadline_rel[f_idx], kind="stable")]:
-            j = int(j)
-            opts = d.lp_now_options(j)
-            if not d.start(j, opts):
-                tried = {(kk, cc) for kk, cc, _, _ in opts}
-                rest = [o for o in d.fastest_now(j) if (o[0], o[1]) not in tried]
-                timely = [o for o in rest if not o[3]]
-                if not d.start(j, timely):
-                    if self._due_on_standby(d, j, opts + timely):
-                        d.on_standby.add(j)
-                    elif not self._start_by_eviction(d, j):
-                        d.start(j, [o for o in rest if o[3]])
-            if not d.placed[j]:
-                d.reason[j] = "rejected_by_agents" if d.rejections[j] else "no_capacity_now"
+        overdue = forced & (np.bincount(job, minlength=N) == 0)  # no timely candidate left: the deadline is lost
+        first = forced & ~overdue if self.options.overdue_last else forced
+        for j in _by_deadline(p, first):
+            self._start_due(d, j)
         g_idx = np.flatnonzero(go)
         for j in g_idx[np.argsort(-mass0[g_idx], kind="stable")]:
             j = int(j)
             if not d.start(j, d.lp_now_options(j)):
                 d.reason[j] = "rejected_by_agents"
+        if self.options.overdue_last:
+            for j in _by_deadline(p, overdue):
+                self._start_due(d, j)
         k, s, c, cost, late, placed, reason, status = d.k, d.s, d.c, d.cost, d.late, d.placed, d.reason, d.status
         # the rest: the LP's heaviest candidate after hour 0, as a tentative start (re-planned next hour)
         later = np.flatnonzero(~now_c & (x > 1e-9))
@@ -334,6 +330,22 @@ class RollingLP(PlacementPolicy):
             "n_due_on_standby": len(d.on_standby),
         }
         return out
+
+    def _start_due(self, d: Dispatch, j: int) -> None:
+        """Job j must start now: on its hour-0 LP candidates, else the cheapest timely place now, else a standby
+        node, else by eviction (`_start_by_eviction`), else late where it ends first; or it waits (reason kept)."""
+        opts = d.lp_now_options(j)
+        if not d.start(j, opts):
+            tried = {(kk, cc) for kk, cc, _, _ in opts}
+            rest = [o for o in d.fastest_now(j) if (o[0], o[1]) not in tried]
+            timely = [o for o in rest if not o[3]]
+            if not d.start(j, timely):
+                if self._due_on_standby(d, j, opts + timely):
+                    d.on_standby.add(j)
+                elif not self._start_by_eviction(d, j):
+                    d.start(j, [o for o in rest if o[3]])
+        if not d.placed[j]:
+            d.reason[j] = "rejected_by_agents" if d.rejections[j] else "no_capacity_now"
 
     def _explain(self, d: Dispatch, prio) -> list[dict]:
         """Explanation records of the placed jobs in plan order, with the LP's carbon of each job as the optimum
@@ -512,6 +524,12 @@ class RollingLP(PlacementPolicy):
 
 
 _PER_JOB_FIELDS = ("release", "deadline_rel", "gpu_total", "dur", "kw", "allowed", "transfer_kwh", "home")
+
+
+def _by_deadline(p, mask: np.ndarray) -> list[int]:
+    """The jobs of `mask`, earliest deadline first."""
+    idx = np.flatnonzero(mask)
+    return [int(j) for j in idx[np.argsort(p.deadline_rel[idx], kind="stable")]]
 
 
 def _with_expected(p):
