@@ -142,6 +142,19 @@ def test_generate_jobs(fleet, data_dir):
     assert not jobs["duration_h_ref"].equals(other["duration_h_ref"])
 
 
+@pytest.mark.parametrize("pod_list", ["cpu0", "cpu300"])
+def test_cpu_pod_variants_give_the_default_job_trace(fleet, data_dir, pod_list):
+    """The openb cpu* pod lists vary only the CPU-only pods, which the job trace leaves out: the same jobs as the
+    default list (so the evaluation on them is the default's)."""
+    six, start = fleet.select(6), pd.Timestamp("2021-07-01T00:00Z")
+    default = generate_jobs(300, start, 48, six, seed=5, data_dir=data_dir)
+    variant = generate_jobs(300, start, 48, six, seed=5, data_dir=data_dir, pod_list=pod_list)
+    cols = [c for c in default.columns if c != "source_pod"]
+    pd.testing.assert_frame_equal(variant[cols], default[cols])
+    gpushare = generate_jobs(300, start, 48, six, seed=5, data_dir=data_dir, pod_list="gpushare100")
+    assert not gpushare["gpu_milli"].equals(default["gpu_milli"])
+
+
 def test_durations_and_speeds(fleet, data_dir):
     sm = SpeedModel(data_dir)
     assert sm.source == "gavel-isolated-throughputs"
