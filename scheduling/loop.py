@@ -414,7 +414,7 @@ def plan(ctx: LoopContext, *, dry_run: bool = False, created_from: str = "loop")
     summary["files"] = len(summary["files"])
     if not dry_run and len(result.assignments):
         later = result.assignments.loc[result.assignments["status"] != "dispatched", "job_id"]
-        queued = set(pending.loc[pending["state"] == "queued", "job_id"])
+        queued = set(pending.loc[pending["state"] == "queued", "job_id"]) & _waiting_now(later, ctx)
         store.set_states(
             [j for j in later if j in queued],
             "planned",
@@ -446,6 +446,9 @@ def dispatch_plan(ctx: LoopContext, result: Plan | None = None, pending: pd.Data
     # the attempt this dispatch is: the next one, or (a re-run) the one the first run counted
     jobs["attempt"] = jobs["attempts"] + (~jobs["job_id"].isin(mine)).astype(int)
     items = dispatch_items(result, jobs)
+    waiting = _waiting_now(items["job_id"], ctx)
+    # a past hour run again plans from the queue as it was then: the jobs a later hour handed on are not sent twice
+    items = items[items["job_id"].isin(waiting | set(mine))]
     totals = {"plan_id": ctx.plan_id, "sent": 0, "skipped": 0, "reconciled": 0, "failed": {}}
     origins = _import_origins(items["job_id"], ctx)
     for executor in ctx.distinct_executors():
@@ -473,7 +476,7 @@ def dispatch_plan(ctx: LoopContext, result: Plan | None = None, pending: pd.Data
         for key in ("sent", "skipped", "reconciled"):
             totals[key] += len(getattr(outcome, key))
     store.set_states(
-        [j for j in items["job_id"] if j not in totals["failed"]],
+        [j for j in items["job_id"] if j not in totals["failed"] and j in waiting],
         "dispatched",
         at=ctx.plan_time,
         reason=ctx.plan_id,
@@ -481,6 +484,14 @@ def dispatch_plan(ctx: LoopContext, result: Plan | None = None, pending: pd.Data
         db_path=ctx.db_path,
     )
     return totals
+
+
+def _waiting_now(jobs, ctx: LoopContext) -> set[str]:
+    """The planner ids of `jobs` that are queued or planned now. A past hour run again plans from the queue as it was
+    then; a job that has moved on since (dispatched, running, ended) keeps its state."""
+    with reader(ctx.db_path) as con:
+        rows = store.fetch(con, [store.split_id(j) for j in jobs])
+    return {f"{t}/{j}" for (t, j), r in rows.items() if r["state"] in ("queued", "planned")}
 
 
 def _import_origins(jobs, ctx: LoopContext) -> dict[str, Executor]:

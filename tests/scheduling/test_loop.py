@@ -118,6 +118,30 @@ def test_same_hour_twice_is_identical(tmp_warehouse, tmp_path, data_dir):
     assert _digests(tmp_warehouse, tmp_path / "schedules") == before
 
 
+def test_a_past_hour_run_again_after_later_hours_changes_nothing(tmp_warehouse, tmp_path, data_dir):
+    """Run 11:00 and 12:00, then 11:00 again: the jobs 11:00 dispatched have moved on (running, finished) and the
+    queue, the dispatch log and the executor's runs stay as they were (nothing is dispatched twice)."""
+    _submit_day(tmp_warehouse, tmp_path, data_dir)
+    executor = _executor(tmp_warehouse, failure_rate=0.0)
+    first = _hour(tmp_warehouse, tmp_path, data_dir, T - pd.Timedelta(hours=1), executor)
+    _hour(tmp_warehouse, tmp_path, data_dir, T, executor)
+    started = read_plan(first.plan["plan_id"], db_path=tmp_warehouse).dispatched()["job_id"]
+    states = _state(tmp_warehouse)
+    assert len(started) and {states[j][0] for j in started} - {"dispatched"}  # some have moved on
+    before = (
+        store.table_digest(db_path=tmp_warehouse),
+        read_log(db_path=tmp_warehouse).drop(columns=["intent_at", "sent_at"]).to_csv(index=False),
+    )
+    runs = _count(tmp_warehouse, "SELECT count(*) FROM executor.replay_runs")
+    again = _hour(tmp_warehouse, tmp_path, data_dir, T - pd.Timedelta(hours=1), executor)
+    assert again.dispatch["sent"] == 0
+    after = (
+        store.table_digest(db_path=tmp_warehouse),
+        read_log(db_path=tmp_warehouse).drop(columns=["intent_at", "sent_at"]).to_csv(index=False),
+    )
+    assert after == before and _count(tmp_warehouse, "SELECT count(*) FROM executor.replay_runs") == runs
+
+
 def test_dry_run_writes_explanations_only(tmp_warehouse, tmp_path, data_dir):
     _submit_day(tmp_warehouse, tmp_path, data_dir)
     ctx = _ctx(tmp_warehouse, tmp_path, data_dir)
