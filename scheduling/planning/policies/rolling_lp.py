@@ -262,7 +262,7 @@ class RollingLP(PlacementPolicy):
 
         d = Dispatch(p, lp, agents, pods, now_hour)
         self._before_dispatch(d)
-        overdue = forced & (np.bincount(job, minlength=N) == 0)  # no timely candidate left: the deadline is lost
+        overdue = forced & (np.bincount(job, minlength=N) == 0)  # no timely candidate: deadline lost, or no room
         first = forced & ~overdue if self.options.overdue_last else forced
         for j in _by_deadline(p, first):
             self._start_due(d, j)
