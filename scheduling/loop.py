@@ -414,7 +414,7 @@ def plan(ctx: LoopContext, *, dry_run: bool = False, created_from: str = "loop")
     summary["files"] = len(summary["files"])
     if not dry_run and len(result.assignments):
         later = result.assignments.loc[result.assignments["status"] != "dispatched", "job_id"]
-        queued = set(pending.loc[pending["state"] == "queued", "job_id"]) & _waiting_now(later, ctx)
+        queued = set(pending.loc[pending["state"] == "queued", "job_id"]) & _waiting_now(_queue_now(later, ctx))
         store.set_states(
             [j for j in later if j in queued],
             "planned",
@@ -446,11 +446,12 @@ def dispatch_plan(ctx: LoopContext, result: Plan | None = None, pending: pd.Data
     # the attempt this dispatch is: the next one, or (a re-run) the one the first run counted
     jobs["attempt"] = jobs["attempts"] + (~jobs["job_id"].isin(mine)).astype(int)
     items = dispatch_items(result, jobs)
-    waiting = _waiting_now(items["job_id"], ctx)
+    rows = _queue_now(items["job_id"], ctx)
+    waiting = _waiting_now(rows)
     # a past hour run again plans from the queue as it was then: the jobs a later hour handed on are not sent twice
     items = items[items["job_id"].isin(waiting | set(mine))]
     totals = {"plan_id": ctx.plan_id, "sent": 0, "skipped": 0, "reconciled": 0, "failed": {}}
-    origins = _import_origins(items["job_id"], ctx)
+    origins = _import_origins(rows, ctx)
     for executor in ctx.distinct_executors():
         clusters = [c for c, e in ctx.executors.items() if e is executor]
         part = items[items["cluster"].isin(clusters)]
@@ -486,19 +487,21 @@ def dispatch_plan(ctx: LoopContext, result: Plan | None = None, pending: pd.Data
     return totals
 
 
-def _waiting_now(jobs, ctx: LoopContext) -> set[str]:
-    """The planner ids of `jobs` that are queued or planned now. A past hour run again plans from the queue as it was
-    then; a job that has moved on since (dispatched, running, ended) keeps its state."""
+def _queue_now(jobs, ctx: LoopContext) -> dict[tuple[str, str], dict]:
+    """The queue's rows of `jobs` (planner ids) as they are now."""
     with reader(ctx.db_path) as con:
-        rows = store.fetch(con, [store.split_id(j) for j in jobs])
+        return store.fetch(con, [store.split_id(j) for j in jobs])
+
+
+def _waiting_now(rows: dict) -> set[str]:
+    """The planner ids of the jobs of `rows` (`_queue_now`) that are queued or planned now. A past hour run again
+    plans from the queue as it was then; a job that has moved on since (dispatched, running, ended) keeps its state."""
     return {f"{t}/{j}" for (t, j), r in rows.items() if r["state"] in ("queued", "planned")}
 
 
-def _import_origins(jobs, ctx: LoopContext) -> dict[str, Executor]:
-    """Planner id -> the executor a job was imported from (`Executor.imports`), for the jobs that were."""
+def _import_origins(rows: dict, ctx: LoopContext) -> dict[str, Executor]:
+    """Planner id -> the executor a job of `rows` (`_queue_now`) was imported from (`Executor.imports`)."""
     by_source = {_import_source(e): e for e in ctx.distinct_executors()}
-    with reader(ctx.db_path) as con:
-        rows = store.fetch(con, [store.split_id(j) for j in jobs])
     return {f"{t}/{j}": by_source[r["created_from"]] for (t, j), r in rows.items() if r["created_from"] in by_source}
 
 
