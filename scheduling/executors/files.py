@@ -25,16 +25,22 @@ not seen). Cancelled jobs (below) are left out from their cancel time.
 consumer to act on (``kubectl delete pod``, ``scancel``), and `sync` reports ``cancelled`` at that time (a job
 cancelled before its planned start gets no ``unconfirmed``).
 
+Clock: events, `running` and the plan and cluster files are in plan time. The per-job Pod and batch files carry the
+start, end and deadline on the consumer's clock, ``clock.to_wall(plan time)`` (`clock.PlanClock`; identity without
+the setting), so a replayed plan handed to a live cluster starts its jobs at the mapped times.
+
 Settings: ``root``, ``shards_per_gpu`` (the Slurm cluster's shards per GPU, for the batch scripts'
 ``--gres=shard:N``: files cannot ask the cluster; default the schedule files' 10), ``lookback_h`` (default 168:
 `sync`/`running` read the plan directories of the last `lookback_h` hours before the window; a job dispatched
-longer before its start is not reported), ``name``.
+longer before its start is not reported), ``clock`` (``plan_origin``, ``wall_origin``, ``seconds_per_hour``),
+``name``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
@@ -54,6 +60,7 @@ from scheduling.executors.base import (
     sort_events,
     typed_frame,
 )
+from scheduling.executors.clock import PlanClock
 from scheduling.executors.items import check_items, split_job_id
 from scheduling.output.plan_store import parse_plan_id
 from scheduling.output.schedules import (
@@ -103,10 +110,11 @@ def _read_json(path: Path) -> dict:
 
 
 class FilesExecutor(Executor):
-    """Writes schedule files (see the module doc). Settings: `root`, `shards_per_gpu`, `lookback_h`, `name`."""
+    """Writes schedule files (see the module doc). Settings: `root`, `shards_per_gpu`, `lookback_h`, `clock`,
+    `name`."""
 
     kind = "files"
-    SETTINGS = ("name", "root", "lookback_h", "shards_per_gpu")
+    SETTINGS = ("name", "root", "lookback_h", "shards_per_gpu", "clock")
 
     def __init__(
         self,
@@ -116,8 +124,10 @@ class FilesExecutor(Executor):
         root: str | Path | None = None,
         lookback_h: float = DEFAULT_LOOKBACK_H,
         shards_per_gpu: int | None = None,
+        clock: Mapping | None = None,
     ):
         super().__init__(name)
+        self.clock = PlanClock.from_setting(clock, f"executor {self.name!r}: clock")
         if shards_per_gpu is not None and not (
             isinstance(shards_per_gpu, int) and not isinstance(shards_per_gpu, bool) and shards_per_gpu >= 1
         ):
@@ -196,7 +206,8 @@ class FilesExecutor(Executor):
             items = items.assign(shards_per_gpu=self.shards_per_gpu)
         union = pd.concat([earlier, items], ignore_index=True) if len(earlier) else items
         plan = Plan(plan_time=plan_time, policy=policy, forecast_version=forecast_version, assignments=union)
-        result = write_schedules(plan, self.root, plan_id=plan_id)
+        to_wall = self.clock.to_wall if self.clock.plan_origin is not None else None
+        result = write_schedules(plan, self.root, plan_id=plan_id, to_wall=to_wall)
         for row in items.to_dict(orient="records"):
             records.append(
                 {"job_id": row["job_id"], "executor_ref": self._ref(result.path, row["cluster"], row["job_id"])}

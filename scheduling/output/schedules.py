@@ -42,8 +42,9 @@ Slurm headers: ``--begin`` (planned start, UTC), ``--time`` (planned duration, r
 ``--deadline`` (when the plan carries a deadline), ``--nodelist`` (the planned node), ``--gres=gpu:<n>`` for whole
 GPUs or ``--gres=shard:<n>`` for shares (the assignment's ``shards_per_gpu``, the files executor's setting, else
 ``SHARDS_PER_GPU`` = 10 shards per GPU; n rounded up), ``--comment`` with the plan id. Slurm reads times in
-slurmctld's time zone: run it with TZ=UTC. The times are plan times: a replayed plan's files suit only a Slurm
-whose clock is the plan's (the `slurm` executor maps plan time onto the wall clock instead).
+slurmctld's time zone: run it with TZ=UTC. The times are plan times unless `to_wall` maps them onto the clock of
+whoever starts the jobs (the `files` executor's `clock` setting: a replayed plan handed to a live cluster); the plan
+and cluster files always hold plan times.
 
 Atomicity: everything is built in a temporary sibling directory (``.tmp-<name>-<pid>``), each file and directory
 fsynced, then renamed into place. An older version of the same plan time is swapped out atomically with
@@ -87,6 +88,7 @@ NAMESPACE = "gpu-jobs"
 WAIT_IMAGE = "busybox:1.36"
 DEFAULT_IMAGE = "registry.invalid/gpu-jobs/REPLACE-ME:latest"  # the job's own image when the plan carries one
 SHARDS_PER_GPU = 10
+ToWall = Callable[[pd.Timestamp], pd.Timestamp]  # plan time -> the clock of whoever starts the jobs
 # libyaml's emitter writes the same bytes as the pure-Python one for these manifests, about 5x faster
 YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 ANN_GPU_MILLI = "alibabacloud.com/gpu-milli"
@@ -417,13 +419,32 @@ def slurm_header(row: dict, meta: dict, record: dict | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(plan: Any, plan_id: str | None = None, job_files: dict | None = None) -> dict[str, bytes]:
+def render(
+    plan: Any, plan_id: str | None = None, job_files: dict | None = None, to_wall: ToWall | None = None
+) -> dict[str, bytes]:
     """Every file of the schedule directory (relative path -> bytes), except index.json. Pure: no I/O.
-    `job_files`: cluster -> the per-job file kinds (`JOB_FILES`) it gets; None = all of them everywhere."""
-    return _render(plan_fields(plan), plan_id, job_files)
+    `job_files`: cluster -> the per-job file kinds (`JOB_FILES`) it gets; None = all of them everywhere.
+    `to_wall`: plan time -> the time on the clock of whoever starts the jobs (None: the same), for the start, end
+    and deadline in the per-job Pod and batch files; the plan and cluster files stay in plan time."""
+    return _render(plan_fields(plan), plan_id, job_files, to_wall)
 
 
-def _render(fields: dict, plan_id: str | None, job_files: dict | None) -> dict[str, bytes]:
+def _on_wall_clock(row: dict, record: dict | None, to_wall: ToWall | None) -> dict:
+    """The assignment with its start, end and deadline mapped by `to_wall` (unchanged without one)."""
+    if to_wall is None:
+        return row
+    deadline = _deadline(row, record)
+    return {
+        **row,
+        "start_time": to_wall(utc(row["start_time"])),
+        "end_time": to_wall(utc(row["end_time"])),
+        "deadline": None if deadline is None else to_wall(deadline),
+    }
+
+
+def _render(
+    fields: dict, plan_id: str | None, job_files: dict | None, to_wall: ToWall | None = None
+) -> dict[str, bytes]:
     plan_id = plan_id or plan_id_for(fields["policy"], fields["plan_time"])
     meta = _plan_meta(fields, plan_id)
     records = {str(e.get("job_id")): e for e in fields["explanations"]}
@@ -455,6 +476,7 @@ def _render(fields: dict, plan_id: str | None, job_files: dict | None) -> dict[s
         for row in part.to_dict(orient="records"):
             job = file_stem(str(row["job_id"]))
             record = records.get(str(row["job_id"]))
+            row = _on_wall_clock(row, record, to_wall)
             if "k8s" in kinds:
                 manifest = k8s_manifest(row, meta, record)
                 files[f"k8s/{stem}/{job}.yaml"] = yaml.dump(
@@ -584,9 +606,11 @@ def write_schedules(
     *,
     plan_id: str | None = None,
     job_files: dict | None = None,
+    to_wall: ToWall | None = None,
     _fault: Callable[[str, str | None], None] = _noop,
 ) -> ScheduleResult:
-    """Write the schedule directory of `plan` under `root` atomically (see the module doc; `job_files` as `render`).
+    """Write the schedule directory of `plan` under `root` atomically (see the module doc; `job_files` and
+    `to_wall` as `render`).
 
     `_fault(stage, path)` is a test hook: called after each file ("file", path), then ("built", None) before the
     swap, ("swapped", None) between renames (fallback path only) and ("done", None)."""
@@ -594,7 +618,7 @@ def write_schedules(
     fields = plan_fields(plan)
     plan_id = plan_id or plan_id_for(fields["policy"], fields["plan_time"])
     name = schedule_dirname(fields["plan_time"])
-    files = _render(fields, plan_id, job_files)
+    files = _render(fields, plan_id, job_files, to_wall)
     files[INDEX] = index_document(files, _plan_meta(fields, plan_id))
     final = root / name
     with _root_lock(root):

@@ -157,3 +157,37 @@ def test_shared_jobs_ask_for_the_clusters_shards_per_gpu(tmp_path):
     assert "#SBATCH --gres=shard:2\n" in sbatch  # a quarter of 8 shards, not of 10
     with pytest.raises(ValueError, match="shards_per_gpu"):
         FilesExecutor(root=tmp_path, shards_per_gpu=0)
+
+
+def test_a_clock_puts_the_job_files_on_the_consumers_clock_and_keeps_the_plan_in_plan_time(tmp_path):
+    wall0 = pd.Timestamp("2026-11-26T06:00Z")
+    clock = {"plan_origin": "2021-07-15T00:00Z", "wall_origin": wall0.isoformat(), "seconds_per_hour": 60}
+    items = sample_items(2)
+    items["deadline"] = PLAN_TIME + 6 * H
+    executor = FilesExecutor(root=tmp_path / "mapped", clock=clock)
+    executor.dispatch(PLAN_ID, items)
+    FilesExecutor(root=tmp_path / "plain").dispatch(PLAN_ID, items)
+    mapped, plain = tmp_path / "mapped" / "2021-07-15T12-00Z", tmp_path / "plain" / "2021-07-15T12-00Z"
+    # plan hour 12:00 is 12 plan hours after the origin: 12 minutes after the wall origin; 1 plan hour = 60 s
+    start, deadline = wall0 + pd.Timedelta(minutes=12), wall0 + pd.Timedelta(minutes=18)
+    sbatch = next((mapped / "slurm" / "usw-t4").glob("acme_job-0000*.sbatch")).read_text()
+    assert f"#SBATCH --begin={start:%Y-%m-%dT%H:%M:%S}" in sbatch
+    assert "#SBATCH --time=00:01:00" in sbatch  # the one-hour job's minute of wall clock
+    assert f"#SBATCH --deadline={deadline:%Y-%m-%dT%H:%M:%S}" in sbatch
+    assert "--begin=2021-07-15T12:00:00" in next((plain / "slurm" / "usw-t4").glob("acme_job-0000*.sbatch")).read_text()
+    pod = yaml.safe_load(next((mapped / "k8s" / "usw-t4").glob("acme_job-0000*.yaml")).read_text())
+    assert pod["metadata"]["annotations"]["carbonplanner.io/start-time"] == "2026-11-26T06:12:00Z"
+    assert pod["spec"]["activeDeadlineSeconds"] == 360
+    # the plan and cluster files, the events and the running jobs stay in plan time
+    for rel in ("plan.json", "clusters/usw-t4.json", "clusters/eun-v100m32.json"):
+        assert (mapped / rel).read_bytes() == (plain / rel).read_bytes()
+    verify_schedule_dir(mapped)
+    assert set(executor.sync(PLAN_TIME + 2 * H)["event_time"]) == {PLAN_TIME}
+    assert len(executor.running(PLAN_TIME + 0.5 * H)) == 2
+
+
+def test_a_bad_clock_setting_names_the_executor_and_the_key():
+    with pytest.raises(ValueError, match="executor 'drop': clock: unknown key"):
+        FilesExecutor(name="drop", clock={"plan_origin": "2021-07-15T00:00Z", "wall": "x"})
+    with pytest.raises(ValueError, match="'plan_origin' and 'wall_origin' go together"):
+        FilesExecutor(name="drop", clock={"plan_origin": "2021-07-15T00:00Z"})
