@@ -206,8 +206,7 @@ class FilesExecutor(Executor):
             items = items.assign(shards_per_gpu=self.shards_per_gpu)
         union = pd.concat([earlier, items], ignore_index=True) if len(earlier) else items
         plan = Plan(plan_time=plan_time, policy=policy, forecast_version=forecast_version, assignments=union)
-        to_wall = self.clock.to_wall if self.clock.plan_origin is not None else None
-        result = write_schedules(plan, self.root, plan_id=plan_id, to_wall=to_wall)
+        result = write_schedules(plan, self.root, plan_id=plan_id, to_wall=self.clock.to_wall)
         for row in items.to_dict(orient="records"):
             records.append(
                 {"job_id": row["job_id"], "executor_ref": self._ref(result.path, row["cluster"], row["job_id"])}
