@@ -62,7 +62,10 @@ class Api:
 
 
 def due(pod: dict, now: datetime) -> int | None:
-    """The index of the planner's gate when the Pod is due for release, else None."""
+    """The index of the planner's gate when the Pod is due for release, else None (also for a Pod being deleted:
+    it will never run)."""
+    if pod.get("metadata", {}).get("deletionTimestamp"):
+        return None
     annotations = pod.get("metadata", {}).get("annotations") or {}
     gates = pod.get("spec", {}).get("schedulingGates") or []
     index = next((i for i, g in enumerate(gates) if g.get("name") == GATE), None)

@@ -17,8 +17,13 @@ Nothing here reads the wall clock. `sync(now, since)` lists the Pods and reports
 ``started`` at the main container's start, ``finished`` (exit 0) / ``failed`` at its end (a Pod whose phase
 says more than its container statuses: ``started`` at the Pod's start when Running or Succeeded, the end at its last
 condition change), ``cancelled`` at the cancel time: the Pods' state, read at any time after the window, gives the
-same events (a Pod deleted by hand takes its events with it). Run the loop's hour T once the
-cluster's clock has passed `to_wall(T)`.
+same events. Run the loop's hour T once the cluster's clock has passed `to_wall(T)`.
+
+Deleted Pods: every Pod carries the finalizer ``carbonplanner.io/events``, so a Pod deleted outside the planner (the
+Pod garbage collector, a node drain, ``kubectl delete``) stays readable. One that never started ends ``failed`` at
+its deletion (the queue retries it while retries are left; cancel a job in the queue to stop it for good); a running
+one ends as its container does. `sync(now, since)` removes the finalizer of a deleted Pod once its last event lies
+before `since`, i.e. in a window the caller has loaded (the loop's windows), and Kubernetes then removes the Pod.
 
 `running(now)`: the Pods not ended nor cancelled whose planned start is <= now, ``confirmed`` when the main
 container runs, until the planned end (or the next hour after `now` once that passed). `cancel(job_id, now)`
@@ -60,7 +65,9 @@ from scheduling.executors.k8s_pods import (
     CANCELLED_AT,
     ITEM_FIELDS,
     KEY_LABEL,
+    deletion_time,
     dispatch_key,
+    finalizer_removal,
     is_gated,
     main_state,
     pod_item,
@@ -210,11 +217,19 @@ class KubernetesExecutor(Executor):
             if item is None or item["job_id"] != job_id or item["plan_id"] == plan_id:
                 continue
             if is_gated(pod) and _annotation(pod, CANCELLED_AT) is None:
-                try:
-                    self.api(connection).delete(pod["metadata"]["name"])
-                except ApiError as exc:
-                    if exc.status != 404:
-                        raise
+                self._drop(connection, pod)
+
+    def _drop(self, connection: str, pod: dict) -> None:
+        """Delete a Pod of this executor's own accord, without its finalizer: it never ran and leaves no events."""
+        api, name = self.api(connection), pod["metadata"]["name"]
+        try:
+            removal = finalizer_removal(pod)
+            if removal is not None:
+                api.patch(name, removal)
+            api.delete(name)
+        except ApiError as exc:
+            if exc.status not in (404, 422):  # gone, or changed meanwhile: the next move or sync sees it again
+                raise
 
     def release(self, now) -> list[str]:
         """Remove the gate of every gated, not cancelled Pod whose planned start (wall clock) is <= `now` (plan
@@ -222,7 +237,7 @@ class KubernetesExecutor(Executor):
         wall = self.clock.to_wall(now)
         released = []
         for connection, pod in self.pods():
-            if not is_gated(pod) or _annotation(pod, CANCELLED_AT) is not None:
+            if not is_gated(pod) or _annotation(pod, CANCELLED_AT) is not None or deletion_time(pod) is not None:
                 continue
             start = _annotation(pod, GATE_NAME)
             if start is None or utc(start) > wall:
@@ -283,6 +298,9 @@ class KubernetesExecutor(Executor):
             times = [c.get("lastTransitionTime") for c in status.get("conditions") or []]
             ended = self._plan(max((t for t in times if t), default=None))
             outcome = "finished" if phase == "Succeeded" else "failed"
+        deleted = self._plan(deletion_time(pod))
+        if deleted is not None and started is None and ended is None:  # deleted before it ran: it never will
+            ended, outcome = deleted, "failed"
         stream = [("dispatched", plan_time_of(item["plan_id"]))]
         if started is not None and (cancelled is None or started < cancelled):
             stream.append(("started", started))
@@ -295,9 +313,27 @@ class KubernetesExecutor(Executor):
     def sync(self, now, since=None) -> pd.DataFrame:
         since, now = check_window(since, now)
         self.release(now)
-        events = [e for connection, pod in self.pods() for e in self.pod_events(connection, pod)]
+        events = []
+        for connection, pod in self.pods():
+            own = self.pod_events(connection, pod)
+            events += own
+            if since is not None and deletion_time(pod) is not None:
+                self._let_go(connection, pod, own, since)
         frame = typed_frame(events, EVENT_COLUMNS)
         return sort_events(frame[in_window(frame["event_time"], since, now)])
+
+    def _let_go(self, connection: str, pod: dict, events: list[dict], since: pd.Timestamp) -> None:
+        """Remove the finalizer of a deleted Pod whose run has ended and whose every event lies before `since`
+        (already loaded), so that Kubernetes removes it."""
+        removal = finalizer_removal(pod)
+        ended = any(e["event"] in ("finished", "failed", "cancelled") for e in events)
+        if removal is None or not ended or max(e["event_time"] for e in events) >= since:
+            return
+        try:
+            self.api(connection).patch(pod["metadata"]["name"], removal)
+        except ApiError as exc:
+            if exc.status not in (404, 422):  # gone, or changed meanwhile: the next sync tries again
+                raise
 
     def running(self, now) -> pd.DataFrame:
         now = utc(now)
@@ -309,6 +345,8 @@ class KubernetesExecutor(Executor):
             if item is None or (pod.get("status") or {}).get("phase") in ENDED or item["start_time"] > now:
                 continue
             if cancelled is not None and utc(cancelled) <= now:
+                continue
+            if deletion_time(pod) is not None and "running" not in main_state(pod):  # deleted before it ran
                 continue
             rows.append(
                 {

@@ -11,7 +11,9 @@ waits for the start, image and command from queue.jobs, power limit in the env) 
   create of one dispatch is refused by the API server (409) and `lookup` finds it by label;
 * ``carbonplanner.io/latest-start`` (wall clock): the fail-open time at which the gate-release CronJob
   (deploy/kubernetes/) releases a still gated Pod without the planner; ``carbonplanner.io/item``: the dispatch
-  item's fields in plan time (JSON), from which events and running jobs are reported.
+  item's fields in plan time (JSON), from which events and running jobs are reported;
+* the finalizer ``carbonplanner.io/events``: a Pod deleted (the Pod garbage collector, a node drain, ``kubectl
+  delete``) stays readable until the executor has reported its last event, so no run ends unreported.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ EXECUTOR_LABEL = f"{DOMAIN}/executor"
 ITEM_ANNOTATION = f"{DOMAIN}/item"
 LATEST_START = f"{DOMAIN}/latest-start"
 CANCELLED_AT = f"{DOMAIN}/cancelled-at"
+FINALIZER = f"{DOMAIN}/events"
 MAIN = "main"
 ITEM_FIELDS = (
     "job_id",
@@ -117,6 +120,7 @@ def pod_manifest(
     metadata["name"] = pod_name(plan_id, str(row["job_id"]))
     metadata["namespace"] = namespace
     metadata["labels"].update({KEY_LABEL: key, EXECUTOR_LABEL: dns_label(executor)})
+    metadata["finalizers"] = [FINALIZER]
     item = {k: _plain(row.get(k)) for k in ITEM_FIELDS}
     item["plan_id"] = plan_id
     metadata["annotations"].update(
@@ -153,6 +157,21 @@ def pod_item(pod: dict) -> dict | None:
 
 def is_gated(pod: dict) -> bool:
     return any(g.get("name") == GATE_NAME for g in (pod.get("spec") or {}).get("schedulingGates") or [])
+
+
+def deletion_time(pod: dict) -> str | None:
+    """When the Pod was deleted (wall clock, ISO), None while it is not being deleted."""
+    return (pod.get("metadata") or {}).get("deletionTimestamp")
+
+
+def finalizer_removal(pod: dict) -> list[dict] | None:
+    """The JSON patch that removes the executor's finalizer from `pod` (tested first, so that a concurrent change
+    refuses it), None when the Pod does not carry it."""
+    held = (pod.get("metadata") or {}).get("finalizers") or []
+    if FINALIZER not in held:
+        return None
+    path = f"/metadata/finalizers/{held.index(FINALIZER)}"
+    return [{"op": "test", "path": path, "value": FINALIZER}, {"op": "remove", "path": path}]
 
 
 def main_state(pod: dict) -> dict:

@@ -1,6 +1,6 @@
 """The fail-open gate release (deploy/kubernetes/gate_release.py), run as its CronJob runs it, against the local
 recording API server: with the planner gone, a gated Pod is released once its latest timely start has passed;
-a Pod not yet due and a cancelled Pod keep their gate."""
+a Pod not yet due, a cancelled Pod and a deleted one keep their gate."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def test_releases_due_pods_without_the_planner(tmp_path, monkeypatch):
         executor = make_executor(
             "kubernetes", {"host": api.url, "token_env": "K8S_TOKEN", "clock": CLOCK, "fail_open_after_min": 30}
         )
-        items = sample_items(3)
+        items = sample_items(4)  # job 3 starts with job 0 but is deleted by hand first
         items["start_time"] += pd.Timedelta(hours=2)  # 14:00 plan time: 2026-11-26T14:00Z on the cluster
         items["end_time"] += pd.Timedelta(hours=2)
         items.loc[2, ["start_time", "end_time"]] += pd.Timedelta(hours=3)  # job 2 starts at 17:00
@@ -44,11 +44,12 @@ def test_releases_due_pods_without_the_planner(tmp_path, monkeypatch):
         executor.cancel("globex/job-0001", PLAN_TIME + pd.Timedelta(hours=1))
         names = {job: ref.split("/")[-1] for job, ref in records["executor_ref"].items()}
         gated = lambda: {n for (_, n), p in api.pods.items() if p["spec"].get("schedulingGates")}  # noqa: E731
+        api.delete_pod("gpu-jobs", names["globex/job-0003"], at="2026-11-26T13:00:00Z")  # held by its finalizer
         assert _run(api, token, "2026-11-26T14:29:00Z") == ""  # at the planned start: the planner's turn
         assert _run(api, token, "2026-11-26T14:30:00Z") == f"released gpu-jobs/{names['acme/job-0000']}\n"
-        assert gated() == {names["globex/job-0001"], names["acme/job-0002"]}
+        assert gated() == {names["globex/job-0001"], names["acme/job-0002"], names["globex/job-0003"]}
         patch = [r for r in api.requests if r["method"] == "PATCH"][-1]
         assert patch["content_type"] == "application/json-patch+json" and patch["authorization"] == "Bearer t"
         assert patch["body"][0] == {"op": "test", "path": "/spec/schedulingGates/0/name", "value": GATE_NAME}
         _run(api, token, "2026-11-26T18:00:00Z")
-        assert gated() == {names["globex/job-0001"]}  # cancelled: never released
+        assert gated() == {names["globex/job-0001"], names["globex/job-0003"]}  # cancelled, deleted: never released

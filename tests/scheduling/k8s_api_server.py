@@ -4,7 +4,9 @@ and records every request. No cluster runs on the test machines; this is what th
 
 It enforces the API rules the executor relies on: a Pod name is unique in its namespace (409), a Pod may not set
 both schedulingGates and nodeName (422), gates may be removed but never added (422), and a JSON patch `test` that
-fails refuses the whole patch (422). A bearer token, when given, is required (401).
+fails refuses the whole patch (422). A bearer token, when given, is required (401). Finalizers work as on a real
+server: deleting a Pod that has some only sets ``metadata.deletionTimestamp`` (at `now`, the server's wall clock,
+settable), no finalizer may be added to a Pod being deleted (422), and the Pod goes once its last one is removed.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import copy
 import json
 import re
 import threading
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -78,6 +81,7 @@ class KubeApiServer:
         self.requests: list[dict] = []
         self.lock = threading.Lock()
         self._uid = 0
+        self.now: str | None = None  # the server's wall clock for deletionTimestamp (ISO; None: the real one)
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -146,8 +150,7 @@ class KubeApiServer:
         if method == "GET":
             return 200, pod
         if method == "DELETE":
-            del self.pods[(namespace, name)]
-            return 200, pod
+            return 200, self._delete(namespace, name)
         if method == "PATCH":
             try:
                 patched = _patch(pod, body)
@@ -157,7 +160,13 @@ class KubeApiServer:
             after = {g["name"] for g in patched["spec"].get("schedulingGates") or []}
             if after - before:
                 return 422, _status(422, "Invalid", "spec.schedulingGates: only deletion is allowed")
+            deleting = "deletionTimestamp" in pod["metadata"]
+            added = set(patched["metadata"].get("finalizers") or []) - set(pod["metadata"].get("finalizers") or [])
+            if deleting and added:
+                return 422, _status(422, "Forbidden", "no new finalizers can be added if the object is being deleted")
             self.pods[(namespace, name)] = patched
+            if deleting and not patched["metadata"].get("finalizers"):
+                del self.pods[(namespace, name)]
             return 200, patched
         return 405, _status(405, "MethodNotAllowed", method)
 
@@ -173,6 +182,23 @@ class KubeApiServer:
         stored["status"] = {"phase": "Pending"}
         self.pods[(namespace, name)] = stored
         return 201, stored
+
+    def _delete(self, namespace: str, name: str) -> dict:
+        pod = self.pods[(namespace, name)]
+        if not pod["metadata"].get("finalizers"):
+            return self.pods.pop((namespace, name))
+        when = self.now or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        pod["metadata"].setdefault("deletionTimestamp", when)
+        return pod
+
+    def delete_pod(self, namespace: str, name: str, at: str) -> None:
+        """What the Pod garbage collector, a node drain or `kubectl delete` does, at wall time `at` (ISO)."""
+        with self.lock:
+            self.now, before = at, self.now
+            try:
+                self._delete(namespace, name)
+            finally:
+                self.now = before
 
     # --------------------------------------------------------------------------------- what a kubelet would do
 

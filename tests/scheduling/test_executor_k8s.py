@@ -13,6 +13,7 @@ from scheduling.domain.fleet import ExecutorConfig
 from scheduling.executors.base import EVENT_COLUMNS, RUNNING_COLUMNS, DuplicateDispatchError
 from scheduling.executors.dispatch_log import dispatch
 from scheduling.executors.k8s import KubernetesExecutor
+from scheduling.executors.k8s_pods import FINALIZER
 from scheduling.executors.registry import make_executor
 from scheduling.loop import fleet_executors
 from scheduling.output.schedules import GATE_NAME
@@ -163,6 +164,52 @@ def test_cancel_marks_and_stops(api):
     assert executor.running(PLAN_TIME + 2 * H).empty
 
 
+def test_a_deleted_pod_keeps_its_events_until_a_loaded_window_holds_them(api):
+    executor = _executor(api)
+    records = executor.dispatch(PLAN_ID, sample_items(3)).set_index("job_id")
+    name = {job: ref.split("/")[-1] for job, ref in records["executor_ref"].items()}
+    assert all(pod["metadata"]["finalizers"] == [FINALIZER] for pod in api.pods.values())
+    done, dropped, kept = name["acme/job-0000"], name["globex/job-0001"], name["acme/job-0002"]
+    api.run_pod(NS, done, "2026-11-26T12:01:00Z", "2026-11-26T12:31:00Z")
+    api.delete_pod(NS, done, at="2026-11-26T12:40:00Z")  # the Pod garbage collector, before any sync
+    api.delete_pod(NS, dropped, at="2026-11-26T12:20:00Z")  # kubectl delete / a drain, before it ran
+    api.run_pod(NS, kept, "2026-11-26T12:05:00Z", "2026-11-26T12:35:00Z")  # ended, never deleted
+    assert set(api.pods) == {(NS, done), (NS, dropped), (NS, kept)}  # held by the finalizer
+    events = executor.sync(PLAN_TIME + H, since=PLAN_TIME)
+    got = {(e.planner_job_id, e.event): e.event_time for e in events.itertuples()}
+    assert got == {
+        ("acme/job-0000", "dispatched"): PLAN_TIME,
+        ("acme/job-0000", "started"): PLAN_TIME + pd.Timedelta(minutes=1),
+        ("acme/job-0000", "finished"): PLAN_TIME + pd.Timedelta(minutes=31),
+        ("globex/job-0001", "dispatched"): PLAN_TIME,
+        ("globex/job-0001", "failed"): PLAN_TIME + pd.Timedelta(minutes=20),  # never started: a retry is due
+        ("acme/job-0002", "dispatched"): PLAN_TIME,
+        ("acme/job-0002", "started"): PLAN_TIME + pd.Timedelta(minutes=5),
+        ("acme/job-0002", "finished"): PLAN_TIME + pd.Timedelta(minutes=35),
+    }
+    assert executor.running(PLAN_TIME + 0.25 * H)["job_id"].tolist() == []  # the deleted one never runs
+    assert len(api.pods) == 3  # this window is not loaded yet: nothing is let go
+    assert executor.sync(PLAN_TIME + 2 * H, since=PLAN_TIME + H).empty
+    assert set(api.pods) == {(NS, kept)}  # the deleted Pods' events lie before the loaded window: let go
+    assert api.pods[(NS, kept)]["metadata"]["finalizers"] == [FINALIZER]
+    api.delete_pod(NS, kept, at="2026-11-26T14:10:00Z")
+    assert executor.sync(PLAN_TIME + 3 * H, since=PLAN_TIME + 2 * H).empty and api.pods == {}
+
+
+def test_a_running_pod_deleted_ends_as_its_container_does(api):
+    executor = _executor(api)
+    (ref,) = executor.dispatch(PLAN_ID, sample_items(1))["executor_ref"]
+    pod = ref.split("/")[-1]
+    api.run_pod(NS, pod, "2026-11-26T12:01:00Z")
+    api.delete_pod(NS, pod, at="2026-11-26T12:30:00Z")
+    assert executor.running(PLAN_TIME + 0.5 * H)["job_id"].tolist() == ["acme/job-0000"]  # still terminating
+    api.run_pod(NS, pod, "2026-11-26T12:01:00Z", "2026-11-26T12:30:30Z", exit_code=143)  # SIGTERM
+    assert executor.running(PLAN_TIME + 0.75 * H).empty
+    events = executor.sync(PLAN_TIME + H, since=PLAN_TIME)
+    assert events["event"].tolist() == ["dispatched", "started", "failed"] and len(api.pods) == 1
+    assert executor.sync(PLAN_TIME + 2 * H, since=PLAN_TIME + H).empty and api.pods == {}
+
+
 def test_a_move_deletes_and_recreates_in_the_other_clusters_context(monkeypatch):
     monkeypatch.setenv("K8S_TOKEN", "t")
     with KubeApiServer(token="t") as west, KubeApiServer(token="t") as north:
@@ -176,7 +223,7 @@ def test_a_move_deletes_and_recreates_in_the_other_clusters_context(monkeypatch)
         )
         records = executor.dispatch(plan_id_at(PLAN_TIME + H), moved)
         assert records["executor_ref"].iloc[0].startswith("eun-v100m32/batch/")
-        assert west.pods == {} and "DELETE" in [r["method"] for r in west.requests]
+        assert west.pods == {} and "DELETE" in [r["method"] for r in west.requests]  # gone, finalizer and all
         assert len(north.pods) == 1 and not _gated(north)  # starts now: released at once
 
 
