@@ -7,8 +7,10 @@
 2. **plan**: the queued and planned jobs submitted by T, on the configured fleet, around what the executors report
    running at T (never what earlier plans assumed); plan.* and the schedule files are written; jobs that start
    later become `planned`.
-3. **dispatch**: the jobs that start at T go to their cluster's executor through the exactly-once dispatch log and
-   become `dispatched` (an attempt more).
+3. **dispatch**: jobs imported from an executor's own queue are adopted under the plan (released to start by their
+   latest start; a run the executor then starts itself is the plan's attempt 0, which moves the queue like any
+   run); the jobs that start at T go to their cluster's executor through the exactly-once dispatch log and become
+   `dispatched` (an attempt more).
 
     run_hour("2021-07-15T12:00Z")                         # sync -> plan -> dispatch
     run_hours("2021-07-15T00:00Z", 48)                    # the hours in a row
@@ -57,6 +59,8 @@ log = logging.getLogger(__name__)
 ARRIVALS_LOOKBACK = pd.Timedelta(hours=24)
 # queue states of jobs an executor has, and of every job handed on (the recent ones are demand history)
 LIVE_STATES = ("dispatched", "running")
+# queue states of jobs no plan dispatched yet (an adopted import's own start moves them: `apply_events`)
+WAITING_STATES = ("queued", "planned")
 HANDED_ON_STATES = ("dispatched", "running", "finished", "failed", "cancelled")
 # what an event means for the job's state (failed: queued again while retries are left)
 EVENT_STATE = {"started": "running", "finished": "finished", "cancelled": "cancelled", "failed": "failed"}
@@ -186,9 +190,11 @@ def request_cancellations(ctx: LoopContext) -> list[str]:
 
 def apply_events(events: pd.DataFrame, ctx: LoopContext) -> dict[str, int]:
     """Move queue states after the window's events, in time order; an event of an older attempt than the job's
-    current one is history and changes nothing. The changes are written together (`store.apply_changes`: one
-    transaction, a few statements). Returns the number of jobs per state entered."""
-    live = _queue_rows(ctx.db_path, LIVE_STATES)
+    current one is history and changes nothing. Attempt 0 is an adopted import its executor started without a plan
+    (at its latest start): it moves a job no plan dispatched yet (queued or planned). The changes are written
+    together (`store.apply_changes`: one transaction, a few statements). Returns the number of jobs per state
+    entered."""
+    live = _queue_rows(ctx.db_path, LIVE_STATES + WAITING_STATES)
     # plain dicts: this runs once per event (thousands an hour), where frame lookups cost ~0.5 ms each
     current = {
         (t, j): {"state": st, "attempts": int(a), "max_retries": int(m)}
@@ -203,7 +209,7 @@ def apply_events(events: pd.DataFrame, ctx: LoopContext) -> dict[str, int]:
         row = current.get(key)
         if target is None or row is None:
             continue
-        if row["attempts"] != int(event.attempt):
+        if row["attempts"] != int(event.attempt) or (row["state"] in WAITING_STATES and int(event.attempt) != 0):
             continue
         if target == "failed" and row["attempts"] <= row["max_retries"]:
             target = "queued"  # a retry: planned again from the next hour
@@ -212,7 +218,7 @@ def apply_events(events: pd.DataFrame, ctx: LoopContext) -> dict[str, int]:
         reason = f"{event.executor}: {event.event} ({event.plan_id}, attempt {event.attempt})"
         changes.append((key, target, event.event_time, reason))
         entered[target] = entered.get(target, 0) + 1
-        if target in LIVE_STATES:
+        if target in LIVE_STATES or target in WAITING_STATES:
             row["state"] = target
         else:
             del current[key]
@@ -233,7 +239,8 @@ def _latest_starts(jobs: list[str], ctx: LoopContext) -> dict[str, pd.Timestamp]
 def import_jobs(ctx: LoopContext) -> tuple[dict, dict[str, str]]:
     """Jobs users submitted to the executors themselves for carbon-aware planning (`Executor.imports`) into
     queue.jobs, each as its own submission (a rejected one is quarantined once, with its reasons, and stays with
-    its executor); the accepted ones are adopted (`Executor.adopt`). Returns (the report, unreachable executors)."""
+    its executor; the accepted ones are adopted once the hour's plan is written, `adopt_imports`); those the queue
+    cancelled are withdrawn. Returns (the report, unreachable executors)."""
     T = ctx.plan_time
     region = dict(zip(ctx.fleet.names, ctx.fleet.cluster_regions))
     home = {}
@@ -250,7 +257,6 @@ def import_jobs(ctx: LoopContext) -> tuple[dict, dict[str, str]]:
             continue
         if found and facts is None:
             facts = fleet_facts(fleet=ctx.fleet, data_dir=ctx.data_dir)
-        kept = []
         for job in found:
             outcome = submit_mappings(
                 [{"home_region": home[id(executor)], **job}],
@@ -264,16 +270,45 @@ def import_jobs(ctx: LoopContext) -> tuple[dict, dict[str, str]]:
                 report["rejected"][outcome.job] = "; ".join(e["message"] for e in outcome.errors)
                 continue
             report[outcome.status] += 1  # accepted | unchanged (never replaced: the intake keeps a stored job)
-            kept.append(outcome.job)
         try:
-            if kept:
-                executor.adopt(_latest_starts(kept, ctx), T)
             for job in _cancelled_imports(executor, ctx):
                 if executor.drop_import(job, T):
                     report.setdefault("withdrawn", []).append(job)
-        except Exception as exc:  # noqa: BLE001 - they stay held (or live) there; the next hour tries again
+        except Exception as exc:  # noqa: BLE001 - they stay live there; the next hour tries again
             unreachable[executor.name] = f"{type(exc).__name__}: {exc}"
     return report, unreachable
+
+
+def adopt_imports(ctx: LoopContext) -> dict[str, str]:
+    """Hand each executor's imported jobs that no plan dispatched yet (queued, planned) to `Executor.adopt` under
+    the hour's plan, which is written by now and holds them: a held one is released to start by its latest start,
+    and a run it then starts itself is that plan's attempt 0. Returns the executors that could not be reached
+    (their jobs stay held; the next hour tries again)."""
+    unreachable: dict[str, str] = {}
+    for executor in ctx.distinct_executors():
+        jobs = _waiting_imports(executor, ctx)
+        if not jobs:
+            continue
+        cluster = next(c for c, e in ctx.executors.items() if e is executor)
+        try:
+            executor.adopt(_latest_starts(jobs, ctx), ctx.plan_time, plan_id=ctx.plan_id, cluster=cluster)
+        except Exception as exc:  # noqa: BLE001 - fail open: they stay held, the next hour adopts them
+            log.warning("hour %s: executor %s could not adopt imports: %s", iso_z(ctx.plan_time), executor.name, exc)
+            unreachable[executor.name] = f"{type(exc).__name__}: {exc}"
+    return unreachable
+
+
+def _waiting_imports(executor: Executor, ctx: LoopContext) -> list[str]:
+    """Jobs imported from `executor`, submitted by T, that no plan dispatched yet."""
+    with reader(ctx.db_path) as con:
+        if not table_exists(con, store.JOBS):
+            return []
+        rows = con.execute(
+            f"SELECT tenant || '/' || job_id FROM {store.JOBS} WHERE state IN ('queued', 'planned') "
+            "AND created_from = ? AND submitted_at <= ? ORDER BY 1",
+            [_import_source(executor), ctx.plan_time.to_pydatetime()],
+        ).fetchall()
+    return [r[0] for r in rows]
 
 
 def _import_source(executor: Executor) -> str:
@@ -435,9 +470,11 @@ def dispatch_plan(ctx: LoopContext, result: Plan | None = None, pending: pd.Data
     those jobs -> dispatched. `result`/`pending` default to the stored plan of the hour and the queue."""
     if result is None:
         result = read_plan(ctx.plan_id, db_path=ctx.db_path)
+    totals = {"plan_id": ctx.plan_id, "sent": 0, "skipped": 0, "reconciled": 0, "failed": {}}
+    totals["unreachable"] = adopt_imports(ctx)
     starting = result.dispatched()
     if starting.empty:
-        return {"plan_id": ctx.plan_id, "sent": 0, "skipped": 0, "reconciled": 0, "failed": {}}
+        return totals
     if pending is None:
         loaded = store.load_specs(("queued", "planned", "dispatched"), as_of=ctx.plan_time, db_path=ctx.db_path)
         pending = job_frame([s for s, _ in loaded], ctx.fleet, rows=[r for _, r in loaded], data_dir=ctx.data_dir)
@@ -450,7 +487,6 @@ def dispatch_plan(ctx: LoopContext, result: Plan | None = None, pending: pd.Data
     waiting = _waiting_now(rows)
     # a past hour run again plans from the queue as it was then: the jobs a later hour handed on are not sent twice
     items = items[items["job_id"].isin(waiting | set(mine))]
-    totals = {"plan_id": ctx.plan_id, "sent": 0, "skipped": 0, "reconciled": 0, "failed": {}}
     origins = _import_origins(rows, ctx)
     for executor in ctx.distinct_executors():
         clusters = [c for c, e in ctx.executors.items() if e is executor]

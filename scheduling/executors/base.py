@@ -15,10 +15,11 @@ it asks the executor (`running`), and what happened becomes data through `sync` 
 * ``cancel(job_id, now) -> bool``: end the job's live run at `now` (True when there was one to end).
 * ``running(now) -> frame``: the jobs the executor reports as running at `now` (`RUNNING_COLUMNS`), with their
   node, devices and expected end so that the planner keeps those GPUs bound.
-* ``imports(now)`` / ``adopt(latest_starts, now)`` / ``drop_import(job_id, now)`` (optional): jobs users submitted
-  to the executor itself for carbon-aware planning, handed to the queue, then started by their latest timely start
-  unless a plan moves them; dropped here when a plan sends them to another executor's cluster or the queue
-  cancels them.
+* ``imports(now)`` / ``adopt(latest_starts, now, plan_id=, cluster=)`` / ``drop_import(job_id, now)`` (optional):
+  jobs users submitted to the executor itself for carbon-aware planning, handed to the queue, then started by their
+  latest timely start unless a plan moves them (such a run is attempt 0 of the adopting plan: no ``dispatched``
+  event); dropped here when a plan sends them to another executor's cluster or the queue cancels them, never once
+  they run.
 
 Clock: every time is a UTC timestamp on the executor's clock, and plan time maps onto it explicitly. A dispatch
 happens at its plan's time (`plan_time_of(plan_id)`), which for `replay` is the executor's clock itself.
@@ -201,9 +202,13 @@ class Executor(ABC):
         loop adds the cluster's region as `home_region` unless one is given). None by default."""
         return []
 
-    def adopt(self, latest_starts: dict[str, pd.Timestamp], now) -> None:
-        """Take imported jobs the queue accepted (planner id -> latest timely start, plan time) under the plan:
-        each then starts by its latest start even when no plan dispatches it (fail-open). Nothing by default."""
+    def adopt(
+        self, latest_starts: dict[str, pd.Timestamp], now, *, plan_id: str | None = None, cluster: str | None = None
+    ) -> None:
+        """Take imported jobs the queue accepted (planner id -> latest timely start, plan time) under the plan
+        `plan_id` (the adopting hour's) in `cluster`: each then starts by its latest start even when no plan
+        dispatches it (fail-open), and such a run is reported as attempt 0 of `plan_id` (`sync`, `running`).
+        Nothing by default."""
         return None
 
     def drop_import(self, job_id: str, now) -> bool:

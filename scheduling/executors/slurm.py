@@ -26,9 +26,12 @@ the inverse, so events are in plan time.
   collide (a run that outlived its plan, an outage), `fit_devices` moves the report to free ones.
 * `cancel`: ``scancel`` of the planned job's live Slurm jobs.
 * `imports` / `adopt` / `drop_import`: users' held jobs marked for carbon-aware planning (`slurm_intake`) go to the
-  queue, and are then released to start at their latest timely start; `dispatch` moves such a job onto the plan
-  like a pending job of an earlier plan (renamed to the plan's key), and takes over one Slurm already started at
-  that latest start; `drop_import` cancels it when it goes elsewhere or the queue cancelled it.
+  queue, and are then released to start at their latest timely start, renamed to the key of attempt 0 under the
+  adopting hour's plan (``cp|<plan>|<job>|0|<cluster>``: the user's own submission, never a dispatch). `dispatch`
+  moves such a job onto a plan like a pending job of an earlier plan (renamed to the plan's key); `drop_import`
+  cancels it when it goes elsewhere or the queue cancelled it, never once it runs. When Slurm starts it itself (no
+  plan did by then), `sync` reports ``started`` and its end for attempt 0 (no ``dispatched``), so the queue follows
+  it, and `running` reports it, so the planner keeps its GPUs bound and plans it nowhere else.
 
 Settings: ``conf`` (SLURM_CONF; default Slurm's own), ``partition`` (also: only that partition's jobs are this
 executor's, so that one Slurm can serve a cluster per partition), ``output`` (``--output`` pattern),
@@ -68,6 +71,7 @@ from scheduling.executors.slurm_cli import (
     gres_count,
 )
 from scheduling.executors.slurm_intake import (
+    gpus_of,
     is_held,
     is_marked,
     latest_wall_start,
@@ -251,19 +255,29 @@ class SlurmExecutor(Executor):
             out.append(submission_of(job, script, shards.get(job.get("nodes") or "", most), self.clock))
         return out
 
-    def adopt(self, latest_starts: dict, now) -> None:
-        """Release each accepted held job with its StartTime at its latest timely start (`latest_wall_start`)."""
+    def adopt(self, latest_starts: dict, now, *, plan_id: str | None = None, cluster: str | None = None) -> None:
+        """Release each accepted held job with its StartTime at its latest timely start (`latest_wall_start`),
+        named with the key of attempt 0 under `plan_id` in `cluster` (one update, so a job is never released
+        unnamed; one renamed but still held is offered again by `imports`)."""
         for job in self._marked():
             pid = planner_id(job)
             if pid not in latest_starts or not is_held(job):
                 continue
             start = latest_wall_start(job, latest_starts[pid], self.clock)
-            self.cli.update(str(job["job_id"]), StartTime=start.strftime("%Y-%m-%dT%H:%M:%S"))
+            fields = {"StartTime": start.strftime("%Y-%m-%dT%H:%M:%S")}
+            if plan_id and cluster:
+                fields["JobName"] = JobKey(plan_id, pid, 0, cluster).name()
+            self.cli.update(str(job["job_id"]), **fields)
             self.cli.release(str(job["job_id"]))
 
     def drop_import(self, job_id: str, now) -> bool:
-        """``scancel`` of the user's own live submission of `job_id` (never a job this executor submitted)."""
+        """``scancel`` of the user's own live submission of `job_id` (never a job this executor submitted); one
+        that Slurm has started is never cancelled (SlurmRefused: the job keeps running, and its work)."""
         found = [j for j in self._marked() if planner_id(j) == str(job_id) and str(j.get("job_state")) in LIVE]
+        running = [j for j in found if str(j.get("job_state")) in STARTED]
+        if running:
+            ref = running[0]["job_id"]
+            raise SlurmRefused(f"{job_id} runs as Slurm job {ref} since its latest start; not withdrawn")
         for job in found:
             self.cli.cancel(str(job["job_id"]))
         return bool(found)
@@ -333,7 +347,11 @@ class SlurmExecutor(Executor):
         return None
 
     def lookup(self, plan_id: str, job_id: str) -> str | None:
-        found = [ref for ref, (k, _) in self._all_jobs().items() if k.plan_id == plan_id and k.job_id == str(job_id)]
+        found = [
+            ref
+            for ref, (k, _) in self._all_jobs().items()
+            if k.plan_id == plan_id and k.job_id == str(job_id) and k.attempt > 0  # attempt 0: a user's own job
+        ]
         return max(found, key=int) if found else None
 
     # ------------------------------------------------------------------------------------------- events
@@ -354,10 +372,13 @@ class SlurmExecutor(Executor):
                 "cluster": key.cluster,
                 "node": rec["node"],
             }
-            events.append({**base, "event": "dispatched", "event_time": plan_time_of(key.plan_id)})
             state, start, end = rec["state"], rec["start"], rec["end"]
             ended = state not in LIVE
             ran = start is not None and (state in STARTED or (ended and not (state == "CANCELLED" and start == end)))
+            if key.attempt == 0 and not ran:  # an adopted user job that no plan started: nothing happened yet
+                continue
+            if key.attempt > 0:
+                events.append({**base, "event": "dispatched", "event_time": plan_time_of(key.plan_id)})
             if ran:
                 events.append({**base, "event": "started", "event_time": self.clock.to_plan(start)})
             if ended and end is not None:
@@ -372,6 +393,10 @@ class SlurmExecutor(Executor):
         for key, job in self._live():
             state = str(job.get("job_state"))
             if state not in LIVE:
+                continue
+            if key.attempt == 0:  # an adopted user job: running only once Slurm started it
+                if state in STARTED:
+                    rows.append(self._running_import(key, job, now))
                 continue
             note = parse_comment(job.get("comment"))
             confirmed = state in STARTED
@@ -407,6 +432,35 @@ class SlurmExecutor(Executor):
         if rows:
             rows = fit_devices(rows, {n["name"]: n["gpus"] for n in self.nodes()})
         return typed_frame(rows, RUNNING_COLUMNS).sort_values("job_id", kind="mergesort").reset_index(drop=True)
+
+    def _running_import(self, key: JobKey, job: dict, now: pd.Timestamp) -> dict:
+        """The RUNNING_COLUMNS row of an adopted job Slurm started itself: Slurm's node and devices, its GPUs from
+        ``--gres``, running until its time limit (the next hour once that passed)."""
+        start = self.clock.to_plan(epoch(job.get("start_time")))
+        end = self.clock.to_plan(epoch(job.get("start_time")) + pd.Timedelta(minutes=int(job.get("time_limit") or 0)))
+        if end <= now:
+            end = now.floor("h") + HOUR
+        host = str(job.get("nodes") or "")
+        count, milli = gpus_of(job, self.shards_per_gpu().get(host, 0))
+        tenant, queue_id = key.tenant_and_queue_id
+        return {
+            "job_id": key.job_id,
+            "tenant": tenant,
+            "queue_job_id": queue_id,
+            "plan_id": key.plan_id,
+            "attempt": 0,
+            "executor": self.name,
+            "executor_ref": str(job["job_id"]),
+            "cluster": key.cluster,
+            "node": f"{key.cluster}/{host}" if host else None,
+            "gpu_devices": _devices(job.get("gres_detail")),
+            "gpu_count": count,
+            "gpu_milli": milli,
+            "power_limit_w": math.nan,
+            "start_time": start,
+            "end_time": end,
+            "confirmed": True,
+        }
 
     # ------------------------------------------------------------------------------------------- cancel
 

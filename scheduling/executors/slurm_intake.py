@@ -13,7 +13,9 @@ A user submits the job held, marked in its comment, with a deadline (docs/operat
   one: S / the node's shards per GPU); CPUs and memory as requested; est_duration_h the time limit unless the
   comment says; the batch script without its hold directives, run in the submission's directory (``--chdir``).
 * **Adopted** once the queue accepted it: released with its StartTime at its latest timely start, so Slurm starts it
-  then even if the planner stops (never an indefinite hold); a plan that starts it earlier moves that time.
+  then even if the planner stops (never an indefinite hold), and renamed ``cp|<adopting plan>|<tenant/job_id>|0|
+  <cluster>`` (attempt 0: the user's own submission), which jobcomp keeps after it ends; a plan that starts it
+  earlier moves that time.
 """
 
 from __future__ import annotations
@@ -44,9 +46,11 @@ def comment_words(comment: str | None) -> list[str]:
 
 
 def is_marked(job: dict) -> bool:
-    """A job of a user (not one the executor submitted) that asks for carbon-aware planning."""
+    """A job of a user (not one the executor submitted) that asks for carbon-aware planning: named by the user, or
+    adopted (named with the key of attempt 0)."""
     words = comment_words(job.get("comment"))
-    return bool(words) and words[0] == MARK and JobKey.parse(job.get("name")) is None
+    key = JobKey.parse(job.get("name"))
+    return bool(words) and words[0] == MARK and (key is None or key.attempt == 0)
 
 
 def is_held(job: dict) -> bool:

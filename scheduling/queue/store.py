@@ -11,8 +11,9 @@
 
 States (the system owns them): queued -> planned -> dispatched -> running -> finished | failed | cancelled.
 `ALLOWED_TRANSITIONS` lists every move; anything else raises `InvalidTransition`. A move to the state a job is
-already in is a no-op (an hourly re-plan of a planned job writes nothing). Entering `dispatched` counts an attempt;
-a dispatched or running job goes back to `queued` (a retry) only while attempts <= max_retries. Every change
+already in is a no-op (an hourly re-plan of a planned job writes nothing). A queued or planned job goes straight
+to `running` only when an executor started an adopted import itself (its attempt 0). Entering `dispatched` counts
+an attempt; a dispatched or running job goes back to `queued` (a retry) only while attempts <= max_retries. Every change
 appends a row to `queue.job_history` (seq 1 = the submission). Cancelling a queued or planned job cancels it at
 once; a dispatched or running one only gets `cancel_requested_at`: its executor stops it and then confirms with
 `set_state(..., "cancelled")` (or reports how it ended).
@@ -110,8 +111,9 @@ CREATE TABLE IF NOT EXISTS {SUBMISSIONS} (
 """
 
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
-    "queued": frozenset({"planned", "dispatched", "cancelled", "failed"}),
-    "planned": frozenset({"queued", "dispatched", "cancelled", "failed"}),
+    # queued/planned -> running: an adopted import its executor started itself (attempt 0, no dispatch)
+    "queued": frozenset({"planned", "dispatched", "running", "cancelled", "failed"}),
+    "planned": frozenset({"queued", "dispatched", "running", "cancelled", "failed"}),
     "dispatched": frozenset({"running", "finished", "failed", "cancelled", "queued"}),
     "running": frozenset({"finished", "failed", "cancelled", "queued"}),
     **{s: frozenset() for s in TERMINAL_STATES},

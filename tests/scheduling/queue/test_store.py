@@ -146,7 +146,7 @@ def test_the_job_lifecycle_and_its_history(queued):
 @pytest.mark.parametrize(
     "path, bad",
     [
-        (["planned"], "running"),  # planned -> running skips dispatch
+        (["planned"], "finished"),  # planned -> finished: it never ran
         ([], "finished"),  # queued -> finished
         (["cancelled"], "planned"),  # a final state
         (["dispatched", "running", "failed"], "queued"),
@@ -160,6 +160,14 @@ def test_transitions_not_allowed_raise_and_change_nothing(queued, path, bad):
         store.set_state("ml/b", bad, at=T2, db_path=queued)
     assert "ml/b" in str(err.value) and bad in str(err.value)
     assert store.table_digest(queued) == before
+
+
+def test_an_adopted_import_its_executor_started_itself_runs_without_an_attempt(queued):
+    store.set_state("ml/b", "planned", at=T1, db_path=queued)
+    store.set_state("ml/b", "running", at=T1, reason="slurm: started (p1, attempt 0)", db_path=queued)
+    assert stored(queued)["ml/b"]["attempts"] == 0  # no dispatch: a failure now is retried as attempt 1
+    store.set_state("ml/b", "queued", at=T2, db_path=queued)
+    assert _state(queued, "ml/b") == "queued"
 
 
 def test_retries_are_bounded_by_max_retries(queued):
@@ -195,7 +203,7 @@ def test_apply_changes_writes_many_changes_in_order_all_or_nothing(queued):
     """What the hourly sync does with a window of events: several changes of one job in a row, others' in
     between, re-plans that change nothing; one bad change keeps none of them."""
     before = store.table_digest(queued)
-    bad = [("ml/a", "planned", AS_OF, "p1"), ("ml/b", "running", T1, "started")]  # queued -> running: not allowed
+    bad = [("ml/a", "planned", AS_OF, "p1"), ("ml/b", "finished", T1, "finished")]  # queued -> finished: not allowed
     with pytest.raises(InvalidTransition, match="ml/b"):
         store.apply_changes(bad, db_path=queued)
     assert store.table_digest(queued) == before

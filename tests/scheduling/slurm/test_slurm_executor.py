@@ -15,7 +15,7 @@ import yaml
 
 from scheduling.executors.dispatch_log import DispatchError, dispatch, read_log
 from scheduling.executors.registry import make_executor
-from scheduling.executors.slurm_cli import SlurmUnavailable
+from scheduling.executors.slurm_cli import SlurmRefused, SlurmUnavailable
 from scheduling.executors.slurm_job import JobKey, submission
 from tests.scheduling.executor_samples import PLAN_TIME, plan_id_at, sample_items
 from tests.scheduling.slurm.cluster import CPUS, GPUS, MEMORY_MIB, NODE, SHARDS_PER_GPU
@@ -232,7 +232,7 @@ def test_a_held_marked_job_is_imported_and_starts_by_its_latest_start_without_a_
     wall0 = _now_wall()
     executor = _executor(slurm_cluster, wall0)
     script = tmp_path / "train.sh"
-    script.write_text("#!/bin/bash\n#SBATCH --hold\necho trained\n")
+    script.write_text("#!/bin/bash\n#SBATCH --hold\nsleep 4\necho trained\n")
     deadline = wall0 + pd.Timedelta(minutes=10)
     marked = _user_sbatch(
         slurm_cluster, tmp_path, script, "--hold", "--time=2", "--gres=shard:2", "--cpus-per-task=2", "--mem=512M",
@@ -260,14 +260,36 @@ def test_a_held_marked_job_is_imported_and_starts_by_its_latest_start_without_a_
         "cpu_milli": 2000,
         "memory_mib": 512,
         "deadline": executor.clock.to_plan(deadline).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "script": f"#!/bin/bash\n#SBATCH --chdir={tmp_path}\necho trained\n",  # no hold: a resubmission runs
+        "script": f"#!/bin/bash\n#SBATCH --chdir={tmp_path}\nsleep 4\necho trained\n",  # no hold: a resubmission runs
     }
     # adopted with a latest start 3 s ahead: released, and Slurm starts it then without any plan (fail-open)
     latest = executor.clock.to_plan(_now_wall() + pd.Timedelta(seconds=3))
-    executor.adopt({f"root/cptest-{marked}": latest}, PLAN_TIME)
+    adopting = plan_id_at(PLAN_TIME)
+    job_id = f"root/cptest-{marked}"
+    executor.adopt({job_id: latest}, PLAN_TIME, plan_id=adopting, cluster="cptest")
     assert executor.imports(PLAN_TIME) == []
-    _wait(lambda: (tmp_path / f"imported-{marked}.txt").exists(), what="the adopted job's output")
+    assert JobKey.parse(_slurm_job(executor, marked)["name"]) == JobKey(adopting, job_id, 0, "cptest")
+    assert job_id not in set(executor.running(PLAN_TIME)["job_id"])  # released, not started: the planner plans it
+    # Slurm started it itself: reported running (its GPUs stay bound) as attempt 0, and never withdrawn
+    _wait(lambda: _slurm_job(executor, marked)["job_state"] == "RUNNING", what="the adopted job's start")
+    now = executor.clock.to_plan(_now_wall())
+    (run,) = executor.running(now).query("job_id == @job_id").to_dict(orient="records")
+    assert (run["job_id"], run["plan_id"], run["attempt"], run["cluster"]) == (job_id, adopting, 0, "cptest")
+    assert (run["node"], run["gpu_count"], run["gpu_milli"], run["confirmed"]) == (
+        f"cptest/{NODE}",
+        1,
+        2 * 1000 // SHARDS_PER_GPU,
+        True,
+    )
+    with pytest.raises(SlurmRefused, match="not withdrawn"):
+        executor.drop_import(job_id, now)
+    _wait(lambda: _slurm_job(executor, marked)["job_state"] == "COMPLETED", what="the adopted job's end")
     assert (tmp_path / f"imported-{marked}.txt").read_text().strip() == "trained"
+    events = executor.sync(executor.clock.to_plan(_now_wall() + pd.Timedelta(seconds=1)), since=PLAN_TIME)
+    events = events[events["planner_job_id"] == job_id]
+    assert events["event"].tolist() == ["started", "finished"]  # no dispatched: no plan sent it
+    assert set(events["attempt"]) == {0} and set(events["plan_id"]) == {adopting}
+    assert executor.lookup(adopting, job_id) is None  # the plan's own dispatch of it never reached Slurm
     assert _slurm_job(executor, plain)["state_reason"] == "JobHeldUser"  # the unmarked job is left alone
     assert executor.drop_import(f"root/cptest-{dropped}", PLAN_TIME)
     assert _slurm_job(executor, dropped)["job_state"] == "CANCELLED"

@@ -268,5 +268,81 @@ def test_held_jobs_from_slurm_are_imported_planned_and_released_or_moved(
     assert loop.sync(loop.context(hour, **run))["imported"]["accepted"] == 1
     store.cancel_job(f"cptest-{withdrawn}", tenant="root", at=hour + pd.Timedelta(minutes=30), db_path=tmp_warehouse)
     after = loop.sync(loop.context(hour + pd.Timedelta(hours=1), **run))["imported"]
-    assert after == {"accepted": 0, "unchanged": 0, "rejected": {}, "withdrawn": [f"root/cptest-{withdrawn}"]}
+    # still held (no plan adopted it: only the sync ran), so offered again, and withdrawn
+    assert after == {"accepted": 0, "unchanged": 1, "rejected": {}, "withdrawn": [f"root/cptest-{withdrawn}"]}
     assert _wait_state(west, withdrawn) == "CANCELLED" and not (users / "withdrawn.out").exists()
+
+
+def test_an_adopted_job_slurm_starts_itself_is_followed_and_planned_nowhere_else(
+    slurm_cluster, tmp_warehouse, tmp_path, data_dir, monkeypatch
+):
+    """A user's held job is adopted under the hour's plan, which defers it; the planner is then down at the job's
+    latest start, so Slurm starts it itself. The next hours' syncs move the queue with it (attempt 0 of the
+    adopting plan: running, then finished), the plans keep its GPUs bound and never dispatch or withdraw it, and
+    the ledger values the run against the adopting plan."""
+    ingest(["grid_ensembleci"], data_dir=data_dir, db_path=tmp_warehouse, progress=False)
+    build(select="+grid_hourly", warehouse_path=tmp_warehouse, target_path=tmp_path / "target")
+    wall0 = pd.Timestamp.now(tz="UTC").ceil("s") + pd.Timedelta(seconds=3)
+    clock = PlanClock.from_settings(T0, wall0, SECONDS_PER_HOUR)
+    settings = {"conf": str(slurm_cluster.conf), "plan_origin": T0.isoformat(), "wall_origin": wall0.isoformat(),
+                "seconds_per_hour": SECONDS_PER_HOUR, "output": str(slurm_cluster.dir / "self-%j.txt")}  # fmt: skip
+    _fleet(tmp_path / "fleet.yaml", slurm_cluster, settings)
+    monkeypatch.setenv("FLEET_PATH", str(tmp_path / "fleet.yaml"))
+    users = tmp_path / "users"
+    users.mkdir()
+    script = users / "self.sh"
+    script.write_text(f"#!/bin/bash\nsleep {1.5 * SECONDS_PER_HOUR}\necho self ran >> {users}/self.out\n")
+    # a 1-minute time limit is 10 plan hours: Slurm's own latest start (deadline less the limit) is T0 + 1 h, while
+    # the planner, for a 0.5 h job, could wait until T0 + 10.5 h
+    deadline = clock.to_wall(T0 + pd.Timedelta(hours=11))
+    res = subprocess.run(
+        ["sbatch", "--parsable", "--hold", "--time=1", "--gres=gpu:1", "--mem=1024M",
+         f"--deadline={deadline:%Y-%m-%dT%H:%M:%S}", "--comment=carbon-aware job_type='ResNet-50 (batch size 64)' "
+         "est_duration_h=0.5 allowed_regions=us-west", str(script)],
+        env=slurm_cluster.env, cwd=users, capture_output=True, text=True,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    ref = res.stdout.strip()
+    job = f"root/cptest-{ref}"
+    executor = make_executor("slurm", settings)
+    run = {"db_path": tmp_warehouse, "data_dir": data_dir, "schedule_root": tmp_path / "schedules"}
+
+    def at_hour(hours: int) -> pd.Timestamp:
+        wait = (clock.to_wall(T0 + pd.Timedelta(hours=hours)) - pd.Timestamp.now(tz="UTC")).total_seconds()
+        time.sleep(max(0.0, wait + 0.5))
+        return T0 + pd.Timedelta(hours=hours)
+
+    first = loop.run_hour(at_hour(0), **run)
+    assert first.sync["imported"]["accepted"] == 1 and first.dispatch["sent"] == 0  # deferred to a greener hour
+    adopting = first.plan["plan_id"]
+    assert JobKey.parse(_slurm_job(executor, ref)["name"]) == JobKey(adopting, job, 0, "slurm-v100")
+    # no loop hour at T0 + 1: Slurm starts the job itself at its latest start
+    second = loop.run_hour(at_hour(2), **run)
+    assert second.sync["entered"] == {"running": 1} and not second.sync["unreachable"]
+    assert second.plan["n_running"] == 1 and second.dispatch["sent"] == 0  # bound, not planned again
+    third = loop.run_hour(at_hour(3), **run)
+    assert third.sync["entered"] == {"finished": 1} and third.dispatch["sent"] == 0
+    assert _states(tmp_warehouse) == {"finished": 1}
+    assert (users / "self.out").read_text() == "self ran\n"  # once, never cancelled
+    (record,) = [r for r in executor.cli.finished() if r["JobId"] == ref]
+    assert record["JobState"] == "COMPLETED" and JobKey.parse(record["Name"]).attempt == 0
+    build(select=list(LEDGER_SELECT), warehouse_path=tmp_warehouse, target_path=tmp_path / "target")
+    with duckdb.connect(str(tmp_warehouse), read_only=True) as con:
+        mine = [f"cptest-{ref}"]  # the cluster also holds other tests' jobs, which this executor reports
+        runs = con.execute("SELECT plan_id, attempt, outcome, started_at FROM marts.job_runs WHERE job_id = ?", mine)
+        runs = runs.fetchall()
+        ledger = con.execute(
+            "SELECT outcome, attempts, realized_kgco2e FROM marts.carbon_ledger WHERE job_id = ?", mine
+        )
+        ledger = ledger.fetchall()
+        logged = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'dispatch_log'")
+        assert logged.fetchone()[0] == 0  # nothing was ever dispatched
+    started = clock.to_plan(epoch(record["StartTime"]))
+    assert [(p, a, o, pd.Timestamp(s).tz_convert("UTC")) for p, a, o, s in runs] == [(adopting, 0, "finished", started)]
+    assert T0 + pd.Timedelta(hours=1) <= started < T0 + pd.Timedelta(hours=2)
+    ((outcome, attempts, realized),) = ledger
+    assert (outcome, attempts) == ("finished", 1) and realized > 0
+
+
+def _slurm_job(executor, ref: str) -> dict | None:
+    return next((j for j in executor.cli.jobs() if str(j["job_id"]) == ref), None)
