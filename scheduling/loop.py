@@ -300,15 +300,7 @@ def adopt_imports(ctx: LoopContext) -> dict[str, str]:
 
 def _waiting_imports(executor: Executor, ctx: LoopContext) -> list[str]:
     """Jobs imported from `executor`, submitted by T, that no plan dispatched yet."""
-    with reader(ctx.db_path) as con:
-        if not table_exists(con, store.JOBS):
-            return []
-        rows = con.execute(
-            f"SELECT tenant || '/' || job_id FROM {store.JOBS} WHERE state IN ('queued', 'planned') "
-            "AND created_from = ? AND submitted_at <= ? ORDER BY 1",
-            [_import_source(executor), ctx.plan_time.to_pydatetime()],
-        ).fetchall()
-    return [r[0] for r in rows]
+    return _imported(executor, ctx, "state IN ('queued', 'planned') AND submitted_at <= ?", [ctx.plan_time])
 
 
 def _import_source(executor: Executor) -> str:
@@ -317,13 +309,19 @@ def _import_source(executor: Executor) -> str:
 
 def _cancelled_imports(executor: Executor, ctx: LoopContext) -> list[str]:
     """Jobs imported from `executor` that the queue cancelled in the last day (still live there until dropped)."""
+    since = ctx.plan_time - ARRIVALS_LOOKBACK
+    return _imported(executor, ctx, "state = 'cancelled' AND state_changed_at > ? AND state_changed_at <= ?",
+                     [since, ctx.plan_time])  # fmt: skip
+
+
+def _imported(executor: Executor, ctx: LoopContext, condition: str, params: list) -> list[str]:
+    """Planner ids of the jobs imported from `executor` that meet `condition` (SQL on queue.jobs, `?` = params)."""
     with reader(ctx.db_path) as con:
         if not table_exists(con, store.JOBS):
             return []
         rows = con.execute(
-            f"SELECT tenant || '/' || job_id FROM {store.JOBS} WHERE state = 'cancelled' AND created_from = ? "
-            "AND state_changed_at > ? AND state_changed_at <= ? ORDER BY 1",
-            [_import_source(executor), (ctx.plan_time - ARRIVALS_LOOKBACK).to_pydatetime(), ctx.plan_time],
+            f"SELECT tenant || '/' || job_id FROM {store.JOBS} WHERE created_from = ? AND {condition} ORDER BY 1",
+            [_import_source(executor), *(p.to_pydatetime() if isinstance(p, pd.Timestamp) else p for p in params)],
         ).fetchall()
     return [r[0] for r in rows]
 
