@@ -390,13 +390,15 @@ class SlurmExecutor(Executor):
     def running(self, now) -> pd.DataFrame:
         now = utc(now)
         rows = []
+        shards = None  # read from the cluster once, for the first adopted job Slurm started itself
         for key, job in self._live():
             state = str(job.get("job_state"))
             if state not in LIVE:
                 continue
             if key.attempt == 0:  # an adopted user job: running only once Slurm started it
                 if state in STARTED:
-                    rows.append(self._running_import(key, job, now))
+                    shards = self.shards_per_gpu() if shards is None else shards
+                    rows.append(self._running_import(key, job, now, shards))
                 continue
             note = parse_comment(job.get("comment"))
             confirmed = state in STARTED
@@ -433,15 +435,17 @@ class SlurmExecutor(Executor):
             rows = fit_devices(rows, {n["name"]: n["gpus"] for n in self.nodes()})
         return typed_frame(rows, RUNNING_COLUMNS).sort_values("job_id", kind="mergesort").reset_index(drop=True)
 
-    def _running_import(self, key: JobKey, job: dict, now: pd.Timestamp) -> dict:
+    def _running_import(self, key: JobKey, job: dict, now: pd.Timestamp, shards: dict[str, int]) -> dict:
         """The RUNNING_COLUMNS row of an adopted job Slurm started itself: Slurm's node and devices, its GPUs from
-        ``--gres``, running until its time limit (the next hour once that passed)."""
-        start = self.clock.to_plan(epoch(job.get("start_time")))
-        end = self.clock.to_plan(epoch(job.get("start_time")) + pd.Timedelta(minutes=int(job.get("time_limit") or 0)))
+        ``--gres`` (`shards`: the nodes' shards per GPU), running until its time limit (the next hour once that
+        passed)."""
+        wall_start = epoch(job.get("start_time"))
+        start = self.clock.to_plan(wall_start)
+        end = self.clock.to_plan(wall_start + pd.Timedelta(minutes=int(job.get("time_limit") or 0)))
         if end <= now:
             end = now.floor("h") + HOUR
         host = str(job.get("nodes") or "")
-        count, milli = gpus_of(job, self.shards_per_gpu().get(host, 0))
+        count, milli = gpus_of(job, shards.get(host, 0))
         tenant, queue_id = key.tenant_and_queue_id
         return {
             "job_id": key.job_id,
