@@ -194,7 +194,8 @@ def apply_events(events: pd.DataFrame, ctx: LoopContext) -> dict[str, int]:
     (at its latest start): it moves a job no plan dispatched yet (queued or planned). The changes are written
     together (`store.apply_changes`: one transaction, a few statements). Returns the number of jobs per state
     entered."""
-    live = _queue_rows(ctx.db_path, LIVE_STATES + WAITING_STATES)
+    own_starts = bool((events["attempt"] == 0).any())  # the waiting jobs are read only when they can move
+    live = _queue_rows(ctx.db_path, LIVE_STATES + WAITING_STATES if own_starts else LIVE_STATES)
     # plain dicts: this runs once per event (thousands an hour), where frame lookups cost ~0.5 ms each
     current = {
         (t, j): {"state": st, "attempts": int(a), "max_retries": int(m)}
@@ -300,7 +301,8 @@ def adopt_imports(ctx: LoopContext) -> dict[str, str]:
 
 def _waiting_imports(executor: Executor, ctx: LoopContext) -> list[str]:
     """Jobs imported from `executor`, submitted by T, that no plan dispatched yet."""
-    return _imported(executor, ctx, "state IN ('queued', 'planned') AND submitted_at <= ?", [ctx.plan_time])
+    waiting = ", ".join(f"'{state}'" for state in WAITING_STATES)
+    return _imported(executor, ctx, f"state IN ({waiting}) AND submitted_at <= ?", [ctx.plan_time])
 
 
 def _import_source(executor: Executor) -> str:
