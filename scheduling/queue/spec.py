@@ -188,19 +188,13 @@ class _Bad(Exception):
 
 
 def is_missing(value) -> bool:
-    """None, an empty string or NaN: the field was not given."""
+    """None, an empty string, pandas' NA or NaT: the field was not given. A NaN is a value (YAML `.nan`, JSON
+    `NaN`), not an absence: the field's parser rejects it as not a finite number."""
     if value is None:
         return True
     if isinstance(value, str):
         return value.strip() == ""
-    if isinstance(value, float):
-        return math.isnan(value)
-    if type(value).__name__ in ("NAType", "NaTType"):  # pandas' NA and NaT (no pandas import here)
-        return True
-    try:  # numpy's NaN
-        return bool(value != value)
-    except (TypeError, ValueError):
-        return False
+    return type(value).__name__ in ("NAType", "NaTType")  # pandas' NA and NaT (no pandas import here)
 
 
 def _check_text(text: str, max_chars: int, multiline: bool) -> str:
@@ -232,10 +226,7 @@ def _int(value, lo: int, hi: int) -> int:
     if isinstance(value, numbers.Integral):
         out = int(value)
     elif isinstance(value, numbers.Real):
-        f = float(value)
-        if not math.isfinite(f) or f != int(f):
-            raise _Bad("must be a whole number")
-        out = int(f)
+        out = _whole(float(value))
     elif isinstance(value, str):
         text = value.strip()
         try:
@@ -245,14 +236,20 @@ def _int(value, lo: int, hi: int) -> int:
                 f = float(text)
             except ValueError:
                 raise _Bad("must be an integer") from None
-            if not math.isfinite(f) or f != int(f):
-                raise _Bad("must be a whole number") from None
-            out = int(f)
+            out = _whole(f)
     else:
         raise _Bad(f"must be an integer, not {type(value).__name__}")
     if not lo <= out <= hi:
         raise _Bad(f"must be in [{lo}, {hi}]")
     return out
+
+
+def _whole(f: float) -> int:
+    if not math.isfinite(f):
+        raise _Bad("must be a finite number")
+    if f != int(f):
+        raise _Bad("must be a whole number")
+    return int(f)
 
 
 def _float(value, lo: float, hi: float, lo_open: bool = False) -> float:

@@ -3,6 +3,8 @@ holds the reason, the good job of the same file lands, and nothing stored before
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from scheduling.queue.intake import submit_file
@@ -50,6 +52,18 @@ BAD = [
     ("too-many-retries", {"max_retries": 99}, "max_retries"),
     ("deadline-not-a-time", {"flexibility": None, "deadline": "soon"}, "deadline"),
     ("zero-duration", {"est_duration_h": 0}, "est_duration_h"),
+    # a NaN or an infinity is a value that is not a number, never "not given" (no estimate stands in for it)
+    ("nan-duration", {"est_duration_h": float("nan")}, "est_duration_h"),
+    ("inf-duration", {"est_duration_h": float("inf")}, "est_duration_h"),
+    ("nan-flexibility", {"flexibility": float("nan")}, "flexibility"),
+    ("nan-input", {"input_gb": float("nan")}, "input_gb"),
+    ("nan-gpus", {"gpus": float("nan")}, "gpus"),
+    ("nan-gpu-milli", {"gpu_milli": float("nan")}, "gpu_milli"),
+    ("inf-cpu", {"cpu_milli": float("inf")}, "cpu_milli"),
+    ("nan-memory", {"memory_mib": float("nan")}, "memory_mib"),
+    ("nan-checkpoint-interval", {"checkpoint_interval_min": float("nan")}, "checkpoint_interval_min"),
+    ("nan-retries", {"max_retries": float("-inf")}, "max_retries"),
+    ("nan-deadline", {"flexibility": None, "deadline": float("nan")}, "deadline"),
 ]
 
 
@@ -142,3 +156,29 @@ def test_tenant_of_the_submission(tmp_warehouse, tmp_path, facts):
     assert report.outcomes[1].errors[0]["field"] == "tenant"
     report = submit_file(write_yaml(tmp_path / "k.yaml", [good_job(tenant=None)]), facts=facts, db_path=tmp_warehouse)
     assert report.rejected[0].errors[0]["field"] == "tenant" and "required" in report.rejected[0].errors[0]["reason"]
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "json", "csv"])
+def test_a_nan_run_time_is_rejected_not_estimated(tmp_warehouse, tmp_path, facts, fmt):
+    """`est_duration_h: .nan` (YAML), `NaN` (JSON) or `nan` (CSV) is a bad value of the field: the job is
+    quarantined naming it, and no estimate of the run time stands in for it."""
+    job = good_job(job_id="nan-run")
+    if fmt == "yaml":
+        path = write_yaml(tmp_path / "jobs.yaml", [job])
+        path.write_text(path.read_text().replace("est_duration_h: 4.0", "est_duration_h: .nan"))
+    elif fmt == "json":
+        path = tmp_path / "jobs.json"
+        path.write_text(json.dumps([{**job, "est_duration_h": float("nan")}]))
+    else:
+        path = tmp_path / "jobs.csv"
+        row = {**job, "est_duration_h": "nan", "command": "python train.py"}
+        path.write_text(",".join(row) + "\n" + ",".join(str(v) for v in row.values()) + "\n")
+    assert "nan" in path.read_text().lower()
+    report = submit_file(path, facts=facts, db_path=tmp_warehouse)
+    assert report.counts["accepted"] == 0 and report.counts["rejected"] == 1, report.to_dict()
+    (error,) = report.rejected[0].errors
+    assert error["field"] == "est_duration_h" and "finite" in error["reason"]
+    assert "'ml/nan-run'" in error["message"] and str(path) in error["message"]
+    (row,) = quarantine(tmp_warehouse)
+    assert row["field"] == "est_duration_h" and row["reason"] == error["message"]
+    assert stored(tmp_warehouse) == {}
