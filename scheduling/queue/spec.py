@@ -44,6 +44,8 @@ MAX_TEXT_CHARS = 65_536  # a command (all its parts together) or a script
 MAX_COMMAND_PARTS = 1024
 MAX_LIST_ITEMS = 64  # gpu_models, allowed_regions
 MAX_GPUS = 1024
+MIN_CPU_MILLI = 1  # a job asks for some CPU and memory (a pod that requests none still uses them)
+MIN_MEMORY_MIB = 1
 MAX_CPU_MILLI = 10_000_000
 MAX_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB
 MAX_DURATION_H = 720.0  # 30 days
@@ -68,8 +70,8 @@ FIELD_DOCS: dict[str, str] = {
     "gpus": f"GPUs per job (1..{MAX_GPUS}); a share of one GPU (gpu_milli < 1000) needs gpus 1.",
     "gpu_milli": "Share of each GPU in milli-GPU, in (0, 1000]; default 1000 (whole GPUs).",
     "gpu_models": "GPU models the job may run on (the fleet's names, e.g. V100M32); empty = any.",
-    "cpu_milli": f"CPU request in milli-cores (1..{MAX_CPU_MILLI}).",
-    "memory_mib": f"Memory request in MiB (1..{MAX_MEMORY_MIB}).",
+    "cpu_milli": f"CPU request in milli-cores ({MIN_CPU_MILLI}..{MAX_CPU_MILLI}).",
+    "memory_mib": f"Memory request in MiB ({MIN_MEMORY_MIB}..{MAX_MEMORY_MIB}).",
     "workload_class": "language | vision | rl | recommendation; derived from a known job_type when left out.",
     "job_type": "Model and batch size as the profiles know them, e.g. 'ResNet-50 (batch size 64)'.",
     "est_duration_h": f"Run time in hours on the home cluster at full power (0 < h <= {MAX_DURATION_H:g}); "
@@ -401,8 +403,8 @@ def parse_job(
     take("gpus", lambda v: _int(v, 1, MAX_GPUS), None, True)
     take("gpu_milli", lambda v: _int(v, 1, 1000), 1000)
     take("gpu_models", _names, ())
-    take("cpu_milli", lambda v: _int(v, 1, MAX_CPU_MILLI), None, True)
-    take("memory_mib", lambda v: _int(v, 1, MAX_MEMORY_MIB), None, True)
+    take("cpu_milli", lambda v: _int(v, MIN_CPU_MILLI, MAX_CPU_MILLI), None, True)
+    take("memory_mib", lambda v: _int(v, MIN_MEMORY_MIB, MAX_MEMORY_MIB), None, True)
     take("workload_class", lambda v: _enum(v, WORKLOAD_CLASSES))
     take("job_type", lambda v: _text(v, MAX_JOB_TYPE_CHARS, None), None, True)
     take("est_duration_h", lambda v: _float(v, 0.0, MAX_DURATION_H, lo_open=True))

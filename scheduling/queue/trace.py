@@ -3,11 +3,11 @@ operators do (`python -m scheduling jobs from-trace --day 2021-07-15 --n 300 --o
 `jobs submit demo.yaml`).
 
 The jobs are `scheduling.domain.jobs.generate_jobs(n, day, 24, fleet, seed)` (seed = the day as yyyymmdd unless
-given), one intake job each: tenant `demo`, job_id
-`<yyyymmdd>-job-NNNNN`, submitted_at = the trace submission, the pod's GPUs, share, GPU models, CPU and memory,
-the Gavel job type and its class, est_duration_h = the run time on the home cluster, the generator's absolute
-deadline, checkpoint_interval_min 30 for checkpointing jobs, input_gb = the job's data, and a Kubernetes payload
-(`registry.example/train:latest`, `python train.py --job-type <type>`).
+given), one intake job each: tenant `demo`, job_id `<yyyymmdd>-job-NNNNN`, submitted_at = the trace submission, the
+pod's GPUs, share, GPU models, CPU and memory (at least the queue's minimum requests), the Gavel job type and its
+class, est_duration_h = the run time on the home cluster, the generator's absolute deadline,
+checkpoint_interval_min 30 for checkpointing jobs, input_gb = the job's data, and a Kubernetes payload
+(`registry.example/train:latest`, `python train.py --job-type <type>`). Every job it writes passes the intake.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import yaml
 
 from common.timeutil import iso_z, utc
 from scheduling.domain.jobs import generate_jobs
+from scheduling.queue.spec import MIN_CPU_MILLI, MIN_MEMORY_MIB
 
 DEMO_TENANT = "demo"
 DEMO_IMAGE = "registry.example/train:latest"
@@ -29,7 +30,11 @@ def trace_frame(day, n: int, fleet, *, seed: int | None = None, data_dir=None) -
     """The generator's job frame behind `trace_jobs` (what the simulator replays for the same jobs)."""
     day = utc(day).floor("D")
     seed = int(day.strftime("%Y%m%d")) if seed is None else int(seed)
-    return generate_jobs(n, day, 24, fleet, seed=seed, data_dir=data_dir)
+    jobs = generate_jobs(n, day, 24, fleet, seed=seed, data_dir=data_dir)
+    # a trace pod that requests no CPU or memory (openb has one asking 0 MiB) asks for the least the queue takes
+    jobs["cpu_milli"] = jobs["cpu_milli"].clip(lower=MIN_CPU_MILLI)
+    jobs["memory_mib"] = jobs["memory_mib"].clip(lower=MIN_MEMORY_MIB)
+    return jobs
 
 
 def trace_jobs(day, n: int, fleet, *, seed: int | None = None, data_dir=None) -> list[dict]:
