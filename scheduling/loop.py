@@ -35,9 +35,12 @@ from common.timeutil import HOUR, iso_z, utc_hour
 from scheduling.domain.plan import Plan
 from scheduling.executors.base import Executor
 from scheduling.executors.dispatch_log import DispatchError, dispatch, read_log
+from scheduling.executors.events import TABLE as EVENTS
 from scheduling.executors.events import load_events, window_start
 from scheduling.executors.items import dispatch_items
+from scheduling.executors.power_log import apply_power_changes, read_changes, record_decisions
 from scheduling.executors.registry import make_executor
+from scheduling.executors.runs import ASSIGNMENTS
 from scheduling.output.plan_store import plan_id_for, read_plan
 from scheduling.planning.policies.registry import DEFAULT_POLICY
 from scheduling.queue import store
@@ -415,7 +418,46 @@ def inputs(ctx: LoopContext) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     running[["cpu_milli", "memory_mib"]] = running[["cpu_milli", "memory_mib"]].fillna(0).astype("int64")
     running = running.rename(columns={"gpu_count": "num_gpu"})
     running["gpu_devices"] = running["gpu_devices"].fillna("")
-    return pending, running.reset_index(drop=True), arrived
+    running = _run_details(running.reset_index(drop=True), ctx)
+    return pending, running, arrived
+
+
+def _run_details(running: pd.DataFrame, ctx: LoopContext) -> pd.DataFrame:
+    """`running` with what the planner needs to follow each run's progress (`scheduling.planning.recap`): its
+    dispatch plan's window, limit and deadline, the limits it changed to before T (its `power_changed` events),
+    the limit in force before T, and whether its executor can change a limit (`recap`)."""
+    keys = running[["plan_id", "job_id"]].astype(str)
+    with reader(ctx.db_path) as con:
+        if not table_exists(con, ASSIGNMENTS):
+            return running
+        con.register("_runs", keys)
+        plans = con.execute(
+            f"SELECT a.plan_id, a.job_id, a.start_time AS planned_start, a.end_time AS planned_end, "
+            f"a.power_limit_w AS dispatch_limit_w, a.deadline FROM {ASSIGNMENTS} AS a "
+            "JOIN _runs AS r ON r.plan_id = a.plan_id AND r.job_id = a.job_id"
+        ).df()
+        changes = pd.DataFrame(columns=["plan_id", "job_id", "event_time", "power_limit_w"])
+        if table_exists(con, EVENTS):
+            changes = con.execute(
+                f"SELECT e.plan_id, e.planner_job_id AS job_id, e.event_time, e.power_limit_w FROM {EVENTS} AS e "
+                "JOIN _runs AS r ON r.plan_id = e.plan_id AND r.job_id = e.planner_job_id "
+                "WHERE e.event = 'power_changed' AND e.event_time < ? ORDER BY e.event_time",
+                [ctx.plan_time.to_pydatetime()],
+            ).df()
+        con.unregister("_runs")
+    out = running.merge(plans, on=["plan_id", "job_id"], how="left")
+    history: dict[tuple[str, str], list] = {}
+    for r in changes.itertuples(index=False):
+        history.setdefault((r.plan_id, r.job_id), []).append((pd.Timestamp(r.event_time), float(r.power_limit_w)))
+    out["changes"] = [history.get((p, j), []) for p, j in zip(out["plan_id"], out["job_id"])]
+    # the limit in force before T (a re-run of the hour sees the limits its first run found, not its own changes)
+    out["power_limit_w"] = [
+        ch[-1][1] if ch else (d if pd.notna(d) else w)
+        for ch, d, w in zip(out["changes"], out["dispatch_limit_w"], out["power_limit_w"])
+    ]
+    can = {c: e.changes_power_limits for c, e in ctx.executors.items()}
+    out["recap"] = out["cluster"].map(can).fillna(False).astype(bool)
+    return out
 
 
 @one_connection
@@ -447,6 +489,12 @@ def plan(ctx: LoopContext, *, dry_run: bool = False, created_from: str = "loop")
         job_files={cluster: executor.job_files for cluster, executor in ctx.executors.items()},
     )
     summary["files"] = len(summary["files"])
+    summary["power"] = _power_summary(info.get("recaps"))
+    if not dry_run:
+        recaps = info.get("recaps")
+        if recaps is not None and len(recaps):
+            changed = recaps[recaps["changed"].astype(bool)]
+            summary["power"]["logged"] = record_decisions(summary["plan_id"], changed, ctx.executors, ctx.db_path)
     if not dry_run and len(result.assignments):
         later = result.assignments.loc[result.assignments["status"] != "dispatched", "job_id"]
         queued = set(pending.loc[pending["state"] == "queued", "job_id"]) & _waiting_now(_queue_now(later, ctx))
@@ -461,6 +509,21 @@ def plan(ctx: LoopContext, *, dry_run: bool = False, created_from: str = "loop")
     return result, summary, pending
 
 
+def _power_summary(recaps: pd.DataFrame | None) -> dict:
+    """The hour's running jobs by what their limit does: counts of changes (at risk, for carbon) and of runs
+    projected past their deadline even at the fastest limit."""
+    if recaps is None or recaps.empty:
+        return {"running_followed": 0, "raised_at_risk": 0, "changed_for_carbon": 0, "projected_late": 0}
+    changed = recaps["changed"].astype(bool)
+    late = pd.to_datetime(recaps["projected_end"], utc=True) > pd.to_datetime(recaps["deadline"], utc=True)
+    return {
+        "running_followed": int(len(recaps)),
+        "raised_at_risk": int((changed & (recaps["reason"] == "at_risk")).sum()),
+        "changed_for_carbon": int((changed & (recaps["reason"] == "carbon")).sum()),
+        "projected_late": int(late.sum()),
+    }
+
+
 # ------------------------------------------------------------------------------------------------ 3. dispatch
 
 
@@ -472,6 +535,7 @@ def dispatch_plan(ctx: LoopContext, result: Plan | None = None, pending: pd.Data
         result = read_plan(ctx.plan_id, db_path=ctx.db_path)
     totals = {"plan_id": ctx.plan_id, "sent": 0, "skipped": 0, "reconciled": 0, "failed": {}}
     totals["unreachable"] = adopt_imports(ctx)
+    totals["power"] = change_power_limits(ctx)
     starting = result.dispatched()
     if starting.empty:
         return totals
@@ -521,6 +585,20 @@ def dispatch_plan(ctx: LoopContext, result: Plan | None = None, pending: pd.Data
         db_path=ctx.db_path,
     )
     return totals
+
+
+def change_power_limits(ctx: LoopContext) -> dict:
+    """The hour's logged power-limit changes of running jobs, to their executors, exactly once
+    (`scheduling.executors.power_log`); an executor that fails leaves its jobs at their limits (fail-open)."""
+    out = {"sent": 0, "reconciled": 0, "skipped": 0, "no_run": 0, "failed": {}}
+    if read_changes(ctx.plan_id, ctx.db_path).empty:
+        return out
+    for executor in ctx.distinct_executors():
+        done = apply_power_changes(ctx.plan_id, executor, ctx.db_path)
+        for key in ("sent", "reconciled", "skipped", "no_run"):
+            out[key] += len(done[key])
+        out["failed"].update(done["failed"])
+    return out
 
 
 def _queue_now(jobs, ctx: LoopContext) -> dict[tuple[str, str], dict]:

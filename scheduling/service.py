@@ -60,7 +60,8 @@ from scheduling.planning.forecasts import GridSeries, make_forecasts
 from scheduling.planning.policies.registry import DEFAULT_POLICY, POLICY_NAMES
 from scheduling.planning.power_options import load_power_table
 from scheduling.planning.problem import JobTable, abs_hours
-from scheduling.planning.session import HourlyPlanner, apply_running
+from scheduling.planning.recap import RECAP_COLUMNS, Recapping, error_quantiles, recap_running
+from scheduling.planning.session import HourlyPlanner, apply_running, off_fleet_running, report_off_fleet
 from warehouse.config import warehouse_path
 from warehouse.db import reader, table_exists
 
@@ -182,6 +183,7 @@ def make_plan(
     deadline_reserve: float = DEFAULT_DEADLINE_RESERVE,
     db_path=None,
     data_dir=None,
+    recapping: Recapping | None = None,
 ):
     """(Plan, info) for the planning hour `as_of`, without writing anything.
 
@@ -189,7 +191,10 @@ def make_plan(
     (job_id, cluster, num_gpu, gpu_milli, cpu_milli, memory_mib, end_time[, node, gpu_devices]) -- their resources
     stay committed until their end; `arrived`: jobs that arrived recently and were dispatched already, in the job
     frame's columns (history for the demand a policy expects, never planned again); `deadline_reserve`: the share of
-    each job's run time planned to spare before its deadline (`JobTable`)."""
+    each job's run time planned to spare before its deadline (`JobTable`). Running jobs that carry their run's
+    details (planned_start, planned_end, dispatch_limit_w, deadline, changes; recap: whether its executor can
+    change the limit) get their progress and next
+    power limit (`scheduling.planning.recap`, settings `recapping`): `info["recaps"]`, one row per such job."""
     plan_time = utc(as_of).floor("h")
     fleet = fleet if fleet is not None else plan_fleet(regions, data_dir)
     running = running if running is not None else pd.DataFrame()
@@ -204,9 +209,18 @@ def make_plan(
     forecasts = _forecasts(fleet, plan_time, horizon_hours, db_path, data_dir)
     info["forecast_source"] = forecasts.name
     info["signal"] = fleet.signal
-    if jobs.empty:
-        return Plan(plan_time=plan_time, policy=policy, forecast_version=None), info
     power_table = _power_table(fleet, db_path, data_dir, as_of=plan_time)
+    info["recaps"] = recaps = _recaps(
+        running, fleet, power_table, forecasts, plan_time, horizon_hours, recapping, db_path
+    )
+    if len(recaps):  # a run holds its GPUs until its projected end (at the median), not the plan's first estimate
+        ends = dict(zip(recaps["job_id"], recaps["expected_end"]))
+        running = running.copy()
+        projected = pd.to_datetime(running["job_id"].map(ends), utc=True)
+        running["end_time"] = projected.where(projected.notna(), pd.to_datetime(running["end_time"], utc=True))
+    if jobs.empty:
+        report_off_fleet(off_fleet_running(fleet, running), plan_time, info)
+        return Plan(plan_time=plan_time, policy=policy, forecast_version=None), info
     table_jobs = pd.concat([jobs, arrived], ignore_index=True) if arrived is not None else jobs
     speed_model, predictor_info = plan_speed_model(table_jobs, plan_time, db_path, data_dir, fleet)
     table = JobTable(
@@ -229,6 +243,29 @@ def make_plan(
     for record in plan.explanations:
         record["models"] = info["models"]
     return plan, info
+
+
+RUN_DETAILS = ("planned_start", "planned_end", "dispatch_limit_w", "deadline", "changes")
+
+
+def _recaps(running, fleet, power_table, forecasts, plan_time, horizon_h, recapping, db_path) -> pd.DataFrame:
+    """`recap_running` for the running jobs with their run's details (the others: none); the run-time error
+    quantiles come from the runs finished before the plan time."""
+    if running is None or running.empty or not set(RUN_DETAILS).issubset(running.columns):
+        return pd.DataFrame(columns=list(RECAP_COLUMNS))
+    runs = running[running["planned_start"].notna() & running["deadline"].notna()]
+    if runs.empty:
+        return pd.DataFrame(columns=list(RECAP_COLUMNS))
+    settings = recapping or Recapping()
+    try:
+        done = finished_runs(plan_time, db_path=db_path, per_key=10_000)
+        ratios = (done["actual_h"] / done["planned_h"]).to_numpy(float)
+    except Exception:  # noqa: BLE001 - unreadable runs: the fallback quantiles
+        ratios = []
+    zones = {z: i for i, z in enumerate(forecasts.zones)}
+    F, _, _ = forecasts.at(plan_time, int(horizon_h))
+    F = F[:, [zones[z] for z in fleet.cluster_zones]]
+    return recap_running(runs, fleet, power_table, F, plan_time, error_quantiles(ratios, settings), settings)
 
 
 def _model_ref(info: dict) -> dict:

@@ -14,7 +14,14 @@ it asks the executor (`running`), and what happened becomes data through `sync` 
   partition the events and re-running an hour returns the same events.
 * ``cancel(job_id, now) -> bool``: end the job's live run at `now` (True when there was one to end).
 * ``running(now) -> frame``: the jobs the executor reports as running at `now` (`RUNNING_COLUMNS`), with their
-  node, devices and expected end so that the planner keeps those GPUs bound.
+  node, devices, power limit in force and expected end so that the planner keeps those GPUs bound.
+* ``set_power_limit(job_id, watts, at, plan_id=, time_factor=) -> ref | None`` (optional): change the GPU power
+  limit of the job's live run from `at` on, as decided by plan `plan_id` (its idempotency key: a second call with
+  the same key changes nothing and returns the same ref); a ``power_changed`` event at `at` reports it. None when
+  the job has no live run at `at`. `time_factor` is the planner's run time at `watts` relative to the run's
+  dispatch limit: what `replay` advances the run at; a real executor lets the GPU decide.
+  ``power_change_ref(plan_id, job_id)`` answers whether that change reached the executor (the action log asks
+  after a crash).
 * ``imports(now)`` / ``adopt(latest_starts, now, plan_id=, cluster=)`` / ``drop_import(job_id, now)`` (optional):
   jobs users submitted to the executor itself for carbon-aware planning, handed to the queue, then started by their
   latest timely start unless a plan moves them (such a run is attempt 0 of the adopting plan: no ``dispatched``
@@ -36,9 +43,18 @@ from scheduling.output.plan_store import parse_plan_id
 
 # Event types of raw.job_events. `unconfirmed`: the planned start passed and the executor cannot say whether the
 # job started (an executor that went silent is reported, not assumed).
-EVENT_TYPES = ("dispatched", "started", "finished", "failed", "cancelled", "unconfirmed")
+# `power_changed`: the run's GPU power limit (`power_limit_w`) changed at `event_time`.
+EVENT_TYPES = ("dispatched", "started", "finished", "failed", "cancelled", "unconfirmed", "power_changed")
 # Order of events at the same instant (a run is dispatched before it starts, and starts before it ends).
-EVENT_RANK = {"dispatched": 0, "started": 1, "unconfirmed": 1, "finished": 2, "failed": 2, "cancelled": 2}
+EVENT_RANK = {
+    "dispatched": 0,
+    "started": 1,
+    "unconfirmed": 1,
+    "power_changed": 2,
+    "finished": 3,
+    "failed": 3,
+    "cancelled": 3,
+}
 
 # Events as executors return them (raw.job_events without the loader's _source/_batch_id/_loaded_at).
 EVENT_COLUMNS: dict[str, str] = {
@@ -173,6 +189,8 @@ class Executor(ABC):
     # the per-job files of the plan's schedule directory this executor's clusters get (`schedules.JOB_FILES`):
     # what a person or system starting the jobs by hand reads; an executor that reads the plan rows needs none
     job_files: tuple[str, ...] = ("k8s", "slurm")
+    # whether `set_power_limit` changes a running job's limit (the planner decides changes only for those jobs)
+    changes_power_limits: bool = False
 
     def __init__(self, name: str | None = None):
         self.name = str(name or self.kind)
@@ -196,6 +214,15 @@ class Executor(ABC):
     @abstractmethod
     def running(self, now) -> pd.DataFrame:
         """RUNNING_COLUMNS rows of the jobs running at `now` (start <= now < end)."""
+
+    def set_power_limit(self, job_id: str, watts: float, at, *, plan_id: str, time_factor: float = 1.0) -> str | None:
+        """Change the power limit of `job_id`'s live run to `watts` per GPU from `at` (see the module doc).
+        NotImplementedError where the executor cannot change a running job's limit."""
+        raise NotImplementedError(f"executor {self.name!r} ({self.kind}) cannot change a running job's power limit")
+
+    def power_change_ref(self, plan_id: str, job_id: str) -> str | None:
+        """The ref of the power change plan `plan_id` made to `job_id`, or None when none reached the executor."""
+        return None
 
     def imports(self, now) -> list[dict]:
         """Jobs users left in this executor's own queue for the planner, as queue submissions (user fields; the

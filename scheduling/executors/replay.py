@@ -20,14 +20,20 @@ Failures: with probability ``failure_rate`` (default 0.02) a run fails, drawn pe
 after a fraction of its true run time drawn uniformly in (0, 1) from the same generator. Otherwise it finishes
 after the true run time. `true_end` is when the run ends (its finish or its failure); `outcome` says which.
 
-Events of a run: ``dispatched`` at the plan time, ``started`` at start_time, then ``finished`` / ``failed`` at
-true_end, or ``cancelled`` at the cancel time when `cancel` came first (a run cancelled before its start never
-starts). `sync(now, since)` is a pure function of the stored runs and the window [since, now). Run `sync` for a
-window after that hour's dispatches and cancels: their events at `now` itself belong to the window ending at `now`.
+Power limits: `set_power_limit` records a change in `executor.replay_power_changes` (one per deciding plan and
+job) and the run advances from then on at the change's `time_factor` (run time relative to its dispatch limit), as
+the one execution model `scheduling.domain.progress` computes: the true run time is work done at the dispatch
+limit, a failure strikes after its fraction of that work, and `true_end` follows every change.
+
+Events of a run: ``dispatched`` at the plan time, ``started`` at start_time, ``power_changed`` at each change, then
+``finished`` / ``failed`` at true_end, or ``cancelled`` at the cancel time when `cancel` came first (a run cancelled
+before its start never starts). `sync(now, since)` is a pure function of the stored runs and the window
+[since, now). Run `sync` for a window after that hour's dispatches, cancels and power changes: their events at
+`now` itself belong to the window starting at `now`.
 
 `running(now)` reports what a real executor knows, not the truth: the runs with start_time <= now < end, with the
-plan's expected end (or, for a run that has outlived it, the next full hour after `now`, the earliest the planner
-can see it end). Energy is not measured (`energy_kwh` NULL).
+limit in force and the plan's expected end (or, for a run that has outlived it, the next full hour after `now`,
+the earliest the planner can see it end). Energy is not measured (`energy_kwh` NULL).
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from common.timeutil import utc
+from scheduling.domain.progress import Segment, end_time
 from scheduling.executors.base import (
     EVENT_COLUMNS,
     RECORD_COLUMNS,
@@ -79,6 +86,7 @@ RUN_COLUMNS: dict[str, str] = {
     "duration_source": "VARCHAR NOT NULL",  # truth | noise
     "outcome": "VARCHAR NOT NULL",  # finished | failed
     "true_end": "TIMESTAMPTZ NOT NULL",  # end of the run when not cancelled: the finish or the failure
+    "work_h": "DOUBLE",  # hours at the dispatch limit the run does until true_end (all of it, or until it fails)
     "cancelled_at": "TIMESTAMPTZ",
     "expected_energy_kwh": "DOUBLE",
     "expected_kgco2e": "DOUBLE",
@@ -88,6 +96,24 @@ CREATE SCHEMA IF NOT EXISTS executor;
 CREATE TABLE IF NOT EXISTS {TABLE} (
     {", ".join(f"{name} {kind}" for name, kind in RUN_COLUMNS.items())},
     PRIMARY KEY (executor, plan_id, job_id)
+);
+"""
+CHANGES = "executor.replay_power_changes"
+CHANGE_COLUMNS: dict[str, str] = {
+    "executor": "VARCHAR NOT NULL",
+    "change_plan_id": "VARCHAR NOT NULL",  # the plan that decided the change (its idempotency key with job_id)
+    "job_id": "VARCHAR NOT NULL",
+    "plan_id": "VARCHAR NOT NULL",  # the run's: the plan that dispatched it
+    "changed_at": "TIMESTAMPTZ NOT NULL",
+    "power_limit_w": "DOUBLE NOT NULL",
+    "time_factor": "DOUBLE NOT NULL",  # run time at this limit relative to the run's dispatch limit
+    "change_ref": "VARCHAR NOT NULL",
+}
+DDL += f"""
+ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS work_h DOUBLE;
+CREATE TABLE IF NOT EXISTS {CHANGES} (
+    {", ".join(f"{name} {kind}" for name, kind in CHANGE_COLUMNS.items())},
+    PRIMARY KEY (executor, change_plan_id, job_id)
 );
 """
 DEFAULT_SIGMA = 0.15
@@ -144,6 +170,7 @@ class ReplayExecutor(Executor):
 
     kind = "replay"
     job_files = ()  # it runs the dispatch items; no Pod manifests or batch scripts to read
+    changes_power_limits = True
     SETTINGS = ("name", "truth", "sigma", "failure_rate", "seed")
 
     def __init__(
@@ -204,6 +231,7 @@ class ReplayExecutor(Executor):
                     "duration_source": source,
                     "outcome": "finished" if fraction is None else "failed",
                     "true_end": row["start_time"] + pd.Timedelta(seconds=round(ran_h * 3600.0, 3)),
+                    "work_h": ran_h,
                     "cancelled_at": None,
                 }
             )
@@ -272,21 +300,44 @@ class ReplayExecutor(Executor):
             frame[col] = pd.to_datetime(frame[col], utc=True)
         return frame
 
+    def changes(self, job_ids=None) -> pd.DataFrame:
+        """This executor's power changes (CHANGE_COLUMNS), of `job_ids` when given, in time order."""
+        empty = typed_frame([], {k: v.split()[0] for k, v in CHANGE_COLUMNS.items()})
+        sql, params = f"SELECT * FROM {CHANGES} WHERE executor = ?", [self.name]
+        try:
+            with reader(self.db_path) as con:
+                if not table_exists(con, CHANGES):
+                    return empty
+                frame = con.execute(sql + " ORDER BY job_id, plan_id, changed_at", params).df()
+        except FileNotFoundError:
+            return empty
+        if job_ids is not None:
+            frame = frame[frame["job_id"].isin(set(job_ids))]
+        frame["changed_at"] = pd.to_datetime(frame["changed_at"], utc=True)
+        return frame.reset_index(drop=True)
+
     def sync(self, now, since=None) -> pd.DataFrame:
         since, now = check_window(since, now)
         runs = self.runs(now=now, since=since)
+        by_run = _changes_by_run(self.changes(runs["job_id"]) if len(runs) else None)
         events = []
         for run in runs.to_dict(orient="records"):
             cancelled = run["cancelled_at"] if pd.notna(run["cancelled_at"]) else None
-            stream = [("dispatched", run["dispatched_at"])]
+            end = cancelled if cancelled is not None and cancelled < run["true_end"] else run["true_end"]
+            stream = [("dispatched", run["dispatched_at"], run["power_limit_w"])]
             if cancelled is None or cancelled > run["start_time"]:
-                stream.append(("started", run["start_time"]))
+                stream.append(("started", run["start_time"], run["power_limit_w"]))
+            limit = run["power_limit_w"]
+            for change in by_run.get((run["plan_id"], run["job_id"]), []):
+                if change["changed_at"] < end:
+                    limit = change["power_limit_w"]
+                    stream.append(("power_changed", change["changed_at"], limit))
             if cancelled is not None and cancelled < run["true_end"]:
-                stream.append(("cancelled", cancelled))
+                stream.append(("cancelled", cancelled, limit))
             else:
-                stream.append((run["outcome"], run["true_end"]))
-            for event, at in stream:
-                events.append({**self._event_fields(run), "event": event, "event_time": at})
+                stream.append((run["outcome"], run["true_end"], limit))
+            for event, at, watts in stream:
+                events.append({**self._event_fields(run), "event": event, "event_time": at, "power_limit_w": watts})
         frame = typed_frame(events, EVENT_COLUMNS)
         return sort_events(frame[in_window(frame["event_time"], since, now)])
 
@@ -314,6 +365,19 @@ class ReplayExecutor(Executor):
         ended = runs["cancelled_at"].where(runs["cancelled_at"].notna() & (runs["cancelled_at"] < runs["true_end"]))
         ended = ended.fillna(runs["true_end"])
         runs = runs[(runs["start_time"] <= now) & (ended > now)]
+        by_run = _changes_by_run(self.changes(runs["job_id"]) if len(runs) else None)
+        limits = [
+            next(
+                (
+                    c["power_limit_w"]
+                    for c in reversed(by_run.get((r["plan_id"], r["job_id"]), []))
+                    if c["changed_at"] <= now
+                ),
+                r["power_limit_w"],
+            )
+            for r in runs.to_dict(orient="records")
+        ]
+        runs = runs.assign(power_limit_w=limits)
         next_hour = now.floor("h") + pd.Timedelta(hours=1)
         rows = [
             {
@@ -338,6 +402,78 @@ class ReplayExecutor(Executor):
         ]
         return typed_frame(rows, RUNNING_COLUMNS).sort_values("job_id", kind="mergesort").reset_index(drop=True)
 
+    # ------------------------------------------------------------------------------------------- power limits
+
+    def change_ref(self, plan_id: str, job_id: str) -> str:
+        return f"{self.name}:{plan_id}:{job_id}:power"
+
+    def set_power_limit(self, job_id: str, watts: float, at, *, plan_id: str, time_factor: float = 1.0) -> str | None:
+        """Record the change and move the run's true end (see the module doc); the same (plan_id, job_id) again
+        returns the first change's ref and changes nothing. None when the job has no live run at `at`."""
+        at = utc(at)
+        if not (math.isfinite(float(watts)) and float(watts) > 0):
+            raise ValueError(f"job {job_id}: power limit must be a positive number of watts, got {watts!r}")
+        if not (math.isfinite(float(time_factor)) and float(time_factor) > 0):
+            raise ValueError(f"job {job_id}: time_factor must be a positive number, got {time_factor!r}")
+        with writer(self.db_path) as con:
+            create_tables(con, DDL)
+            con.execute("BEGIN TRANSACTION")
+            try:
+                ref = self._record_change(con, str(job_id), float(watts), at, plan_id, float(time_factor))
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        return ref
+
+    def _record_change(self, con, job_id: str, watts: float, at, plan_id: str, time_factor: float) -> str | None:
+        done = con.execute(
+            f"SELECT change_ref FROM {CHANGES} WHERE executor = ? AND change_plan_id = ? AND job_id = ?",
+            [self.name, plan_id, job_id],
+        ).fetchone()
+        if done is not None:
+            return str(done[0])
+        live = con.execute(
+            f"SELECT plan_id, start_time, coalesce(work_h, epoch(true_end - start_time) / 3600.0) FROM {TABLE} "
+            "WHERE executor = ? AND job_id = ? AND start_time <= ? AND true_end > ? "
+            "AND (cancelled_at IS NULL OR cancelled_at > ?) ORDER BY start_time DESC LIMIT 1",
+            [self.name, job_id, *[at.to_pydatetime()] * 3],
+        ).fetchone()
+        if live is None:
+            return None
+        run_plan, start, work_h = live[0], utc(live[1]), float(live[2])
+        earlier = con.execute(
+            f"SELECT changed_at, time_factor FROM {CHANGES} WHERE executor = ? AND plan_id = ? AND job_id = ? "
+            "ORDER BY changed_at",
+            [self.name, run_plan, job_id],
+        ).fetchall()
+        if earlier and utc(earlier[-1][0]) > at:
+            raise ValueError(f"job {job_id}: a power change at {at} comes before the last one ({earlier[-1][0]})")
+        segments = [Segment(start, 1.0), *(Segment(utc(t), f) for t, f in earlier), Segment(at, time_factor)]
+        ref = self.change_ref(plan_id, job_id)
+        con.execute(
+            f"INSERT INTO {CHANGES} VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [self.name, plan_id, job_id, run_plan, at.to_pydatetime(), watts, time_factor, ref],
+        )
+        con.execute(
+            f"UPDATE {TABLE} SET true_end = ? WHERE executor = ? AND plan_id = ? AND job_id = ?",
+            [end_time(segments, work_h).to_pydatetime(), self.name, run_plan, job_id],
+        )
+        return ref
+
+    def power_change_ref(self, plan_id: str, job_id: str) -> str | None:
+        try:
+            with reader(self.db_path) as con:
+                if not table_exists(con, CHANGES):
+                    return None
+                row = con.execute(
+                    f"SELECT change_ref FROM {CHANGES} WHERE executor = ? AND change_plan_id = ? AND job_id = ?",
+                    [self.name, plan_id, str(job_id)],
+                ).fetchone()
+        except FileNotFoundError:
+            return None
+        return None if row is None else str(row[0])
+
     # ------------------------------------------------------------------------------------------- cancel
 
     def cancel(self, job_id: str, now) -> bool:
@@ -351,3 +487,13 @@ class ReplayExecutor(Executor):
                 [now.to_pydatetime(), self.name, str(job_id), now.to_pydatetime(), now.to_pydatetime()],
             ).fetchall()
         return bool(n)
+
+
+def _changes_by_run(changes: pd.DataFrame | None) -> dict[tuple[str, str], list[dict]]:
+    """(run plan_id, job_id) -> its power changes in time order."""
+    out: dict[tuple[str, str], list[dict]] = {}
+    if changes is None or changes.empty:
+        return out
+    for change in changes.sort_values("changed_at", kind="mergesort").to_dict(orient="records"):
+        out.setdefault((change["plan_id"], change["job_id"]), []).append(change)
+    return out

@@ -1,0 +1,206 @@
+"""Every hour, the progress of each running job and the GPU power limit it runs at next (`recap_running`).
+
+Progress (`scheduling.domain.progress`): a run's work is its planned run time at its dispatch limit, in hours at
+the GPU's maximum limit (`work_h` = planned hours / the dispatch limit's time factor); the limits it ran at since
+its start give the work done, the run-time error quantile the work left.
+
+Run-time error quantiles: `e_q` = the q-quantile of actual / planned run time of the runs finished before now (the
+refiner's observations); with fewer than `min_runs` of them, `1 + fallback_reserve` for every q >= 0.75 and 1 for
+the median. A run's work left at q is `work_h * e_q - done`, at least `min_left` of `work_h` (a run that outlived
+its quantile still has something left). A job is planned at the highest quantile of `QUANTILES` at which some
+limit still ends it by its deadline, and says which.
+
+The limit for the next hour is the first of the cheapest pair (limit for the next hour, limit for the rest) whose
+end at that quantile keeps the deadline: kgCO2e = draw (kW, PUE) x the forecast intensity integrated over the
+hours it runs at each. A change is made when the current limit no longer keeps the deadline (`at_risk`: the
+fastest limit that does, or the maximum) or, for carbon, when it saves at least `min_saving` of the rest of the
+run's forecast carbon, the last change is `min_dwell_h` old and the run has changed fewer than `max_changes`
+times; its counterfactual is the limit kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from common.timeutil import utc
+from scheduling.domain.progress import Segment, work_done_h
+from scheduling.planning.power_choice import window_intensity_integral
+from scheduling.planning.power_options import option_arrays
+
+QUANTILES = (0.95, 0.9, 0.75, 0.5)
+RECAP_COLUMNS = (
+    "job_id",
+    "plan_id",  # the run's (its dispatch plan)
+    "attempt",
+    "cluster",
+    "deadline",
+    "from_limit_w",
+    "to_limit_w",
+    "time_factor",  # run time at to_limit_w relative to the dispatch limit (what `replay` advances at)
+    "changed",
+    "reason",  # at_risk | carbon | keep | no_options (at_risk and carbon act only where `changed`)
+    "quantile",  # the run-time quantile the end is planned at
+    "work_h",  # the run's planned work, hours at the maximum limit
+    "work_done_h",
+    "work_left_h",  # at `quantile`
+    "projected_end",  # at `quantile`, at the chosen limit
+    "projected_end_kept",  # at `quantile`, the limit kept
+    "expected_end",  # at the median, at the chosen limit: how long the run holds its GPUs
+    "kgco2e",  # the rest of the run at the chosen limit(s), forecast intensity
+    "kgco2e_kept",
+)
+
+
+@dataclass(frozen=True)
+class Recapping:
+    """Settings of the hourly power-limit decisions (see the module doc)."""
+
+    min_saving: float = 0.03
+    min_dwell_h: float = 2.0
+    max_changes: int = 6
+    min_left: float = 0.05
+    min_runs: int = 20
+    fallback_reserve: float = 0.2
+    enabled: bool = True
+
+
+def error_quantiles(ratios, settings: Recapping = Recapping()) -> dict[float, float]:
+    """q -> actual / planned run time at quantile q of `ratios` (finished runs); the fallback of the module doc
+    when there are fewer than `settings.min_runs`."""
+    r = np.asarray(ratios, dtype=float)
+    r = r[np.isfinite(r) & (r > 0)]
+    if len(r) < settings.min_runs:
+        return {q: (1.0 if q < 0.75 else 1.0 + settings.fallback_reserve) for q in QUANTILES}
+    return {q: float(max(np.quantile(r, q), 0.0)) for q in QUANTILES}
+
+
+def recap_running(
+    runs: pd.DataFrame,
+    fleet,
+    power_table,
+    forecast: np.ndarray,
+    now,
+    quantiles: dict[float, float],
+    settings: Recapping = Recapping(),
+) -> pd.DataFrame:
+    """One RECAP_COLUMNS row per running job of `runs` (columns job_id, plan_id, attempt, cluster, num_gpu,
+    gpu_milli, start_time, planned_start, planned_end, dispatch_limit_w, power_limit_w (in force now), deadline,
+    changes: [(time, limit_w), ...] before now; optional recap: False where the executor cannot change a limit,
+    whose run is then only projected); `forecast` (H, C) g/kWh per cluster from `now`."""
+    now = utc(now)
+    if runs is None or runs.empty:
+        return pd.DataFrame(columns=list(RECAP_COLUMNS))
+    tf, pw, lw = option_arrays(fleet, power_table, power_aware=True)
+    names = {n: i for i, n in enumerate(fleet.names)}
+    pue = fleet.pue
+    rows = []
+    for run in runs.to_dict(orient="records"):
+        c = names.get(run["cluster"])
+        if c is None:
+            continue
+        opts = np.flatnonzero(np.isfinite(tf[:, c]))
+        row = _recap_one(run, opts, tf[:, c], pw[:, c], lw[:, c], pue[c], forecast[:, c], now, quantiles, settings)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=list(RECAP_COLUMNS))
+
+
+def _factor_of(limit_w, lw: np.ndarray, tf: np.ndarray) -> float:
+    """The time factor (against the maximum limit) of the option whose limit is `limit_w` (1 when none is)."""
+    if limit_w is None or pd.isna(limit_w):
+        return 1.0
+    hit = np.flatnonzero(np.isclose(lw, float(limit_w), atol=0.5) & np.isfinite(tf))
+    return float(tf[hit[0]]) if len(hit) else 1.0
+
+
+def _recap_one(run, opts, tf, pw, lw, pue, ci, now, quantiles, settings) -> dict:
+    tf_dispatch = _factor_of(run.get("dispatch_limit_w"), lw, tf)
+    planned_h = (utc(run["planned_end"]) - utc(run["planned_start"])).total_seconds() / 3600.0
+    work_h = planned_h / tf_dispatch
+    start = utc(run["start_time"])
+    history = sorted(run.get("changes") or [], key=lambda x: utc(x[0]))
+    segments = [Segment(start, tf_dispatch), *(Segment(utc(t), _factor_of(w, lw, tf)) for t, w in history)]
+    done = work_done_h(segments, max(now, start))
+    current = run.get("power_limit_w")
+    k_cur = (
+        next((int(k) for k in opts if np.isclose(lw[k], float(current), atol=0.5)), None) if pd.notna(current) else None
+    )
+    share = float(run["num_gpu"]) * float(run.get("gpu_milli") or 1000) / 1000.0
+    kw = share * pw / 1000.0 * pue  # (K,)
+    deadline_h = (utc(run["deadline"]) - now).total_seconds() / 3600.0
+    base = {
+        "job_id": run["job_id"],
+        "plan_id": run.get("plan_id"),
+        "attempt": run.get("attempt"),
+        "cluster": run["cluster"],
+        "deadline": utc(run["deadline"]),
+        "from_limit_w": current,
+        "work_h": work_h,
+        "work_done_h": done,
+    }
+
+    def left_at(q):
+        return max(work_h * quantiles[q] - done, settings.min_left * work_h)
+
+    def cost_and_end(a, b, left):
+        """kgCO2e and hours to the end running the next hour at option a, then the rest at b."""
+        first = min(1.0, left * tf[a])
+        rest = max(left - first / tf[a], 0.0) * tf[b]
+        kg = kw[a] * window_intensity_integral(ci, 0.0, first) + kw[b] * window_intensity_integral(ci, first, rest)
+        return float(kg) / 1000.0, first + rest
+
+    if not len(opts) or k_cur is None:
+        q = QUANTILES[-1]
+        left = left_at(q)
+        end = now + pd.Timedelta(hours=left * _factor_of(current, lw, tf))
+        return {**base, "to_limit_w": current, "time_factor": _factor_of(current, lw, tf) / tf_dispatch,
+                "changed": False, "reason": "no_options", "quantile": q, "work_left_h": left, "projected_end": end,
+                "projected_end_kept": end, "expected_end": end, "kgco2e": np.nan, "kgco2e_kept": np.nan}  # fmt: skip
+    pairs = [(int(a), int(b)) for a in opts for b in opts]
+    chosen = None
+    for q in QUANTILES:  # the highest quantile at which some pair keeps the deadline
+        left = left_at(q)
+        scored = [(cost_and_end(a, b, left), a, b) for a, b in pairs]
+        ok = [(kg, a, b, h) for (kg, h), a, b in scored if h <= deadline_h + 1e-9]
+        if ok:
+            chosen = (q, left, min(ok, key=lambda x: (x[0], x[3])))
+            break
+    kept_kg, kept_h = cost_and_end(k_cur, k_cur, left_at(chosen[0] if chosen else QUANTILES[-1]))
+    if chosen is None:  # no limit keeps the deadline even at the median: the fastest limit
+        q, left = QUANTILES[-1], left_at(QUANTILES[-1])
+        fastest = int(opts[np.argmin(tf[opts])])
+        (kg, h), k_next, reason = cost_and_end(fastest, fastest, left), fastest, "at_risk"
+        kept_kg, kept_h = cost_and_end(k_cur, k_cur, left)
+    else:
+        q, left, (kg, k_next, _, h) = chosen
+        kept_ok = kept_h <= deadline_h + 1e-9
+        if not kept_ok:
+            reason = "at_risk"
+        elif k_next == k_cur:
+            reason = "keep"
+        else:
+            last = utc(history[-1][0]) if history else start
+            calm = (now - last).total_seconds() / 3600.0 >= settings.min_dwell_h and len(history) < settings.max_changes
+            saves = kept_kg - kg >= settings.min_saving * kept_kg
+            reason = "carbon" if (calm and saves) else "keep"
+        if reason == "keep":
+            k_next, kg, h = k_cur, kept_kg, kept_h
+    if (not settings.enabled or run.get("recap") is False) and k_next != k_cur:  # seen, not acted on
+        k_next, kg, h = k_cur, kept_kg, kept_h
+    median_h = left_at(QUANTILES[-1]) * tf[k_next]
+    return {
+        **base,
+        "to_limit_w": float(lw[k_next]),
+        "time_factor": float(tf[k_next]) / tf_dispatch,
+        "changed": k_next != k_cur,
+        "reason": reason,
+        "quantile": q,
+        "work_left_h": left,
+        "projected_end": now + pd.Timedelta(hours=h),
+        "projected_end_kept": now + pd.Timedelta(hours=kept_h),
+        "expected_end": now + pd.Timedelta(hours=median_h),
+        "kgco2e": kg,
+        "kgco2e_kept": kept_kg,
+    }
