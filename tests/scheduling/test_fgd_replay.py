@@ -20,21 +20,29 @@ def seed42(data_dir):
     return run
 
 
-def test_seed42_fgd_exact(seed42):
+def _check_seed42(res, data_dir) -> None:
+    """The replay's totals against the inputs (the reference's seed-42 pod order, the node list) and its allocation
+    curve against the published seed-42 figures."""
+    pods, _ = fr.load_fixture(42, data_dir)
+    assert res.n_pods == len(pods) and res.total_gpus == int(fr.load_nodes(data_dir)["gpu"].sum())
+    # what is allocated at the end is the GPU request of every pod that was not failed
+    assert res.final_allocated == sum(p.total_gpu_milli for p, failed in zip(pods, res.failed) if not failed)
+    alloc = res.allocated_at([95, 100, 110, 130])
+    assert {k: round(v, 2) for k, v in alloc.items()} == fr.PUBLISHED_SEED42_ALLOC[res.policy]
+
+
+def test_seed42_fgd_exact(seed42, data_dir):
     res = seed42("fgd")
-    assert res.n_pods == 10866
-    assert res.n_failed == 2532
-    assert res.final_allocated == 5_919_410 and res.total_gpus == 6212
-    alloc = res.allocated_at([95, 100, 110, 130])
-    assert {k: round(v, 2) for k, v in alloc.items()} == fr.PUBLISHED_SEED42_ALLOC["fgd"]
+    _check_seed42(res, data_dir)
+    # regression values: this replay's own counts (docs/results/fgd/results.md); the authors publish the
+    # allocation shares checked above, not these
+    assert (res.n_failed, res.final_allocated) == (2532, 5_919_410)
 
 
-def test_seed42_bestfit_exact(seed42):
+def test_seed42_bestfit_exact(seed42, data_dir):
     res = seed42("bestfit")
-    assert res.n_failed == 2676
-    assert res.final_allocated == 5_785_450
-    alloc = res.allocated_at([95, 100, 110, 130])
-    assert {k: round(v, 2) for k, v in alloc.items()} == fr.PUBLISHED_SEED42_ALLOC["bestfit"]
+    _check_seed42(res, data_dir)
+    assert (res.n_failed, res.final_allocated) == (2676, 5_785_450)  # regression values, as for FGD
 
 
 def test_fixture_orders(data_dir):

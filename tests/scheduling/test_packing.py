@@ -79,12 +79,34 @@ def test_typical_pods_counting_ties_and_cut():
 
 
 def test_typical_pods_default_trace(data_dir):
+    """The default trace's typical pods against a count of its CSV rows with pandas (the reference's keys: CPU,
+    per-GPU milli, GPU count, model list; CPU-only rows ask for no GPU): the most common keys, the larger key first
+    among equal counts, up to 95 % of the pods."""
     from scheduling.evaluation.fgd_replay import load_pods
 
     wl = TargetWorkload.from_pods(load_pods("default", data_dir))
-    assert (len(wl), wl.n_keys_total, round(100 * wl.coverage, 2)) == (35, 91, 95.26)
-    assert (wl.cpu[0], wl.gpu_milli[0], wl.num_gpu[0]) == (3152, 810, 1)
-    assert (wl.cpu[1], wl.gpu_milli[1], wl.num_gpu[1]) == (11300, 1000, 1)
+    rows = pd.read_csv(
+        data_dir / "openb" / "openb_pod_list_default.csv", keep_default_na=False, dtype={"gpu_spec": str}
+    )
+    gpu = (rows["num_gpu"] > 0) & (rows["gpu_milli"] > 0)
+    keys = pd.DataFrame(
+        {
+            "cpu": rows["cpu_milli"],
+            "milli": rows["gpu_milli"].clip(upper=1000).where(gpu, 0),
+            "n": rows["num_gpu"].where(gpu, 0),
+            "spec": rows["gpu_spec"].str.replace(r"\|+", "|", regex=True).str.strip("|").where(gpu, ""),
+        }
+    )
+    counts = keys.value_counts().reset_index().sort_values(["count", "cpu", "milli", "n", "spec"], ascending=False)
+    kept = int((counts["count"].cumsum().shift(fill_value=0) < 0.95 * len(rows)).sum())
+    top = counts.iloc[:kept]
+    assert (len(wl), wl.n_keys_total) == (kept, len(counts))
+    assert wl.coverage == pytest.approx(top["count"].sum() / len(rows), abs=1e-12)
+    assert list(zip(wl.cpu, wl.gpu_milli, wl.num_gpu, wl.gpu_spec)) == list(
+        top[["cpu", "milli", "n", "spec"]].itertuples(index=False, name=None)
+    )
+    np.testing.assert_allclose(wl.weight, top["count"] / top["count"].sum(), rtol=1e-12)
+    assert len(rows) == 8152  # the trace's README: "8152 tasks"
 
 
 # ------------------------------------------------------------------------------------------------ fragmentation
@@ -295,7 +317,12 @@ def test_fgd_score_by_hand_and_shared_device_choice():
     assert fgd.place(c, Pod("p", 1000, 0, 1, 500)) == Placement(0, "n0", (0,), None)
     nodes = np.array([0])
     assert fgd.score(c, Pod("p", 1000, 0, 1, 500), nodes).tolist() == [50]
-    assert int(100 / (1 + math.exp(0.2))) == 45
+    # where device 1 alone fits (device 0 keeps 300 < 500, a fragment already), its score is the node's:
+    # 700 -> 200 makes 200 more of fragment, dF = -200
+    alone = make_cluster([("n1", 8000, 1000, 2, "T4")])
+    set_free(alone, 0, [300, 700])
+    assert fgd.score(alone, Pod("p", 1000, 0, 1, 500), nodes).tolist() == [int(100 / (1 + math.exp(0.2)))]
+    assert fgd.place(alone, Pod("p", 1000, 0, 1, 500)).gpus == (1,)
     # q: device 0 (1000 -> 700) keeps F at 0: 50; device 1 (700 -> 400 < 500) adds 400: 40
     assert fgd.score(c, Pod("q", 1000, 0, 1, 300), nodes).tolist() == [50]
 
