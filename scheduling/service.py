@@ -235,7 +235,9 @@ def make_plan(
     if arrived is not None:
         hp.started[table.jobs["job_id"].isin(set(arrived["job_id"])).to_numpy()] = True
     if len(running):
-        apply_running(hp, running[running["cluster"].isin(fleet.names)], plan_time)
+        report_off_fleet(apply_running(hp, running[running["cluster"].isin(fleet.names)], plan_time), plan_time, info)
+    else:
+        info["running_off_fleet"] = []
     idx = np.flatnonzero((hp.table.submit_h <= abs_hours(plan_time)) & ~hp.started)
     plan = hp.plan(plan_time, idx)
     # the model versions behind every decision go into its explanation record (plan.explanations.record.models)
@@ -338,7 +340,9 @@ def write_plan(
     """Write `plan` (see the module doc) with its explanation texts (`job_files`: cluster -> the per-job schedule
     files it gets, see `schedules.render`); returns the summary: plan_id, plan_time,
     policy, dry_run, forecast_version, forecast_source, signal, n_jobs, n_assigned, n_dispatched (start now),
-    n_unplaced, n_running, n_arrived_dispatched, expected_kgco2e, schedule_dir, files, tables, models, seconds."""
+    n_unplaced, n_running, n_arrived_dispatched, running_off_fleet (running jobs on a drained node or one gone from
+    the fleet file, per node: `scheduling.planning.session.report_off_fleet`), expected_kgco2e, schedule_dir, files,
+    tables, models, seconds."""
     t0 = time.perf_counter() if started is None else started
     plan_time = utc(plan.plan_time)
     explainer = explainer or make_explainer()
@@ -372,6 +376,7 @@ def write_plan(
         "n_unplaced": int(len(plan.unplaced)),
         "n_running": info.get("running", 0),
         "n_arrived_dispatched": info.get("arrived_dispatched", 0),
+        "running_off_fleet": info.get("running_off_fleet", []),
         "expected_kgco2e": round(kg, 6),
         "schedule_dir": schedule_dir,
         "files": files,

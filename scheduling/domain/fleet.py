@@ -22,12 +22,15 @@ The YAML file (`FLEET_PATH` selects the hourly plan's, see `scheduling.domain.fl
         weight: 1.0                           # share when a sampled fleet is re-sized (default 1)
         nodes:                                # declared nodes: name, gpus, cpus | cpu_milli, memory_gib | memory_mib
           - {name: dgx-01, gpus: 8, cpus: 96, memory_gib: 1024}
+          - {name: dgx-02, gpus: 8, cpus: 96, memory_gib: 1024, drain: true}   # no new job starts there
         node_groups:                          # count x one shape, named <cluster>-<name_prefix>-<i> (i from 1)
           - {count: 4, name_prefix: dgx, gpus: 8, cpus: 96, memory_gib: 1024}
         executor: {kind: slurm, partition: gpu, token_env: SLURM_JWT}   # default {kind: replay}
       - {name: uss-t4, region: us-west, gpu_model: T4, source: openb, gpus: 64}   # sampled: source + gpus
 
-A cluster gives `source` + `gpus` (sampled) or `nodes` and/or `node_groups` (declared), never both. `executor` is
+A cluster gives `source` + `gpus` (sampled) or `nodes` and/or `node_groups` (declared), never both. A declared node
+or group with `drain: true` takes no new job: it is left out of the cluster's nodes and capacity, and listed in
+`FleetCluster.drained`; the jobs still running there keep it until they end (the plan reports them). `executor` is
 recorded and checked here, not run: `kind` is one of EXECUTOR_KINDS and the other keys are its settings, which
 never hold secrets (keys such as `password` or `token` are refused; name an environment variable with a `*_env`
 key or an Airflow Connection with `conn_id`). Every error names the file, the cluster and the field, e.g.
@@ -81,8 +84,8 @@ SIGNALS = ("average", "marginal")
 REGION_KEYS = ("zone",)
 MODEL_KEYS = ("idle_w", "peak_w", "gavel", "relative_speed")
 CLUSTER_KEYS = ("name", "region", "gpu_model", "source", "gpus", "nodes", "node_groups", "pue", "weight", "executor")
-NODE_KEYS = ("name", "gpu_model", "gpus", "cpus", "cpu_milli", "memory_gib", "memory_mib")
-GROUP_KEYS = ("count", "name_prefix", "gpu_model", "gpus", "cpus", "cpu_milli", "memory_gib", "memory_mib")
+NODE_KEYS = ("name", "gpu_model", "gpus", "cpus", "cpu_milli", "memory_gib", "memory_mib", "drain")
+GROUP_KEYS = ("count", "name_prefix", "gpu_model", "gpus", "cpus", "cpu_milli", "memory_gib", "memory_mib", "drain")
 # Sanity bounds on declared shapes (a typo such as 80000 GPUs in a node fails loudly instead of sizing arrays).
 MAX_NODE_GPUS = 64
 MAX_NODE_CPUS = 10_000
@@ -153,7 +156,8 @@ class ClusterConfig:
 @dataclass
 class FleetCluster:
     config: ClusterConfig
-    nodes: pd.DataFrame  # sn, cpu_milli, memory_mib, gpu, model
+    nodes: pd.DataFrame  # sn, cpu_milli, memory_mib, gpu, model: the nodes new jobs may start on
+    drained: tuple[str, ...] = ()  # declared nodes marked `drain: true`: their running jobs end there, nothing starts
 
     @property
     def name(self) -> str:
@@ -500,21 +504,24 @@ def fleet_from_spec(
     if not isinstance(entries, list) or not entries:
         raise ValueError(f"{where}: clusters: must be a non-empty list, got {_show(entries)}")
     first_at: dict[str, int] = {}
-    parsed: list[tuple[ClusterConfig, pd.DataFrame | None]] = []
+    parsed: list[tuple[ClusterConfig, pd.DataFrame | None, tuple[str, ...]]] = []
     for i, entry in enumerate(entries):
-        cfg, nodes = _cluster(entry, f"{where}: clusters[{i}]", region_zone, models)
+        cfg, nodes, drained = _cluster(entry, f"{where}: clusters[{i}]", region_zone, models)
         if cfg.name in first_at:
             also = first_at[cfg.name]
             raise ValueError(
                 f"{where}: clusters[{i}] ({cfg.name}).name: duplicate cluster name (also clusters[{also}])"
             )
         first_at[cfg.name] = i
-        parsed.append((cfg, nodes))
-    for cfg, nodes in parsed:
+        parsed.append((cfg, nodes, drained))
+    for cfg, nodes, _ in parsed:
         key = (cfg.source, cfg.gpu_model)
         if nodes is None and key not in fleet._pools:
             fleet._pools[key] = node_pool(cfg.source, cfg.gpu_model, _data_dir(data_dir))
-    fleet.clusters = [FleetCluster(cfg, fleet._sample_nodes(cfg) if nodes is None else nodes) for cfg, nodes in parsed]
+    fleet.clusters = [
+        FleetCluster(cfg, fleet._sample_nodes(cfg) if nodes is None else nodes, drained)
+        for cfg, nodes, drained in parsed
+    ]
     return fleet.select(regions)
 
 
@@ -631,8 +638,8 @@ def _gpu_models(value: Any, where: str) -> dict[str, GpuModel]:
 
 def _cluster(
     entry: Any, where: str, region_zone: dict[str, str], models: dict[str, GpuModel]
-) -> tuple[ClusterConfig, pd.DataFrame | None]:
-    """One cluster entry -> (config, declared nodes or None when they are to be sampled)."""
+) -> tuple[ClusterConfig, pd.DataFrame | None, tuple[str, ...]]:
+    """One cluster entry -> (config, declared nodes or None when they are to be sampled, drained node names)."""
     c = _mapping(entry, where)
     if "name" in c:
         name = _name(c["name"], f"{where}.name")
@@ -660,21 +667,27 @@ def _cluster(
         _require(c, ("source", "gpus"), where)
         source = _choice(c["source"], NODE_SOURCES, f"{where}.source", "a node source")
         gpus = _int(c["gpus"], f"{where}.gpus", hi=MAX_SAMPLED_GPUS)
-        return ClusterConfig(**common, source=source, gpus=gpus, executor=executor), None
-    nodes = _declared_nodes(c, where, name, model)
-    return ClusterConfig(**common, source=DECLARED, gpus=int(nodes["gpu"].sum()), executor=executor), nodes
+        return ClusterConfig(**common, source=source, gpus=gpus, executor=executor), None, ()
+    nodes, drained = _declared_nodes(c, where, name, model)
+    config = ClusterConfig(**common, source=DECLARED, gpus=int(nodes["gpu"].sum()), executor=executor)
+    return config, nodes, drained
 
 
-def _declared_nodes(c: dict, where: str, cluster: str, model: str) -> pd.DataFrame:
-    """The node frame (NODE_COLUMNS, as sampled clusters have) of a cluster's `nodes` and `node_groups`."""
+def _declared_nodes(c: dict, where: str, cluster: str, model: str) -> tuple[pd.DataFrame, tuple[str, ...]]:
+    """(the node frame (NODE_COLUMNS, as sampled clusters have) of a cluster's `nodes` and `node_groups` that take
+    new jobs, the names of those marked `drain: true`)."""
     rows: list[tuple] = []
+    drained: list[str] = []
     used: dict[str, str] = {}  # node name -> the entry that declared it
 
-    def add(name: str, shape: tuple[int, int, int], at: str, label: str) -> None:
+    def add(name: str, shape: tuple[int, int, int], at: str, label: str, drain: bool = False) -> None:
         if name in used:
             raise ValueError(f"{at}: duplicate node name {name!r} (also {used[name]})")
         used[name] = label
-        rows.append((name, shape[0], shape[1], shape[2], model))
+        if drain:
+            drained.append(name)
+        else:
+            rows.append((name, shape[0], shape[1], shape[2], model))
 
     if "nodes" in c:
         for k, node in enumerate(_list(c["nodes"], f"{where}.nodes")):
@@ -683,7 +696,7 @@ def _declared_nodes(c: dict, where: str, cluster: str, model: str) -> pd.DataFra
             _check_keys(node, NODE_KEYS, at)
             _require(node, ("name", "gpus"), at)
             name = _name(node["name"], f"{at}.name")
-            add(name, _shape(node, at, model), f"{at}.name", f"nodes[{k}]")
+            add(name, _shape(node, at, model), f"{at}.name", f"nodes[{k}]", _drain(node, at))
     numbers: dict[str, int] = {}
     if "node_groups" in c:
         for k, group in enumerate(_list(c["node_groups"], f"{where}.node_groups")):
@@ -696,11 +709,20 @@ def _declared_nodes(c: dict, where: str, cluster: str, model: str) -> pd.DataFra
             if "name_prefix" in group:
                 stem = f"{cluster}-{_name(group['name_prefix'], f'{at}.name_prefix')}"
             shape = _shape(group, at, model)
+            drain = _drain(group, at)
             for _ in range(count):
                 numbers[stem] = numbers.get(stem, 0) + 1
-                add(f"{stem}-{numbers[stem]}", shape, at, f"node_groups[{k}]")
+                add(f"{stem}-{numbers[stem]}", shape, at, f"node_groups[{k}]", drain)
     frame = pd.DataFrame(rows, columns=NODE_COLUMNS)
-    return frame.astype({"cpu_milli": np.int64, "memory_mib": np.int64, "gpu": np.int64})
+    return frame.astype({"cpu_milli": np.int64, "memory_mib": np.int64, "gpu": np.int64}), tuple(drained)
+
+
+def _drain(node: dict, at: str) -> bool:
+    """A node's or group's `drain` flag (default false): true or false, nothing else."""
+    value = node.get("drain", False)
+    if not isinstance(value, bool):
+        raise ValueError(f"{at}.drain: must be true or false, got {_show(value)}")
+    return value
 
 
 def _list(value: Any, where: str) -> list:

@@ -5,6 +5,8 @@ The plan time is always an argument (the DAG's data interval end or `as_of`), ne
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pandas as pd
 
@@ -17,6 +19,8 @@ from scheduling.planning.forecasts import ForecastProvider, GridSeries, make_for
 from scheduling.planning.policies.base import PlacementPolicy
 from scheduling.planning.policies.registry import DEFAULT_POLICY, make_policy
 from scheduling.planning.problem import JobTable, PriorityWeights, abs_hours, horizon_for
+
+log = logging.getLogger(__name__)
 
 
 class HourlyPlanner:
@@ -377,13 +381,22 @@ def plan_hour(
     return hp.plan(plan_time, idx)
 
 
-def apply_running(hp: HourlyPlanner, running: pd.DataFrame, plan_time) -> None:
-    """Commit running jobs' resources until their end hour (and bind them on nodes where given)."""
+def apply_running(hp: HourlyPlanner, running: pd.DataFrame, plan_time) -> pd.DataFrame:
+    """Commit running jobs' resources until their end hour (and bind them on nodes where given). A job on a node the
+    plan no longer counts (`off_fleet_running`: drained, or gone from the fleet file) takes none of the cluster's
+    capacity: that node's capacity is not in it. A job whose devices no longer fit its node as the file now
+    declares it holds the cluster's capacity without a binding. Returns the jobs not bound (`off_fleet_running`'s
+    columns; node_state `drained`, `removed` or `not_fitting`)."""
     names = {n: i for i, n in enumerate(hp.fleet.names)}
+    off = off_fleet_running(hp.fleet, running)
+    skip = set(off["job_id"])
+    unbound = [off]
     for r in running.itertuples(index=False):
         c = names.get(r.cluster)
         if c is None:
             raise ValueError(f"running job {r.job_id}: unknown cluster {r.cluster!r}")
+        if r.job_id in skip:
+            continue
         end_h = int(np.ceil(utc(r.end_time).value / 3.6e12))
         cpu, mem = int(getattr(r, "cpu_milli", 0) or 0), int(getattr(r, "memory_mib", 0) or 0)
         g = int(r.num_gpu) * int(r.gpu_milli)
@@ -394,5 +407,68 @@ def apply_running(hp: HourlyPlanner, running: pd.DataFrame, plan_time) -> None:
             devs = getattr(r, "gpu_devices", "") or ""
             gpus = tuple(int(x) for x in str(devs).split(",") if x != "")
             pod = Pod(str(r.job_id), cpu, mem, int(r.num_gpu), int(r.gpu_milli))
-            agent.cluster.allocate(pod, agent.cluster.node_index(node), gpus)
+            try:
+                agent.cluster.allocate(pod, agent.cluster.node_index(node), gpus)
+            except ValueError as exc:
+                reason = f"its devices do not fit the node as the fleet file declares it ({exc})"
+                unbound.append(_off_rows([r], "not_fitting", reason))
+                continue
             agent.end_hour[pod.pod_id] = end_h
+    return pd.concat(unbound, ignore_index=True) if len(unbound) > 1 else off
+
+
+OFF_FLEET_COLUMNS = ["job_id", "cluster", "node", "gpu_devices", "end_time", "node_state", "reason"]
+
+
+def off_fleet_running(fleet, running: pd.DataFrame) -> pd.DataFrame:
+    """The running jobs of `running` (on the fleet's clusters) whose node the fleet does not plan on: one marked
+    `drain: true` (node_state `drained`) or one the fleet file no longer lists (`removed`). Such a job runs on until
+    it ends, on a node that takes no new job; the plan reports it (OFF_FLEET_COLUMNS)."""
+    if running is None or not len(running) or "node" not in running.columns:
+        return pd.DataFrame(columns=OFF_FLEET_COLUMNS)
+    clusters = {c.name: c for c in fleet.clusters}
+    known = {c.name: set(c.nodes["sn"].astype(str)) for c in fleet.clusters}
+    drained, removed = [], []
+    for r in running.itertuples(index=False):
+        node, cluster = getattr(r, "node", None), clusters.get(r.cluster)
+        if cluster is None or not isinstance(node, str) or not node or node in known[cluster.name]:
+            continue
+        (drained if node in cluster.drained else removed).append(r)
+    return pd.concat(
+        [
+            _off_rows(drained, "drained", "the node is drained (drain: true in the fleet file)"),
+            _off_rows(removed, "removed", "the node is not in the fleet file"),
+        ],
+        ignore_index=True,
+    )
+
+
+def _off_rows(rows: list, state: str, reason: str) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            (str(r.job_id), r.cluster, r.node, getattr(r, "gpu_devices", "") or "", r.end_time, state, reason)
+            for r in rows
+        ],
+        columns=OFF_FLEET_COLUMNS,
+    )
+
+
+def report_off_fleet(off: pd.DataFrame | None, plan_time, info: dict) -> None:
+    """Warn of the running jobs a plan did not bind to a node (`apply_running`, `off_fleet_running`), one warning
+    and one `info["running_off_fleet"]` entry per node (cluster, node, node_state, jobs, reason): they run on until
+    they end, and no new job starts on a drained or removed node."""
+    info["running_off_fleet"] = []
+    if off is None or off.empty:
+        return
+    for (cluster, node, state), rows in off.groupby(["cluster", "node", "node_state"], sort=True):
+        jobs = sorted(rows["job_id"])
+        entry = {"cluster": cluster, "node": node, "node_state": state, "jobs": jobs, "reason": rows["reason"].iloc[0]}
+        info["running_off_fleet"].append(entry)
+        log.warning(
+            "plan %s: node %s of cluster %s: %s; running job(s) %s keep it until they end, no new job starts there",
+            utc(plan_time).isoformat(),
+            node,
+            cluster,
+            entry["reason"],
+            ", ".join(jobs),
+        )

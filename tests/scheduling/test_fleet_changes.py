@@ -1,0 +1,221 @@
+"""Fleet changes while jobs run: a node drained (`drain: true`) or removed from the fleet file never crashes a plan.
+Its running jobs are reported and warned of, naming the node and the jobs; its capacity takes no new job (a drained
+node's running jobs keep their GPUs until they end). The fleet loader, the planner's binding of running jobs
+(`apply_running`) and the operating loop hour by hour on the replay executor, the fleet file edited between hours."""
+
+from __future__ import annotations
+
+import logging
+
+import pandas as pd
+import pytest
+import yaml
+
+from scheduling import loop
+from scheduling.domain.fleet import fleet_from_spec
+from scheduling.domain.jobs import generate_jobs
+from scheduling.executors.replay import ReplayExecutor
+from scheduling.output.plan_store import read_plan
+from scheduling.planning.session import HourlyPlanner, apply_running, off_fleet_running, plan_hour
+from scheduling.queue.intake import submit_mappings
+
+T = pd.Timestamp("2021-07-15T12:00Z")
+HOUR = pd.Timedelta(hours=1)
+
+
+def _spec(nodes: list[dict]) -> dict:
+    return {
+        "regions": {"us-west": {"zone": "CISO"}},
+        "gpu_models": {"V100": {"idle_w": 40, "peak_w": 300, "gavel": "v100"}},
+        "clusters": [
+            {
+                "name": "usw",
+                "region": "us-west",
+                "gpu_model": "V100",
+                "nodes": nodes,
+                "executor": {"kind": "replay", "sigma": 0.0, "failure_rate": 0.0},
+            }
+        ],
+    }
+
+
+def _node(name: str, gpus: int = 8, **extra) -> dict:
+    return {"name": name, "gpus": gpus, "cpus": 64, "memory_gib": 512, **extra}
+
+
+# ------------------------------------------------------------------------------------------------ the fleet file
+
+
+def test_drained_nodes_leave_the_clusters_nodes_and_capacity():
+    spec = _spec([_node("a", drain=True), _node("b"), _node("c", gpus=4, drain=False)])
+    spec["clusters"][0]["node_groups"] = [{"count": 2, "name_prefix": "g", "gpus": 2, "cpus": 8, "memory_gib": 64}]
+    spec["clusters"][0]["node_groups"].append(
+        {"count": 3, "name_prefix": "d", "gpus": 4, "cpus": 8, "memory_gib": 64, "drain": True}
+    )
+    (cluster,) = fleet_from_spec(spec).clusters
+    assert cluster.drained == ("a", "usw-d-1", "usw-d-2", "usw-d-3")
+    assert list(cluster.nodes["sn"]) == ["b", "c", "usw-g-1", "usw-g-2"]
+    assert cluster.n_gpus == 8 + 4 + 2 + 2 == cluster.config.gpus
+    fleet = fleet_from_spec(spec)
+    assert fleet.capacity_milli.tolist() == [16_000] and fleet.cpu_capacity.tolist() == [(64 + 64 + 8 + 8) * 1000]
+
+
+def test_every_node_drained_leaves_a_cluster_without_capacity():
+    (cluster,) = fleet_from_spec(_spec([_node("a", drain=True)])).clusters
+    assert cluster.drained == ("a",) and cluster.n_gpus == 0 and cluster.nodes.empty
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None, [True]])
+def test_drain_must_be_true_or_false(value):
+    with pytest.raises(ValueError, match=r"clusters\[0\] \(usw\)\.nodes\[1\]\.drain: must be true or false"):
+        fleet_from_spec(_spec([_node("a"), _node("b", drain=value)]))
+
+
+# ------------------------------------------------------------------------------------------------ the planner
+
+
+def _running(*rows) -> pd.DataFrame:
+    keys = ("job_id", "node", "gpu_devices", "num_gpu")
+    return pd.DataFrame(
+        [
+            {**dict(zip(keys, r)), "cluster": "usw", "gpu_milli": 1000, "cpu_milli": 1000, "memory_mib": 1024}
+            | {"end_time": T + 5 * HOUR}
+            for r in rows
+        ]
+    )
+
+
+def test_jobs_on_drained_or_removed_nodes_are_reported_not_bound():
+    fleet = fleet_from_spec(_spec([_node("a", drain=True), _node("b")]))
+    running = _running(
+        ("t/on-drained", "a", "0", 1),
+        ("t/on-removed", "gone", "0,1", 2),
+        ("t/on-b", "b", "3", 1),
+        ("t/nodeless", "", "", 1),
+    )
+    off = off_fleet_running(fleet, running)
+    assert off[["job_id", "node", "node_state"]].values.tolist() == [
+        ["t/on-drained", "a", "drained"],
+        ["t/on-removed", "gone", "removed"],
+    ]
+    hp = HourlyPlanner(fleet, generate_jobs(2, T, 1, fleet, seed=1, arrival="all-at-start"), forecasts=None)
+    unbound = apply_running(hp, running, T)
+    assert unbound["job_id"].tolist() == ["t/on-drained", "t/on-removed"]
+    (agent,) = hp.agents
+    assert set(agent.cluster.bindings) == {"t/on-b"} and agent.cluster.names == ["b"]
+    # the cluster's capacity view holds the jobs on its own nodes (and the one without a node), not the others
+    usage = hp.usage(int(T.value // 3_600_000_000_000), 2)
+    assert usage[0, :, 0].tolist() == [2000, 2000]
+
+
+def test_a_job_whose_devices_no_longer_fit_its_node_is_reported():
+    """The fleet file now declares node b with 4 GPUs; a job runs on its device 6."""
+    fleet = fleet_from_spec(_spec([_node("b", gpus=4)]))
+    hp = HourlyPlanner(fleet, generate_jobs(2, T, 1, fleet, seed=1, arrival="all-at-start"), forecasts=None)
+    unbound = apply_running(hp, _running(("t/on-6", "b", "6", 1)), T)
+    assert unbound["node_state"].tolist() == ["not_fitting"] and "does not fit" in unbound["reason"].iloc[0]
+    assert hp.agents[0].cluster.bindings == {}
+
+
+def _urgent_jobs(fleet, n: int, gpus: int) -> pd.DataFrame:
+    """`n` jobs of `gpus` GPUs each that must start at T to meet their deadlines (15 min of slack)."""
+    jobs = generate_jobs(n, T, 1, fleet, seed=1, arrival="all-at-start")
+    jobs[["num_gpu", "gpu_milli", "cpu_milli", "memory_mib"]] = [gpus, 1000, 1000, 1024]
+    jobs["gpu_spec"] = ""
+    jobs["deadline"] = jobs["submit_time"] + pd.to_timedelta(jobs["duration_h_home"] + 0.25, unit="h")
+    return jobs
+
+
+@pytest.mark.parametrize("drain", [False, True])
+def test_a_drained_node_takes_no_new_job_and_a_removed_nodes_job_takes_no_capacity(data_dir, drain):
+    """Two 8-GPU nodes; node a runs a 1-GPU job, node "gone" (no longer in the file) an 8-GPU one; three 4-GPU jobs
+    must start now. Free now: node b's 8 GPUs and, unless drained, node a's 7: 4-GPU jobs that fit = 8 // 4 + 7 // 4
+    (3), or 8 // 4 (2) with node a drained."""
+    fleet = fleet_from_spec(_spec([_node("a", drain=drain), _node("b")]))
+    running = _running(("t/on-a", "a", "0", 1), ("t/on-gone", "gone", ",".join(map(str, range(8))), 8))
+    plan = plan_hour(T, _urgent_jobs(fleet, 3, 4), fleet=fleet, forecasts="naive", running=running, data_dir=data_dir)
+    now = plan.assignments[plan.assignments["status"] == "dispatched"]
+    assert len(now) == (8 // 4 if drain else 8 // 4 + 7 // 4)
+    assert set(now["node"]) == ({"b"} if drain else {"a", "b"})
+    assert len(plan.unplaced) == (1 if drain else 0)
+
+
+# ------------------------------------------------------------------------------------------------ the loop
+
+
+def _job(job_id: str, gpus: int, at: pd.Timestamp, hours: float = 8.0) -> dict:
+    return {
+        "tenant": "ops",
+        "job_id": job_id,
+        "submitted_at": at.isoformat(),
+        "gpus": gpus,
+        "cpu_milli": 4000,
+        "memory_mib": 16384,
+        "job_type": "ResNet-50 (batch size 64)",
+        "est_duration_h": hours,
+        "deadline": (at + pd.Timedelta(hours=hours + 0.5)).isoformat(),
+        "home_region": "us-west",
+    }
+
+
+def test_the_loop_plans_on_when_a_node_is_removed_or_drained_under_running_jobs(
+    tmp_warehouse, tmp_path, data_dir, monkeypatch, caplog
+):
+    """Hour T starts job `whole` (4 GPUs: a node of its own) and job `one` (1 GPU) on two of three 4-GPU nodes.
+    At T+1 the node of `whole` is removed from the fleet file; at T+2 the node of `one` is drained and two 3-GPU
+    jobs arrive that must start at once. Every hour plans; each names the node and its job; at T+2 only the third
+    node takes a new job (4 free GPUs: one 3-GPU job), never the drained one; the jobs run on until they end."""
+    path = tmp_path / "fleet.yaml"
+    names = ["n1", "n2", "n3"]
+
+    def write(nodes):
+        path.write_text(yaml.safe_dump(_spec(nodes), sort_keys=False))
+
+    write([_node(n, gpus=4) for n in names])
+    monkeypatch.setenv("FLEET_PATH", str(path))
+    jobs = [_job("whole", 4, T), _job("one", 1, T), _job("c", 3, T + 2 * HOUR), _job("d", 3, T + 2 * HOUR)]
+    report = submit_mappings(jobs, source="test", as_of=T, db_path=tmp_warehouse, data_dir=data_dir)
+    assert report.counts["accepted"] == 4, report.to_dict()
+    settings = {"db_path": tmp_warehouse, "data_dir": data_dir, "schedule_root": tmp_path / "schedules"}
+
+    first = loop.run_hour(T, **settings)
+    assert first.dispatch["sent"] == 2 and first.plan["running_off_fleet"] == []
+    executor = ReplayExecutor(db_path=tmp_warehouse)
+    node_of = dict(zip(executor.running(T)["job_id"], executor.running(T)["node"]))
+    assert set(node_of) == {"ops/whole", "ops/one"} and node_of["ops/whole"] != node_of["ops/one"]
+    (third,) = set(names) - set(node_of.values())
+
+    write([_node(n, gpus=4) for n in names if n != node_of["ops/whole"]])  # the node of `whole` is removed
+    removed = {"cluster": "usw", "node": node_of["ops/whole"], "node_state": "removed", "jobs": ["ops/whole"]}
+    caplog.set_level(logging.WARNING)
+    second = loop.run_hour(T + HOUR, **settings)
+    assert [{k: e[k] for k in removed} for e in second.plan["running_off_fleet"]] == [removed]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(node_of["ops/whole"] in m and "ops/whole" in m and "not in the fleet file" in m for m in warned)
+
+    drained_node = node_of["ops/one"]
+    write([_node(n, gpus=4, drain=n == drained_node) for n in names if n != node_of["ops/whole"]])
+    caplog.clear()
+    for h in (2, 3):
+        out = loop.run_hour(T + h * HOUR, **settings)
+        entries = [{k: e[k] for k in removed} for e in out.plan["running_off_fleet"]]
+        assert entries == [
+            {"cluster": "usw", "node": drained_node, "node_state": "drained", "jobs": ["ops/one"]},
+            removed,
+        ] or entries == [
+            removed,
+            {"cluster": "usw", "node": drained_node, "node_state": "drained", "jobs": ["ops/one"]},
+        ]
+        running = executor.running(T + h * HOUR)
+        assert {"ops/whole", "ops/one"} <= set(running["job_id"])  # they run on, on their nodes
+        if h == 2:
+            started = read_plan(out.plan["plan_id"], db_path=tmp_warehouse).dispatched()
+            assert out.dispatch["sent"] == 1 and started["node"].tolist() == [third]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(drained_node in m and "ops/one" in m and "drained" in m for m in warned)
+    # every job placed on the drained node came before the drain
+    later = [
+        read_plan(f"rolling-lp@{(T + h * HOUR).isoformat().replace('+00:00', 'Z')}", db_path=tmp_warehouse)
+        for h in (2, 3)
+    ]
+    assert all(drained_node not in set(p.dispatched()["node"]) for p in later)
