@@ -43,6 +43,7 @@ from scheduling.executors.registry import make_executor
 from scheduling.executors.runs import ASSIGNMENTS
 from scheduling.output.plan_store import plan_id_for, read_plan
 from scheduling.planning.policies.registry import DEFAULT_POLICY
+from scheduling.planning.recap import Recapping
 from scheduling.queue import store
 from scheduling.queue.frame import job_frame, pending_job_frame
 from scheduling.queue.intake import fleet_facts, intake_staging, submit_mappings
@@ -83,6 +84,7 @@ class LoopContext:
     data_dir: object = None
     schedule_root: object = None
     explainer: object = None
+    recapping: Recapping | None = None  # the hourly power limits of running jobs (None: the defaults)
 
     @property
     def plan_id(self) -> str:
@@ -132,6 +134,7 @@ def context(
     explainer=None,
     fleet=None,
     executors: dict[str, Executor] | None = None,
+    recapping: Recapping | None = None,
 ) -> LoopContext:
     """The hour's context; ValueError naming a bad setting before any work."""
     checked = validate_inputs(as_of, policy, regions, horizon_hours, deadline_reserve)
@@ -147,6 +150,7 @@ def context(
         data_dir=data_dir,
         schedule_root=schedule_root,
         explainer=explainer,
+        recapping=recapping,
     )
 
 
@@ -476,6 +480,7 @@ def plan(ctx: LoopContext, *, dry_run: bool = False, created_from: str = "loop")
         deadline_reserve=ctx.deadline_reserve,
         db_path=ctx.db_path,
         data_dir=ctx.data_dir,
+        recapping=ctx.recapping,
     )
     summary = write_plan(
         result,

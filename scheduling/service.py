@@ -267,7 +267,8 @@ def _recaps(running, fleet, power_table, forecasts, plan_time, horizon_h, recapp
     zones = {z: i for i, z in enumerate(forecasts.zones)}
     F, _, _ = forecasts.at(plan_time, int(horizon_h))
     F = F[:, [zones[z] for z in fleet.cluster_zones]]
-    return recap_running(runs, fleet, power_table, F, plan_time, error_quantiles(ratios, settings), settings)
+    options = option_arrays(fleet, power_table, power_aware=True)
+    return recap_running(runs, fleet, options, F, plan_time, error_quantiles(ratios, settings), settings)
 
 
 def _model_ref(info: dict) -> dict:

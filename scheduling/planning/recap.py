@@ -28,7 +28,6 @@ import pandas as pd
 from common.timeutil import utc
 from scheduling.domain.progress import Segment, work_done_h
 from scheduling.planning.power_choice import window_intensity_integral
-from scheduling.planning.power_options import option_arrays
 
 QUANTILES = (0.95, 0.9, 0.75, 0.5)
 RECAP_COLUMNS = (
@@ -80,7 +79,7 @@ def error_quantiles(ratios, settings: Recapping = Recapping()) -> dict[float, fl
 def recap_running(
     runs: pd.DataFrame,
     fleet,
-    power_table,
+    options: tuple[np.ndarray, np.ndarray, np.ndarray],
     forecast: np.ndarray,
     now,
     quantiles: dict[float, float],
@@ -89,11 +88,12 @@ def recap_running(
     """One RECAP_COLUMNS row per running job of `runs` (columns job_id, plan_id, attempt, cluster, num_gpu,
     gpu_milli, start_time, planned_start, planned_end, dispatch_limit_w, power_limit_w (in force now), deadline,
     changes: [(time, limit_w), ...] before now; optional recap: False where the executor cannot change a limit,
-    whose run is then only projected); `forecast` (H, C) g/kWh per cluster from `now`."""
+    whose run is then only projected); `options`: the (K, C) time factors, average power per GPU (W) and limits
+    (W) of `option_arrays`; `forecast` (H, C) g/kWh per cluster from `now`."""
     now = utc(now)
     if runs is None or runs.empty:
         return pd.DataFrame(columns=list(RECAP_COLUMNS))
-    tf, pw, lw = option_arrays(fleet, power_table, power_aware=True)
+    tf, pw, lw = options
     names = {n: i for i, n in enumerate(fleet.names)}
     pue = fleet.pue
     rows = []
@@ -162,21 +162,20 @@ def _recap_one(run, opts, tf, pw, lw, pue, ci, now, quantiles, settings) -> dict
     chosen = None
     for q in QUANTILES:  # the highest quantile at which some pair keeps the deadline
         left = left_at(q)
-        scored = [(cost_and_end(a, b, left), a, b) for a, b in pairs]
-        ok = [(kg, a, b, h) for (kg, h), a, b in scored if h <= deadline_h + 1e-9]
-        if ok:
-            chosen = (q, left, min(ok, key=lambda x: (x[0], x[3])))
+        kept_kg, kept_h = cost_and_end(k_cur, k_cur, left)
+        at_risk = kept_h > deadline_h + 1e-9
+        ok = [(kg, a, b, h) for (kg, h), a, b in ((cost_and_end(a, b, left), a, b) for a, b in pairs)]
+        ok = [x for x in ok if x[3] <= deadline_h + 1e-9 and (not at_risk or tf[x[1]] <= tf[k_cur] + 1e-12)]
+        if ok:  # a run at risk is never slowed down first
+            chosen = (q, left, min(ok, key=lambda x: (x[0], x[3])), at_risk)
             break
-    kept_kg, kept_h = cost_and_end(k_cur, k_cur, left_at(chosen[0] if chosen else QUANTILES[-1]))
     if chosen is None:  # no limit keeps the deadline even at the median: the fastest limit
         q, left = QUANTILES[-1], left_at(QUANTILES[-1])
         fastest = int(opts[np.argmin(tf[opts])])
         (kg, h), k_next, reason = cost_and_end(fastest, fastest, left), fastest, "at_risk"
-        kept_kg, kept_h = cost_and_end(k_cur, k_cur, left)
     else:
-        q, left, (kg, k_next, _, h) = chosen
-        kept_ok = kept_h <= deadline_h + 1e-9
-        if not kept_ok:
+        q, left, (kg, k_next, _, h), at_risk = chosen
+        if at_risk:
             reason = "at_risk"
         elif k_next == k_cur:
             reason = "keep"
