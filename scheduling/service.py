@@ -58,7 +58,7 @@ from scheduling.output import plan_store, schedules
 from scheduling.output.plan_store import plan_id_for
 from scheduling.planning.forecasts import GridSeries, make_forecasts
 from scheduling.planning.policies.registry import DEFAULT_POLICY, POLICY_NAMES
-from scheduling.planning.power_options import load_power_table
+from scheduling.planning.power_options import load_power_table, option_arrays
 from scheduling.planning.problem import JobTable, abs_hours
 from scheduling.planning.recap import RECAP_COLUMNS, Recapping, error_quantiles, recap_running
 from scheduling.planning.session import HourlyPlanner, apply_running, off_fleet_running, report_off_fleet
