@@ -25,7 +25,7 @@ from scipy import sparse
 
 from scheduling.evaluation.bounds import optimum_problem
 from scheduling.evaluation.scenario import Scenario
-from scheduling.planning.lp import assignment, candidates, solve_binary
+from scheduling.planning.lp import assignment, candidates, held_in_horizon, solve_binary
 
 _STATUS = {0: "optimal", 1: "time_limit", 2: "infeasible", 3: "unbounded", 4: "numerical"}
 # what a report keeps of a solve (the placement arrays stay out of JSON)
@@ -72,7 +72,7 @@ def solve_node_optimum(
     cv = np.concatenate(cols_v) if cols_v else np.zeros(0, dtype=np.int64)
     cn = np.concatenate(cols_n) if cols_n else np.zeros(0, dtype=np.int64)
     n = len(cv)
-    occ = np.ceil(prob.dur[job[cv], k[cv], c[cv]] - 1e-9).astype(np.int64)
+    occ = held_in_horizon(prob, job[cv], k[cv], s[cv], c[cv])
     # capacity rows (resource, hour, node): each column touches hours [s, s + occ) of its node
     var = np.repeat(np.arange(n), occ)
     hour = s[cv][var] + (np.arange(int(occ.sum())) - np.repeat(np.cumsum(occ) - occ, occ))

@@ -12,6 +12,12 @@ For job j with run time d[k, c] hours (fractional), occupied hours occ = ceil(d)
   window length at once, in O(H C);
 * deadline       s <= floor(deadline - d[k, c]), release <= s, s + occ <= H; the cluster must host the job
   (GPU model, node shape).
+
+A run longer than the horizon (occ > H) may start at any hour of the horizon and end after it (`last_start`), so
+that it is planned, not left without candidates. Past the horizon, its window's intensity is the forecast's last day
+repeated (`past_horizon`: the same hour of day), and its capacity is that of the horizon's last hour: every
+commitment a plan knows of is a running job, which holds its resources from now until its end, so a window with
+room up to the horizon has room after it too.
 """
 
 from __future__ import annotations
@@ -80,22 +86,41 @@ class CandidateBatch:
         return b, score
 
 
+def last_start(occ: np.ndarray, H: int) -> np.ndarray:
+    """The last start hour of a run of `occ` whole hours in a horizon of H hours: one that ends by the horizon's
+    end, or, for a run longer than the horizon, its last hour."""
+    return np.where(occ > H, H - 1, H - occ)
+
+
+def past_horizon(A: np.ndarray, rows: int) -> np.ndarray:
+    """The hourly array A (H, ...) followed by `rows` more hours: its last day (24 hours, all of it when shorter)
+    repeated, each hour at the same hour of day. The intensity (and renewable share) a plan assumes after its
+    forecast ends."""
+    H = A.shape[0]
+    day = min(24, H)
+    return np.concatenate([A, A[H - day + np.arange(int(rows)) % day]], axis=0)
+
+
 BATCH_CELLS = 32_000  # candidate cells (jobs x options x start hours x clusters) per batch: temporaries stay in L2
 
 
 class Evaluator:
     """Per-plan precomputation (cumulative forecast sums, flat index grids) and the per-job vectorized
-    evaluation. Arrays over hours are padded to 2H + 2 rows (repeating the last row) so that every window index
-    stays in bounds; windows that leave the horizon are masked by `base_ok`."""
+    evaluation. The forecast continues past the horizon (`past_horizon`) for as long as the longest run, so that
+    every window index stays in bounds; capacity past the horizon is the horizon's last hour (the module doc)."""
 
     def __init__(self, problem: PlanningProblem):
         self.p = problem
         H, C = problem.hours, problem.n_clusters
         F = problem.forecast
         self.H, self.C = H, C
-        pad = H + 2
-        self.Fp = np.vstack([F, np.repeat(F[-1:], pad, axis=0)])  # (2H+2, C)
-        self.S = np.zeros((2 * H + 3, C))
+        self._dur = np.where(np.isfinite(problem.dur), problem.dur, 0.0)
+        self._finite = np.isfinite(problem.dur)
+        longest = int(np.ceil(self._dur.max() - 1e-9)) if self._dur.size else 0
+        pad = max(H, longest) + 2  # hours after the horizon a window may reach (an option that cannot run: H + 1)
+        self.Fp = past_horizon(F, pad)  # (H + pad, C)
+        self.rows = H + pad + 1  # rows of the cumulative arrays over hours
+        self.S = np.zeros((self.rows, C))
         np.cumsum(self.Fp, axis=0, out=self.S[1:])
         self.Fflat = self.Fp.ravel()
         self.Sflat = self.S.ravel()
@@ -103,17 +128,14 @@ class Evaluator:
         self.cidx = np.arange(C)[None, None, :]
         self.base_idx = self.s * C + self.cidx  # (1, H, C) flat index of (s, c)
         self.hours = np.arange(H)
-        self.B = np.zeros((2 * H + 3, C), dtype=np.int32)
+        self.B = np.zeros((self.rows, C), dtype=np.int32)
         self.job_ids = problem.jobs["job_id"].astype(str).tolist()
         self._iso: dict[int, str] = {}
-        self._dur = np.where(np.isfinite(problem.dur), problem.dur, 0.0)
-        self._finite = np.isfinite(problem.dur)
-        # a run longer than the horizon counts as H + 1 hours (as one that cannot run at all): `base_ok` masks it
-        # and every window index stays inside the padded arrays
-        longer = ~self._finite | (self._dur > H + 1)
-        self.occ_all = np.where(longer, H + 1, np.ceil(self._dur - 1e-9)).astype(np.int64)
-        self.whole_all = np.where(longer, H + 1, np.floor(self._dur + 1e-9)).astype(np.int64)
-        frac = np.where(longer, 0.0, self._dur - self.whole_all)
+        # an option that cannot run counts as H + 1 hours (`base_ok` masks it: the cluster does not host it)
+        never = ~self._finite
+        self.occ_all = np.where(never, H + 1, np.ceil(self._dur - 1e-9)).astype(np.int64)
+        self.whole_all = np.where(never, H + 1, np.floor(self._dur + 1e-9)).astype(np.int64)
+        frac = np.where(never, 0.0, self._dur - self.whole_all)
         frac[frac < 1e-9] = 0.0
         self.frac_all = frac
         self.latest_all = np.floor(problem.deadline_rel[:, None, None] - self._dur + 1e-9)
@@ -122,7 +144,7 @@ class Evaluator:
         self.Pflat = None
         if problem.capacity_price is not None:
             Pp = np.vstack([problem.capacity_price, np.zeros((pad, C))])
-            P = np.zeros((2 * H + 3, C))
+            P = np.zeros((self.rows, C))
             np.cumsum(Pp, axis=0, out=P[1:])
             self.Pflat = P.ravel()
 
@@ -132,11 +154,14 @@ class Evaluator:
             text = self._iso[h] = (self.p.now + int(h) * HOUR).isoformat()
         return text
 
+    def latest_start(self, j: int) -> int:
+        """Job j's latest timely start (hours from now) over the options and clusters that host it; -1: none."""
+        return int(np.where(self.host_all[j], self.latest_all[j], -1).max())
+
     def starts_needed(self, j: int, extra: int = 0) -> int:
         """Start hours worth evaluating for job j: up to its latest timely start (+ `extra` hours, for the
         explanation's look past the deadline), at least one past its release."""
-        lat = np.where(self.host_all[j], self.latest_all[j], -1).max()
-        n = int(max(lat, self.p.release[j])) + 1 + extra
+        n = max(self.latest_start(j), int(self.p.release[j])) + 1 + extra
         return int(min(max(n, 1), self.H))
 
     def start_now(self, j: int, c: int, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -150,7 +175,7 @@ class Evaluator:
         bad = np.zeros(self.H + 2, dtype=np.int64)  # hours short of room in [0, occ), as view's cap_ok
         np.cumsum(free[:, c] < self.p.gpu_total[j], out=bad[1 : self.H + 1])
         bad[self.H + 1] = bad[self.H]
-        return cost[j, :, c], ok[j, :, c] & (bad[self.occ_all[j, :, c]] == 0)
+        return cost[j, :, c], ok[j, :, c] & (bad[np.minimum(self.occ_all[j, :, c], self.H + 1)] == 0)
 
     def windows(self, J: np.ndarray, n: int, clusters: np.ndarray | None = None, with_end: bool = True):
         """The capacity-free part of the candidate tensors of jobs J over start hours [0, n), batched over jobs (a
@@ -160,7 +185,7 @@ class Evaluator:
         `view` is one job of it; callers over every job (`optimum._candidates`) take it in chunks, without a
         Python step per job."""
         p = self.p
-        H, C = self.H, self.C
+        C = self.C
         occ, whole, frac, kw = self.occ_all[J], self.whole_all[J], self.frac_all[J], p.kw[J]
         latest, host, base = self.latest_all[J], self.host_all[J], self.base_idx[:, :n]
         if clusters is not None:
@@ -182,15 +207,15 @@ class Evaluator:
             cost = carbon
         # masks as one comparison each against a per-(job, option, cluster) threshold (these arrays are the bulk of
         # a plan's candidate work): timely = s <= latest start, and with `postpone_margin_h` a start after now
-        # must leave that many hours before it (a fallback); base_ok = s <= H - occ where the cluster hosts the
-        # job (else never), and s >= release
+        # must leave that many hours before it (a fallback); base_ok = s <= last_start(occ) where the cluster
+        # hosts the job (else never), and s >= release
         latest = latest[:, :, None, :]
         if p.postpone_margin_h > 0:
             timely = s <= latest - p.postpone_margin_h
             timely[:, :, 0] = (latest >= 0)[:, :, 0]  # starting now needs no fallback hour
         else:
             timely = s <= latest
-        base_ok = s <= np.where(host, H - occ, -1)[:, :, None, :]
+        base_ok = s <= np.where(host, last_start(occ, self.H), -1)[:, :, None, :]
         release = p.release[J]
         if release.any():
             base_ok &= s >= release[:, None, None, None]
@@ -265,7 +290,7 @@ class Evaluator:
                     for r in range(len(req)):
                         if req[r]:
                             bad[i] |= free_other[r] < req[r]
-            rows = 2 * H + 3
+            rows = self.rows
             if B == 1:  # (the coordinator's view per job: the plan's buffer)
                 np.cumsum(bad[0], axis=0, out=self.B[1 : H + 1])
                 self.B[H + 1 :] = self.B[H]

@@ -16,7 +16,7 @@ import numpy as np
 from scheduling.planning.candidates import BATCH_CELLS, CandidateBatch, Evaluator
 from scheduling.planning.decision_records import explain_batch
 from scheduling.planning.job_priority import PriorityParts, priority_parts
-from scheduling.planning.outcome import PlanOutcome, empty_decisions
+from scheduling.planning.outcome import PlanOutcome, empty_decisions, unplaced_reason
 from scheduling.planning.problem import PlanningProblem, PriorityWeights
 
 
@@ -96,14 +96,7 @@ class Coordinator:
                     status[j] = "dispatched" if ss == 0 else "tentative"
                 break
             if status[j] is None:
-                any_host = p.allowed[j].any()
-                reason[j] = (
-                    "no_hostable_cluster"
-                    if not any_host
-                    else "rejected_by_agents"
-                    if rejections[j]
-                    else "no_capacity_in_horizon"
-                )
+                reason[j] = unplaced_reason(p, j, rejections[j], now_only=False)
                 continue
             k[j], s[j], c[j], cost[j], late[j], placed[j] = kk, ss, cc, v.cost[kk, ss, cc], is_late, True
             free[ss : ss + int(v.occ[kk, cc]), cc] -= p.gpu_total[j]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scheduling.planning.candidates import CandidateBatch, CandidateView, Evaluator
+from scheduling.planning.candidates import CandidateBatch, CandidateView, Evaluator, last_start
 from scheduling.planning.job_priority import PriorityParts
 from scheduling.planning.problem import PlanningProblem
 
@@ -109,7 +109,7 @@ def explain_batch(
     if host_no.any():
         fin = np.isfinite(p.dur[J]) & host_no[:, None, :]  # (B, K, C)
         m = (
-            (b.s <= (H - b.occ)[:, :, None, :])
+            (b.s <= last_start(b.occ, H)[:, :, None, :])
             & (b.s >= p.release[J][:, None, None, None])
             & fin[:, :, None, :]
             & b.cap_ok

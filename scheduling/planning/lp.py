@@ -6,7 +6,8 @@ Constraints, as sparse matrices (scipy.sparse, solved by HiGHS through highspy, 
 
 * each job runs once:            sum_{k,s,c} x[j,k,s,c] + u[j] = 1
 * capacity per cluster and hour: sum_{j,k,s: s <= h < s + occ[j,k,c]} g_j x[j,k,s,c] <= free[h, c]   (GPU-milli;
-                                 with `resources="all"` also CPU milli-cores and memory MiB)
+                                 with `resources="all"` also CPU milli-cores and memory MiB), for the hours h < H
+                                 (a run may end after the horizon: `candidates`)
 
 Objective: the carbon of each candidate (energy x the intensity of the hours it runs, plus data transfer) -- for
 the bound, the *actual* intensity (perfect knowledge) and every job of the trace known from the start. u[j]
@@ -31,7 +32,7 @@ import numpy as np
 from scipy import sparse
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from scheduling.planning.candidates import BATCH_CELLS, Evaluator
+from scheduling.planning.candidates import BATCH_CELLS, Evaluator, past_horizon
 from scheduling.planning.problem import PlanningProblem, abs_hours
 
 CAPACITY_CHUNK = 20_000  # candidates per chunk while the capacity matrix is built (bounds its index temporaries)
@@ -276,6 +277,13 @@ class LPResult:
         }
 
 
+def held_in_horizon(problem: PlanningProblem, job, k, s, c) -> np.ndarray:
+    """Whole hours candidates (job, k, s, c) hold their cluster within the horizon: the run's hours up to the
+    horizon's end (a run may end after it; capacity there is the horizon's last hour's, `candidates`)."""
+    occ = np.ceil(problem.dur[job, k, c] - 1e-9).astype(np.int64)
+    return np.minimum(occ, problem.hours - np.asarray(s, dtype=np.int64))
+
+
 def _candidates(problem: PlanningProblem):
     """Timely candidates of every job (capacity ignored) and each job's cheapest late run. Jobs in batches
     (`Evaluator.windows`) of about `BATCH_CELLS` cells, no Python step per job; a batch holds jobs that can run on
@@ -358,11 +366,11 @@ def _energy(problem: PlanningProblem, job, k, s, c):
     R = problem.renewable
     if R is None or not len(job):
         return energy, np.zeros_like(energy)
-    H, C = problem.hours, problem.n_clusters
-    Rp = np.vstack([R, np.repeat(R[-1:], H + 2, axis=0)])
+    C = problem.n_clusters
+    whole = np.floor(d + 1e-9).astype(np.int64)
+    Rp = past_horizon(R, int(whole.max()) + 2)
     SR = np.zeros((Rp.shape[0] + 1, C))
     np.cumsum(Rp, axis=0, out=SR[1:])
-    whole = np.floor(d + 1e-9).astype(np.int64)
     frac = d - whole
     frac[frac < 1e-9] = 0.0
     iw = s + whole
@@ -389,7 +397,7 @@ def _capacity_rows(
     `chunk` candidates at a time, so the solve's peak memory is the matrix and HiGHS's copies of it."""
     N, H, C = problem.n_jobs, problem.hours, problem.n_clusters
     n = len(job)
-    occ = np.ceil(problem.dur[job, k, c] - 1e-9).astype(np.int64)
+    occ = held_in_horizon(problem, job, k, s, c)
     coefs = [problem.gpu_total.astype(float)]
     bounds = [problem.free.astype(float).reshape(-1)]
     if resources == "all" and problem.free_other is not None:
@@ -658,7 +666,7 @@ def solve_preemptive_lp(
     job, k, s, c, cost = job[whole], k[whole], s[whole], c[whole], cost[whole]
     yj, yk, yh, yc, ycost, ywork = _hourly_work_candidates(problem, np.flatnonzero(preemptible))
     n1, n2 = len(job), len(yj)
-    occ = np.ceil(problem.dur[job, k, c] - 1e-9).astype(np.int64)
+    occ = held_in_horizon(problem, job, k, s, c)
     var = np.repeat(np.arange(n1), occ)
     first = np.repeat(np.cumsum(occ) - occ, occ)
     rows = np.concatenate([(s[var] + (np.arange(int(occ.sum())) - first)) * C + c[var], yh * C + yc])

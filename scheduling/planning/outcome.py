@@ -33,6 +33,30 @@ def empty_decisions(n: int) -> tuple:
     )
 
 
+def unplaced_reason(p: PlanningProblem, j: int, rejections: int, *, now_only: bool) -> str:
+    """Why job j of `p` got no start, for a caller that found no candidate with room (at hour 0 where `now_only`,
+    else at any start hour of the horizon); each reason names what is true of the problem:
+
+    * `no_hostable_cluster`: no cluster hosts the job (GPU model, node shape) at any power option;
+    * `rejected_by_agents`: a cluster had room in its GPU-milli view, but no node took the job;
+    * `released_later` (`now_only`) / `release_after_horizon`: the job may not start before a later hour / before
+      the horizon's end (a run may end after the horizon, but it starts within it);
+    * else `no_capacity_now` / `no_capacity_in_horizon`: it could start, but no hosting cluster has the free GPUs
+      (CPU, memory) for its run from now / from any start hour."""
+    host = p.allowed[j][None, :] & np.isfinite(p.dur[j])  # (K, C)
+    if not host.any():
+        return "no_hostable_cluster"
+    if rejections:
+        return "rejected_by_agents"
+    release = np.full(p.n_clusters, int(p.release[j]))
+    if p.release_c is not None:
+        release = np.maximum(release, p.release_c[j])
+    first = int(release[host.any(axis=0)].min())
+    if now_only:
+        return "released_later" if first > 0 else "no_capacity_now"
+    return "release_after_horizon" if first >= p.hours else "no_capacity_in_horizon"
+
+
 def run_now_cluster(p: PlanningProblem, jobs: np.ndarray) -> np.ndarray:
     """The cluster each job would run on if started now at the default power limit (the run-now counterfactual):
     its home cluster when that can host it, else the fastest cluster that can."""

@@ -52,7 +52,7 @@ from scheduling.planning.candidates import Evaluator
 from scheduling.planning.decision_records import explain_batch
 from scheduling.planning.job_priority import priority_parts
 from scheduling.planning.lp import LPResult, solve_lp
-from scheduling.planning.outcome import PlanOutcome, empty_decisions
+from scheduling.planning.outcome import PlanOutcome, empty_decisions, unplaced_reason
 from scheduling.planning.policies.base import PlacementPolicy
 from scheduling.planning.problem import PriorityWeights, abs_hours
 
@@ -290,8 +290,8 @@ class RollingLP(PlacementPolicy):
                 continue
             if s[j] > 0:
                 placed[j], status[j] = True, "tentative"
-            else:
-                reason[j] = "lp_late"
+            else:  # the LP runs it late: truly, or for want of room in the horizon where its deadline lies beyond
+                reason[j] = "lp_late" if d.ev.latest_start(j) < p.hours else "no_capacity_in_horizon"
         self._after_dispatch(d, p_lp, lp_all)
         prio = priority_parts(p, PriorityWeights())
         out = PlanOutcome(
@@ -345,7 +345,7 @@ class RollingLP(PlacementPolicy):
                 elif not self._start_by_eviction(d, j):
                     d.start(j, [o for o in rest if o[3]])
         if not d.placed[j]:
-            d.reason[j] = "rejected_by_agents" if d.rejections[j] else "no_capacity_now"
+            d.reason[j] = unplaced_reason(d.p, j, d.rejections[j], now_only=True)
 
     def _explain(self, d: Dispatch, prio) -> list[dict]:
         """Explanation records of the placed jobs in plan order, with the LP's carbon of each job as the optimum
