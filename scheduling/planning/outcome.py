@@ -57,6 +57,15 @@ def unplaced_reason(p: PlanningProblem, j: int, rejections: int, *, now_only: bo
     return "release_after_horizon" if first >= p.hours else "no_capacity_in_horizon"
 
 
+def lp_unplaced_reason(p: PlanningProblem, j: int, latest_start: int) -> str:
+    """Why the LP leaves job j without a start (its weight on running late), given its latest timely start
+    (`Evaluator.latest_start`): `no_hostable_cluster`; `no_capacity_in_horizon` where its deadline allows a start
+    after the horizon (the LP found no room inside it, and nothing says the job will be late); else `lp_late`."""
+    if not (p.allowed[j][None, :] & np.isfinite(p.dur[j])).any():
+        return "no_hostable_cluster"
+    return "no_capacity_in_horizon" if latest_start >= p.hours else "lp_late"
+
+
 def run_now_cluster(p: PlanningProblem, jobs: np.ndarray) -> np.ndarray:
     """The cluster each job would run on if started now at the default power limit (the run-now counterfactual):
     its home cluster when that can host it, else the fastest cluster that can."""

@@ -116,6 +116,9 @@ def test_lp_capacity_rows_end_with_the_horizon():
 
 
 # ------------------------------------------------------------------------------------------------ unplaced reasons
+LP_POLICIES = ("rolling-lp", "optimum")  # a job without a start is one the LP runs late
+
+
 def _latest_start(p, j: int) -> float:
     """Job j's latest timely start over the (option, cluster) pairs that host it, by plain loops; -inf: none."""
     lat = [
@@ -171,7 +174,7 @@ def _check_reasons(name: str, p, out) -> None:
             assert not fits, (name, j, fits)
             assert roomy.placed[j], (name, j)
         elif why == "no_capacity_in_horizon":  # nothing fits at any start; with room it is placed
-            if name == "rolling-lp":  # the LP's view: timely starts lie past the horizon too
+            if name in LP_POLICIES:  # the LP's view: timely starts lie past the horizon too
                 assert _latest_start(p, j) >= p.hours, (name, j)
             else:
                 fits = [
@@ -182,7 +185,7 @@ def _check_reasons(name: str, p, out) -> None:
                 assert not fits, (name, j, fits)
             assert roomy.placed[j], (name, j)
         elif why == "lp_late":
-            assert name == "rolling-lp" and _latest_start(p, j) < p.hours, (name, j)
+            assert name in LP_POLICIES and _latest_start(p, j) < p.hours, (name, j)
         elif why == "released_later":
             assert p.release[j] > 0, (name, j)
         elif why == "release_after_horizon":
@@ -228,7 +231,7 @@ def test_each_unplaced_reason_is_true(name):
     _check_reasons(name, p, out)
 
 
-@pytest.mark.parametrize(("name", "seed"), itertools.product(["rolling-lp", "priority"], range(6)))
+@pytest.mark.parametrize(("name", "seed"), itertools.product(["rolling-lp", "priority", "optimum"], range(6)))
 def test_every_unplaced_reason_is_true_on_crowded_fleets(name, seed):
     """Random crowded problems with runs up to three horizons long: every reason given is true."""
     rng = np.random.default_rng(700 + seed)

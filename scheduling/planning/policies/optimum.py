@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from scheduling.planning.candidates import Evaluator
 from scheduling.planning.job_priority import priority_parts
 from scheduling.planning.lp import LPResult, solve_lp
-from scheduling.planning.outcome import PlanOutcome
+from scheduling.planning.outcome import PlanOutcome, lp_unplaced_reason
 from scheduling.planning.policies.base import PlacementPolicy
 from scheduling.planning.problem import PriorityWeights
 
@@ -36,6 +37,11 @@ class OptimumPolicy(PlacementPolicy):
         cost = np.where(placed, frac_cost, np.nan)
         late = lp.u > 1e-6
         prio = priority_parts(problem, PriorityWeights())
+        reason = [None] * N
+        if not placed.all():
+            ev = Evaluator(problem)
+            for j in np.flatnonzero(~placed):
+                reason[j] = lp_unplaced_reason(problem, int(j), ev.latest_start(int(j)))
         out = PlanOutcome(
             problem,
             self.name,
@@ -46,7 +52,7 @@ class OptimumPolicy(PlacementPolicy):
             cost,
             late,
             placed,
-            [None if p else "lp_late" for p in placed],
+            reason,
             [None] * N,
             [None] * N,
             ["dispatched" if (p and s[i] == 0) else "tentative" for i, p in enumerate(placed)],

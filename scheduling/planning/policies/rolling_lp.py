@@ -52,7 +52,7 @@ from scheduling.planning.candidates import Evaluator
 from scheduling.planning.decision_records import explain_batch
 from scheduling.planning.job_priority import priority_parts
 from scheduling.planning.lp import LPResult, solve_lp
-from scheduling.planning.outcome import PlanOutcome, empty_decisions, unplaced_reason
+from scheduling.planning.outcome import PlanOutcome, empty_decisions, lp_unplaced_reason, unplaced_reason
 from scheduling.planning.policies.base import PlacementPolicy
 from scheduling.planning.problem import PriorityWeights, abs_hours
 
@@ -290,8 +290,8 @@ class RollingLP(PlacementPolicy):
                 continue
             if s[j] > 0:
                 placed[j], status[j] = True, "tentative"
-            else:  # the LP runs it late: truly, or for want of room in the horizon where its deadline lies beyond
-                reason[j] = "lp_late" if d.ev.latest_start(j) < p.hours else "no_capacity_in_horizon"
+            else:
+                reason[j] = lp_unplaced_reason(p, j, d.ev.latest_start(j))
         self._after_dispatch(d, p_lp, lp_all)
         prio = priority_parts(p, PriorityWeights())
         out = PlanOutcome(
