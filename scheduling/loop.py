@@ -375,6 +375,21 @@ def _dispatched_by(plan_id: str, db_path) -> set[str]:
     return set(log_rows["job_id"]) if len(log_rows) else set()
 
 
+def drained_fleet(ctx: LoopContext):
+    """The fleet without the nodes the executors' resource managers drain at T (`Executor.drained_nodes`, e.g.
+    Slurm's DRAIN): nothing new starts there. An executor that cannot be reached drains nothing (fail open)."""
+    drained: dict[str, dict[str, str]] = {}
+    for executor in ctx.distinct_executors():
+        try:
+            nodes = executor.drained_nodes(ctx.plan_time)
+        except Exception as exc:  # noqa: BLE001 - fail open: plan on the nodes the fleet file lists
+            log.warning("hour %s: executor %s reports no drained nodes: %s", iso_z(ctx.plan_time), executor.name, exc)
+            continue
+        for cluster in (c for c, e in ctx.executors.items() if e is executor and nodes):
+            drained[cluster] = nodes
+    return ctx.fleet.with_drained(drained) if drained else ctx.fleet
+
+
 def _running(executor: Executor, T) -> pd.DataFrame:
     """What `executor` runs at T; nothing known when it cannot be reached (its jobs' dispatches fail open too)."""
     try:
@@ -475,7 +490,7 @@ def plan(ctx: LoopContext, *, dry_run: bool = False, created_from: str = "loop")
         running=running,
         arrived=arrived,
         policy=ctx.policy,
-        fleet=ctx.fleet,
+        fleet=drained_fleet(ctx),
         horizon_hours=ctx.horizon_hours,
         deadline_reserve=ctx.deadline_reserve,
         db_path=ctx.db_path,

@@ -30,10 +30,11 @@ The YAML file (`FLEET_PATH` selects the hourly plan's, see `scheduling.domain.fl
 
 A cluster gives `source` + `gpus` (sampled) or `nodes` and/or `node_groups` (declared), never both. A declared node
 or group with `drain: true` takes no new job: it is left out of the cluster's nodes and capacity, and listed in
-`FleetCluster.drained`; the jobs still running there keep it until they end (the plan reports them). `executor` is
-recorded and checked here, not run: `kind` is one of EXECUTOR_KINDS and the other keys are its settings, which
-never hold secrets (keys such as `password` or `token` are refused; name an environment variable with a `*_env`
-key or an Airflow Connection with `conn_id`). Every error names the file, the cluster and the field, e.g.
+`FleetCluster.drained`; the jobs still running there keep it until they end (the plan reports them).
+`Fleet.with_drained` takes out the nodes an executor's resource manager drains (Slurm's DRAIN) the same way.
+`executor` is recorded and checked here, not run: `kind` is one of EXECUTOR_KINDS and the other keys are its
+settings, which never hold secrets (keys such as `password` or `token` are refused; name an environment variable
+with a `*_env` key or an Airflow Connection with `conn_id`). Every error names the file, the cluster and the field, e.g.
 `fleet.yaml: clusters[2] (eun-a100).nodes[3].gpus: must be a positive integer, got 0`.
 
     from scheduling.domain.fleet import load_fleet
@@ -72,6 +73,7 @@ OPENB_NODES = Path("openb") / "openb_node_list_gpu_node.csv"
 PAI_NODES = Path("interference") / "cluster_specs" / "alibaba_pai2020_machine_spec.csv"
 NODE_SOURCES = ("openb", "pai")
 DECLARED = "declared"  # ClusterConfig.source of a cluster whose nodes the file lists
+FILE_DRAIN = "drain: true in the fleet file"  # why a node the file marks drained takes no new job
 NODE_COLUMNS = ["sn", "cpu_milli", "memory_mib", "gpu", "model"]
 EXECUTOR_KINDS = ("replay", "files", "slurm", "kubernetes")
 GAVEL_TYPES = ("k80", "p100", "v100")
@@ -157,7 +159,9 @@ class ClusterConfig:
 class FleetCluster:
     config: ClusterConfig
     nodes: pd.DataFrame  # sn, cpu_milli, memory_mib, gpu, model: the nodes new jobs may start on
-    drained: tuple[str, ...] = ()  # declared nodes marked `drain: true`: their running jobs end there, nothing starts
+    # nodes that take no new job (their running jobs end there) -> why: `drain: true` in the file
+    # (FILE_DRAIN), or the resource manager's own drain state (`Fleet.with_drained`)
+    drained: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -328,6 +332,23 @@ class Fleet:
                 }
             )
         return pd.DataFrame(rows)
+
+    def with_drained(self, drained: dict[str, dict[str, str]]) -> Fleet:
+        """The fleet with more nodes drained: `drained` maps a cluster to {node: why}; those of its nodes leave
+        `nodes` (and the capacity) for `FleetCluster.drained`. Names a cluster does not have are ignored (an
+        executor may serve several clusters and report all its nodes)."""
+        clusters = []
+        for c in self.clusters:
+            more = {n: why for n, why in drained.get(c.name, {}).items() if n in set(c.nodes["sn"].astype(str))}
+            if not more:
+                clusters.append(c)
+                continue
+            keep = c.nodes[~c.nodes["sn"].astype(str).isin(more)].reset_index(drop=True)
+            config = replace(c.config, gpus=int(keep["gpu"].sum())) if c.declared else c.config
+            clusters.append(FleetCluster(config, keep, {**c.drained, **more}))
+        out = copy.copy(self)
+        out.clusters = clusters
+        return out
 
     def executors(self) -> dict[str, ExecutorConfig]:
         """Cluster name -> the executor that runs its jobs (kind + settings), in cluster order: what whoever
@@ -519,7 +540,7 @@ def fleet_from_spec(
         if nodes is None and key not in fleet._pools:
             fleet._pools[key] = node_pool(cfg.source, cfg.gpu_model, _data_dir(data_dir))
     fleet.clusters = [
-        FleetCluster(cfg, fleet._sample_nodes(cfg) if nodes is None else nodes, drained)
+        FleetCluster(cfg, fleet._sample_nodes(cfg) if nodes is None else nodes, dict.fromkeys(drained, FILE_DRAIN))
         for cfg, nodes, drained in parsed
     ]
     return fleet.select(regions)

@@ -27,6 +27,8 @@ it asks the executor (`running`), and what happened becomes data through `sync` 
   latest timely start unless a plan moves them (such a run is attempt 0 of the adopting plan: no ``dispatched``
   event); dropped here when a plan sends them to another executor's cluster or the queue cancels them, never once
   they run.
+* ``drained_nodes(now) -> {node: why}`` (optional): the nodes the resource manager itself drains (Slurm's DRAIN);
+  their running jobs end there and no new job starts there.
 
 Clock: every time is a UTC timestamp on the executor's clock, and plan time maps onto it explicitly. A dispatch
 happens at its plan's time (`plan_time_of(plan_id)`), which for `replay` is the executor's clock itself.
@@ -242,6 +244,11 @@ class Executor(ABC):
         """Withdraw the user's own submission of an imported job (it goes to another executor's cluster, or was
         cancelled in the queue); False when there is none."""
         return False
+
+    def drained_nodes(self, now) -> dict[str, str]:
+        """Node name -> why the executor's resource manager starts no new job there (its own drain state); the plan
+        takes those nodes out of its capacity as a fleet file's `drain: true` does. None by default."""
+        return {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"

@@ -67,6 +67,7 @@ from scheduling.executors.slurm_cli import (
     SlurmCli,
     SlurmRefused,
     discover_nodes,
+    drained_nodes,
     epoch,
     gres_count,
 )
@@ -239,6 +240,10 @@ class SlurmExecutor(Executor):
     def nodes(self) -> list[dict]:
         """The cluster's nodes, GPUs, CPUs and memory (`slurm_cli.discover_nodes`): a fleet's declared nodes."""
         return discover_nodes(self.cli)
+
+    def drained_nodes(self, now) -> dict[str, str]:
+        """The nodes Slurm drains (`slurm_cli.drained_nodes`): the plan starts nothing there."""
+        return drained_nodes(self.cli)
 
     # ------------------------------------------------------------------------------------------- intake
 

@@ -5,6 +5,7 @@
     cli.jobs()                                 # squeue --json jobs[] (also recently finished ones)
     cli.finished()                             # the jobcomp/filetxt file: one dict per finished job
     cli.nodes()                                # sinfo --json nodes[]
+    drained_nodes(cli)                         # node -> why Slurm drains it (DRAIN state)
     cli.update(job_id, StartTime=...); cli.cancel(job_id); cli.release(job_id); cli.batch_script(job_id)
 
 Every call runs with TZ=UTC (Slurm's clients parse and print local times), SLURM_CONF when `conf` is set, and
@@ -170,3 +171,19 @@ def discover_nodes(cli: SlurmCli) -> list[dict]:
             }
         )
     return sorted(out, key=lambda n: n["name"])
+
+
+def drained_nodes(cli: SlurmCli) -> dict[str, str]:
+    """Node name -> why Slurm starts no new job there: DRAIN among its states (sinfo shows `draining` while jobs
+    still run, `drained` once idle). Slurm 22.05 gives the base state in `state` and DRAIN in `state_flags`;
+    later versions list every state in `state`. The reason the operator gave comes along."""
+    out = {}
+    for node in cli.nodes():
+        states = node.get("state")
+        words = [str(w).upper() for w in ([states] if isinstance(states, str) else list(states or []))]
+        words += [str(w).upper() for w in node.get("state_flags") or [] if str(w).upper() not in words]
+        if not any(w in ("DRAIN", "DRAINING", "DRAINED") for w in words):
+            continue
+        reason = str(node.get("reason") or "").strip()
+        out[str(node["name"])] = f"Slurm state {'+'.join(words)}" + (f", reason {reason!r}" if reason else "")
+    return out

@@ -391,6 +391,7 @@ def apply_running(hp: HourlyPlanner, running: pd.DataFrame, plan_time) -> pd.Dat
     off = off_fleet_running(hp.fleet, running)
     skip = set(off["job_id"])
     unbound = [off]
+    known = [set(agent.cluster.names) for agent in hp.agents]
     for r in running.itertuples(index=False):
         c = names.get(r.cluster)
         if c is None:
@@ -401,8 +402,8 @@ def apply_running(hp: HourlyPlanner, running: pd.DataFrame, plan_time) -> pd.Dat
         cpu, mem = int(getattr(r, "cpu_milli", 0) or 0), int(getattr(r, "memory_mib", 0) or 0)
         g = int(r.num_gpu) * int(r.gpu_milli)
         hp.external.append((c, end_h, (g, cpu, mem)))
-        node = getattr(r, "node", None)
-        if isinstance(node, str) and node:
+        node = node_name(known[c], r.cluster, getattr(r, "node", None))
+        if node is not None:
             agent = hp.agents[c]
             devs = getattr(r, "gpu_devices", "") or ""
             gpus = tuple(int(x) for x in str(devs).split(",") if x != "")
@@ -421,26 +422,36 @@ OFF_FLEET_COLUMNS = ["job_id", "cluster", "node", "gpu_devices", "end_time", "no
 
 
 def off_fleet_running(fleet, running: pd.DataFrame) -> pd.DataFrame:
-    """The running jobs of `running` (on the fleet's clusters) whose node the fleet does not plan on: one marked
-    `drain: true` (node_state `drained`) or one the fleet file no longer lists (`removed`). Such a job runs on until
-    it ends, on a node that takes no new job; the plan reports it (OFF_FLEET_COLUMNS)."""
+    """The running jobs of `running` (on the fleet's clusters) whose node the fleet does not plan on: one drained
+    (`FleetCluster.drained`: node_state `drained`) or one the fleet file no longer lists (`removed`). Such a job runs
+    on until it ends, on a node that takes no new job; the plan reports it (OFF_FLEET_COLUMNS)."""
     if running is None or not len(running) or "node" not in running.columns:
         return pd.DataFrame(columns=OFF_FLEET_COLUMNS)
     clusters = {c.name: c for c in fleet.clusters}
     known = {c.name: set(c.nodes["sn"].astype(str)) for c in fleet.clusters}
-    drained, removed = [], []
+    frames, removed = [], []
     for r in running.itertuples(index=False):
         node, cluster = getattr(r, "node", None), clusters.get(r.cluster)
-        if cluster is None or not isinstance(node, str) or not node or node in known[cluster.name]:
+        if cluster is None or not isinstance(node, str) or not node or node_name(known[cluster.name], r.cluster, node):
             continue
-        (drained if node in cluster.drained else removed).append(r)
-    return pd.concat(
-        [
-            _off_rows(drained, "drained", "the node is drained (drain: true in the fleet file)"),
-            _off_rows(removed, "removed", "the node is not in the fleet file"),
-        ],
-        ignore_index=True,
-    )
+        drained = node_name(cluster.drained, r.cluster, node)
+        if drained is None:
+            removed.append(r)
+        else:
+            frames.append(_off_rows([r], "drained", f"the node is drained ({cluster.drained[drained]})"))
+    frames.append(_off_rows(removed, "removed", "the node is not in the fleet file"))
+    return pd.concat(frames, ignore_index=True)
+
+
+def node_name(names, cluster: str, node) -> str | None:
+    """The name among `names` (a cluster's node names) of a node an executor reports: as reported, or without the
+    `<cluster>/` prefix the schedule files give it; None when there is no such node."""
+    if not isinstance(node, str) or not node:
+        return None
+    if node in names:
+        return node
+    bare = node.removeprefix(f"{cluster}/")
+    return bare if bare in names else None
 
 
 def _off_rows(rows: list, state: str, reason: str) -> pd.DataFrame:

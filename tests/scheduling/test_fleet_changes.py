@@ -52,7 +52,8 @@ def test_drained_nodes_leave_the_clusters_nodes_and_capacity():
         {"count": 3, "name_prefix": "d", "gpus": 4, "cpus": 8, "memory_gib": 64, "drain": True}
     )
     (cluster,) = fleet_from_spec(spec).clusters
-    assert cluster.drained == ("a", "usw-d-1", "usw-d-2", "usw-d-3")
+    assert list(cluster.drained) == ["a", "usw-d-1", "usw-d-2", "usw-d-3"]
+    assert set(cluster.drained.values()) == {"drain: true in the fleet file"}
     assert list(cluster.nodes["sn"]) == ["b", "c", "usw-g-1", "usw-g-2"]
     assert cluster.n_gpus == 8 + 4 + 2 + 2 == cluster.config.gpus
     fleet = fleet_from_spec(spec)
@@ -61,7 +62,7 @@ def test_drained_nodes_leave_the_clusters_nodes_and_capacity():
 
 def test_every_node_drained_leaves_a_cluster_without_capacity():
     (cluster,) = fleet_from_spec(_spec([_node("a", drain=True)])).clusters
-    assert cluster.drained == ("a",) and cluster.n_gpus == 0 and cluster.nodes.empty
+    assert list(cluster.drained) == ["a"] and cluster.n_gpus == 0 and cluster.nodes.empty
 
 
 @pytest.mark.parametrize("value", ["yes", 1, None, [True]])
