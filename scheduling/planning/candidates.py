@@ -106,8 +106,9 @@ BATCH_CELLS = 32_000  # candidate cells (jobs x options x start hours x clusters
 
 class Evaluator:
     """Per-plan precomputation (cumulative forecast sums, flat index grids) and the per-job vectorized
-    evaluation. The forecast continues past the horizon (`past_horizon`) for as long as the longest run, so that
-    every window index stays in bounds; capacity past the horizon is the horizon's last hour (the module doc)."""
+    evaluation. The forecast continues past the horizon (`past_horizon`) for as long as the longest run a cluster
+    hosts, so that every window index stays in bounds; capacity is looked up to the horizon's end, past which it is
+    the horizon's last hour (the module doc): the capacity arrays have 2H + 3 rows."""
 
     def __init__(self, problem: PlanningProblem):
         self.p = problem
@@ -116,8 +117,9 @@ class Evaluator:
         self.H, self.C = H, C
         self._dur = np.where(np.isfinite(problem.dur), problem.dur, 0.0)
         self._finite = np.isfinite(problem.dur)
-        longest = int(np.ceil(self._dur.max() - 1e-9)) if self._dur.size else 0
-        pad = max(H, longest) + 2  # hours after the horizon a window may reach (an option that cannot run: H + 1)
+        hosted = problem.allowed[:, None, :] & self._finite
+        longest = int(np.ceil(np.where(hosted, self._dur, 0.0).max() - 1e-9)) if self._dur.size else 0
+        pad = max(H, longest) + 2  # hours after the horizon a window may reach
         self.Fp = past_horizon(F, pad)  # (H + pad, C)
         self.rows = H + pad + 1  # rows of the cumulative arrays over hours
         self.S = np.zeros((self.rows, C))
@@ -128,11 +130,12 @@ class Evaluator:
         self.cidx = np.arange(C)[None, None, :]
         self.base_idx = self.s * C + self.cidx  # (1, H, C) flat index of (s, c)
         self.hours = np.arange(H)
-        self.B = np.zeros((self.rows, C), dtype=np.int32)
+        self.B = np.zeros((2 * H + 3, C), dtype=np.int32)
         self.job_ids = problem.jobs["job_id"].astype(str).tolist()
         self._iso: dict[int, str] = {}
-        # an option that cannot run counts as H + 1 hours (`base_ok` masks it: the cluster does not host it)
-        never = ~self._finite
+        # an option that cannot run, or a longer one than any hosted run of the plan (on a cluster that does not
+        # host the job), counts as H + 1 hours: `base_ok` masks it, and its indexes stay in bounds
+        never = ~self._finite | (self._dur > pad - 2)
         self.occ_all = np.where(never, H + 1, np.ceil(self._dur - 1e-9)).astype(np.int64)
         self.whole_all = np.where(never, H + 1, np.floor(self._dur + 1e-9)).astype(np.int64)
         frac = np.where(never, 0.0, self._dur - self.whole_all)
@@ -279,7 +282,7 @@ class Evaluator:
         Jarr = np.arange(J.start, J.stop) if isinstance(J, slice) else np.asarray(J, dtype=np.int64)
         occ, carbon, cost, timely, base_ok, _ = self.windows(J, n, with_end=False)
         base = self.base_idx[:, :n]
-        end_idx = base + (occ * C)[:, :, None, :]  # (B, K, n, C)
+        end_idx = base + (np.minimum(occ, H + 1) * C)[:, :, None, :]  # (B, K, n, C) up to the horizon's end
         if free is None:
             cap_ok = np.ones(end_idx.shape, dtype=bool)
         else:  # capacity: count of hours with too little free capacity inside the window, per job
@@ -290,7 +293,7 @@ class Evaluator:
                     for r in range(len(req)):
                         if req[r]:
                             bad[i] |= free_other[r] < req[r]
-            rows = self.rows
+            rows = 2 * H + 3
             if B == 1:  # (the coordinator's view per job: the plan's buffer)
                 np.cumsum(bad[0], axis=0, out=self.B[1 : H + 1])
                 self.B[H + 1 :] = self.B[H]

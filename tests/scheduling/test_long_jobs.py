@@ -97,6 +97,18 @@ def test_a_run_longer_than_the_horizon_is_planned_at_its_cheapest_start(name):
         assert out.cost[1] == pytest.approx(best, rel=1e-9)
 
 
+def test_the_forecast_reaches_as_far_as_the_longest_hosted_run():
+    """A job runs 40 h on cluster 0 and would run a million hours on cluster 1, which does not host it: the
+    forecast is continued for the 40 hours only (not a million rows), and the job is planned on cluster 0."""
+    p = toy_problem(
+        [[100, 50]] * 6, [[1000, 1000]] * 6, gpu=[1000], dur=[[40, 1e6]], kw=[[1, 1]], deadline=[60], allowed=[[1, 0]]
+    )
+    assert Evaluator(p).Fp.shape[0] == 6 + max(6, 40) + 2
+    for name in ("priority", "rolling-lp"):
+        out = _plan(name, p)
+        assert out.placed[0] and out.c[0] == 0 and out.cost[0] == pytest.approx(_window_kg(p, 0, 0, int(out.s[0]), 0))
+
+
 def test_lp_capacity_rows_end_with_the_horizon():
     """Two 50-hour runs on one GPU, a 30-hour horizon, deadlines far ahead, the cleanest hour now: any two starts
     inside the horizon overlap from the later start to the horizon's end, so the LP runs only one of them there
