@@ -320,6 +320,7 @@ def test_a_720_hour_job_is_planned_starts_by_its_latest_start_and_ends_by_its_de
         assert JOB not in set(plan.unplaced["job_id"]), plan.unplaced
         row = plan.assignments.set_index("job_id").loc[JOB]
         assert row["cluster"] == "eun-v100m32" and row["start_time"] <= latest and row["end_time"] <= DEADLINE
+        assert not row["checkpointing"]  # runs in one piece
         if row["status"] == "dispatched":
             started = at
             break
