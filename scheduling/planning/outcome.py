@@ -33,6 +33,11 @@ def empty_decisions(n: int) -> tuple:
     )
 
 
+def _hosted(p: PlanningProblem, j: int) -> np.ndarray:
+    """(K, C) the power options and clusters that host job j (GPU model, node shape; the option exists)."""
+    return p.allowed[j][None, :] & np.isfinite(p.dur[j])
+
+
 def unplaced_reason(p: PlanningProblem, j: int, rejections: int, *, now_only: bool) -> str:
     """Why job j of `p` got no start, for a caller that found no candidate with room (at hour 0 where `now_only`,
     else at any start hour of the horizon); each reason names what is true of the problem:
@@ -43,7 +48,7 @@ def unplaced_reason(p: PlanningProblem, j: int, rejections: int, *, now_only: bo
       the horizon's end (a run may end after the horizon, but it starts within it);
     * else `no_capacity_now` / `no_capacity_in_horizon`: it could start, but no hosting cluster has the free GPUs
       (CPU, memory) for its run from now / from any start hour."""
-    host = p.allowed[j][None, :] & np.isfinite(p.dur[j])  # (K, C)
+    host = _hosted(p, j)
     if not host.any():
         return "no_hostable_cluster"
     if rejections:
@@ -61,7 +66,7 @@ def lp_unplaced_reason(p: PlanningProblem, j: int, latest_start: int) -> str:
     """Why the LP leaves job j without a start (its weight on running late), given its latest timely start
     (`Evaluator.latest_start`): `no_hostable_cluster`; `no_capacity_in_horizon` where its deadline allows a start
     after the horizon (the LP found no room inside it, and nothing says the job will be late); else `lp_late`."""
-    if not (p.allowed[j][None, :] & np.isfinite(p.dur[j])).any():
+    if not _hosted(p, j).any():
         return "no_hostable_cluster"
     return "no_capacity_in_horizon" if latest_start >= p.hours else "lp_late"
 
