@@ -60,7 +60,7 @@ from scheduling.planning.forecasts import GridSeries, make_forecasts
 from scheduling.planning.policies.registry import DEFAULT_POLICY, POLICY_NAMES
 from scheduling.planning.power_options import load_power_table, option_arrays
 from scheduling.planning.problem import JobTable, abs_hours
-from scheduling.planning.recap import RECAP_COLUMNS, Recapping, error_quantiles, recap_running
+from scheduling.planning.recap import RECAP_COLUMNS, Recapping, RunTimeError, recap_running
 from scheduling.planning.session import HourlyPlanner, apply_running, off_fleet_running, report_off_fleet
 from warehouse.config import warehouse_path
 from warehouse.db import reader, table_exists
@@ -268,7 +268,7 @@ def _recaps(running, fleet, power_table, forecasts, plan_time, horizon_h, recapp
     F, _, _ = forecasts.at(plan_time, int(horizon_h))
     F = F[:, [zones[z] for z in fleet.cluster_zones]]
     options = option_arrays(fleet, power_table, power_aware=True)
-    return recap_running(runs, fleet, options, F, plan_time, error_quantiles(ratios, settings), settings)
+    return recap_running(runs, fleet, options, F, plan_time, RunTimeError.fit(ratios, settings), settings)
 
 
 def _model_ref(info: dict) -> dict:

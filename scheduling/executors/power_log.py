@@ -35,6 +35,7 @@ COLUMNS: dict[str, str] = {
     "from_limit_w": "DOUBLE",
     "to_limit_w": "DOUBLE NOT NULL",
     "time_factor": "DOUBLE",
+    "draw_kw": "DOUBLE",  # the job's draw at to_limit_w, PUE included
     "reason": "VARCHAR",
     "quantile": "DOUBLE",
     "work_h": "DOUBLE",

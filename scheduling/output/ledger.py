@@ -1,7 +1,7 @@
 """The carbon ledger: what the fleet really emitted against running every job at once, from the dbt marts.
 
 `ledger(start, end)` sums `marts.carbon_ledger_daily` (per day of submission x tenant x region) over the days in
-[start, end): realized and run-now kgCO2e, the saving, deadlines met, then per tenant, region and day; it also reads
+[start, end): realized and run-now kgCO2e, the saving, deadlines met and regretted, then per tenant, region and day; it also reads
 the jobs (`marts.carbon_ledger`) and their attempts (`marts.job_runs`) for the charts. `write_ledger_report` writes
 an HTML page with PNG charts: realized vs run-now per day, the saving per region and tenant, planned vs actual
 start, and the run-time estimate's error.
@@ -49,6 +49,7 @@ SUMS = (
     "failed",
     "cancelled",
     "deadlines_met",
+    "deadline_regrets",
     "measured_energy_jobs",
     "realized_kgco2e",
     "valued_realized_kgco2e",
@@ -57,7 +58,12 @@ SUMS = (
 LEDGER_TABLES = ("marts.carbon_ledger_daily", "marts.carbon_ledger", "marts.job_runs")
 # the dbt selection that rebuilds those marts from the loop's events and assignments and the jobs' own meter readings
 # (CodeCarbon / Zeus telemetry; dbt: `<model>+` = it and everything downstream of it)
-LEDGER_SELECT = ("stg_jobs__events+", "stg_jobs__assignments+", "stg_telemetry__gpu_telemetry+")
+LEDGER_SELECT = (
+    "stg_jobs__events+",
+    "stg_jobs__assignments+",
+    "stg_jobs__power_changes+",
+    "stg_telemetry__gpu_telemetry+",
+)
 
 
 def totals_of(sums: pd.Series) -> dict:
@@ -72,6 +78,8 @@ def totals_of(sums: pd.Series) -> dict:
         "failed": int(sums.get("failed", 0)),
         "cancelled": int(sums.get("cancelled", 0)),
         "deadlines_met_pct": round(100.0 * int(sums.get("deadlines_met", 0)) / finished, 2) if finished else None,
+        # late, although run now (at submission, at home, default limit) it would have been on time
+        "deadline_regret_pct": round(100.0 * int(sums.get("deadline_regrets", 0)) / finished, 2) if finished else None,
         "realized_kgco2e": round(float(sums.get("realized_kgco2e", 0.0)), 6),
         "counterfactual_kgco2e": round(counterfactual, 6),
         "saving_kgco2e": round(saving, 6),

@@ -4,23 +4,26 @@ Progress (`scheduling.domain.progress`): a run's work is its planned run time at
 the GPU's maximum limit (`work_h` = planned hours / the dispatch limit's time factor); the limits it ran at since
 its start give the work done, the run-time error quantile the work left.
 
-Run-time error quantiles: `e_q` = the q-quantile of actual / planned run time of the runs finished before now (the
-refiner's observations); with fewer than `min_runs` of them, `1 + fallback_reserve` for every q >= 0.75 and 1 for
-the median. A run's work left at q is `work_h * e_q - done`, at least `min_left` of `work_h` (a run that outlived
-its quantile still has something left). A job is planned at the highest quantile of `QUANTILES` at which some
-limit still ends it by its deadline, and says which.
+Run-time error (`RunTimeError`): actual / planned run time is lognormal, fitted on the runs finished before now
+(the refiner's observations; with fewer than `min_runs`, median 1 and a 0.9-quantile of 1 + `fallback_reserve`).
+A run that has done the share `r` of its planned work is still going, so its ratio is taken given that it exceeds
+`r`: work left at quantile q = `work_h * ratio(q | > r) - done` (at least `min_left` of `work_h`), which grows
+for a run that overran instead of vanishing. A job is planned at the highest quantile of `QUANTILES` at which
+some limit still ends it by its deadline, and says which.
 
 The limit for the next hour is the first of the cheapest pair (limit for the next hour, limit for the rest) whose
 end at that quantile keeps the deadline: kgCO2e = draw (kW, PUE) x the forecast intensity integrated over the
 hours it runs at each. A change is made when the current limit no longer keeps the deadline (`at_risk`: the
-fastest limit that does, or the maximum) or, for carbon, when it saves at least `min_saving` of the rest of the
-run's forecast carbon, the last change is `min_dwell_h` old and the run has changed fewer than `max_changes`
-times; its counterfactual is the limit kept.
+cheapest pair that keeps it without slowing the run first, else the fastest limit) or, for carbon, when the
+deadline holds at the `carbon_quantile` or higher, the change saves at least `min_saving` of the rest of the run's
+forecast carbon, the last change is `min_dwell_h` old and the run has changed fewer than `max_changes` times. Its
+counterfactual is the limit kept.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
@@ -39,6 +42,7 @@ RECAP_COLUMNS = (
     "from_limit_w",
     "to_limit_w",
     "time_factor",  # run time at to_limit_w relative to the dispatch limit (what `replay` advances at)
+    "draw_kw",  # the job's draw at to_limit_w, PUE included (what the ledger values the stretch at)
     "changed",
     "reason",  # at_risk | carbon | keep | no_options (at_risk and carbon act only where `changed`)
     "quantile",  # the run-time quantile the end is planned at
@@ -58,6 +62,7 @@ class Recapping:
     """Settings of the hourly power-limit decisions (see the module doc)."""
 
     min_saving: float = 0.03
+    carbon_quantile: float = 0.9
     min_dwell_h: float = 2.0
     max_changes: int = 6
     min_left: float = 0.05
@@ -66,14 +71,35 @@ class Recapping:
     enabled: bool = True
 
 
-def error_quantiles(ratios, settings: Recapping = Recapping()) -> dict[float, float]:
-    """q -> actual / planned run time at quantile q of `ratios` (finished runs); the fallback of the module doc
-    when there are fewer than `settings.min_runs`."""
-    r = np.asarray(ratios, dtype=float)
-    r = r[np.isfinite(r) & (r > 0)]
-    if len(r) < settings.min_runs:
-        return {q: (1.0 if q < 0.75 else 1.0 + settings.fallback_reserve) for q in QUANTILES}
-    return {q: float(max(np.quantile(r, q), 0.0)) for q in QUANTILES}
+@dataclass(frozen=True)
+class RunTimeError:
+    """A run's actual / planned run time as a lognormal: log-mean `mu` and log-spread `sigma`, fitted on `runs`
+    finished runs (the refiner's observations)."""
+
+    mu: float = 0.0
+    sigma: float = 0.15
+    runs: int = 0
+
+    @classmethod
+    def fit(cls, ratios, settings: Recapping = Recapping()) -> RunTimeError:
+        """From the ratios of finished runs; with fewer than `settings.min_runs`, median 1 and the spread that puts
+        the 0.9-quantile at 1 + `fallback_reserve`."""
+        r = np.asarray(ratios, dtype=float)
+        r = r[np.isfinite(r) & (r > 0)]
+        if len(r) < settings.min_runs:
+            return cls(0.0, float(np.log1p(settings.fallback_reserve) / _NORMAL.inv_cdf(0.9)), int(len(r)))
+        logs = np.log(r)
+        return cls(float(logs.mean()), float(max(logs.std(ddof=1), 1e-3)), int(len(r)))
+
+    def ratio(self, q: float, at_least: float = 0.0) -> float:
+        """The q-quantile of the ratio given that it exceeds `at_least` (a run still going after doing that share of
+        its planned work): F^-1(F(a) + q (1 - F(a)))."""
+        lo = _NORMAL.cdf((np.log(at_least) - self.mu) / self.sigma) if at_least > 0 else 0.0
+        u = min(lo + q * (1.0 - lo), 1.0 - 1e-9)
+        return float(np.exp(self.mu + self.sigma * _NORMAL.inv_cdf(u)))
+
+
+_NORMAL = NormalDist()
 
 
 def recap_running(
@@ -82,7 +108,7 @@ def recap_running(
     options: tuple[np.ndarray, np.ndarray, np.ndarray],
     forecast: np.ndarray,
     now,
-    quantiles: dict[float, float],
+    errors: RunTimeError,
     settings: Recapping = Recapping(),
 ) -> pd.DataFrame:
     """One RECAP_COLUMNS row per running job of `runs` (columns job_id, plan_id, attempt, cluster, num_gpu,
@@ -102,7 +128,7 @@ def recap_running(
         if c is None:
             continue
         opts = np.flatnonzero(np.isfinite(tf[:, c]))
-        row = _recap_one(run, opts, tf[:, c], pw[:, c], lw[:, c], pue[c], forecast[:, c], now, quantiles, settings)
+        row = _recap_one(run, opts, tf[:, c], pw[:, c], lw[:, c], pue[c], forecast[:, c], now, errors, settings)
         rows.append(row)
     return pd.DataFrame(rows, columns=list(RECAP_COLUMNS))
 
@@ -115,7 +141,7 @@ def _factor_of(limit_w, lw: np.ndarray, tf: np.ndarray) -> float:
     return float(tf[hit[0]]) if len(hit) else 1.0
 
 
-def _recap_one(run, opts, tf, pw, lw, pue, ci, now, quantiles, settings) -> dict:
+def _recap_one(run, opts, tf, pw, lw, pue, ci, now, errors, settings) -> dict:
     tf_dispatch = _factor_of(run.get("dispatch_limit_w"), lw, tf)
     planned_h = (utc(run["planned_end"]) - utc(run["planned_start"])).total_seconds() / 3600.0
     work_h = planned_h / tf_dispatch
@@ -142,7 +168,7 @@ def _recap_one(run, opts, tf, pw, lw, pue, ci, now, quantiles, settings) -> dict
     }
 
     def left_at(q):
-        return max(work_h * quantiles[q] - done, settings.min_left * work_h)
+        return max(work_h * errors.ratio(q, done / work_h) - done, settings.min_left * work_h)
 
     def cost_and_end(a, b, left):
         """kgCO2e and hours to the end running the next hour at option a, then the rest at b."""
@@ -156,8 +182,9 @@ def _recap_one(run, opts, tf, pw, lw, pue, ci, now, quantiles, settings) -> dict
         left = left_at(q)
         end = now + pd.Timedelta(hours=left * _factor_of(current, lw, tf))
         return {**base, "to_limit_w": current, "time_factor": _factor_of(current, lw, tf) / tf_dispatch,
-                "changed": False, "reason": "no_options", "quantile": q, "work_left_h": left, "projected_end": end,
-                "projected_end_kept": end, "expected_end": end, "kgco2e": np.nan, "kgco2e_kept": np.nan}  # fmt: skip
+                "draw_kw": np.nan, "changed": False, "reason": "no_options", "quantile": q, "work_left_h": left,
+                "projected_end": end, "projected_end_kept": end, "expected_end": end, "kgco2e": np.nan,
+                "kgco2e_kept": np.nan}  # fmt: skip
     pairs = [(int(a), int(b)) for a in opts for b in opts]
     chosen = None
     for q in QUANTILES:  # the highest quantile at which some pair keeps the deadline
@@ -183,7 +210,8 @@ def _recap_one(run, opts, tf, pw, lw, pue, ci, now, quantiles, settings) -> dict
             last = utc(history[-1][0]) if history else start
             calm = (now - last).total_seconds() / 3600.0 >= settings.min_dwell_h and len(history) < settings.max_changes
             saves = kept_kg - kg >= settings.min_saving * kept_kg
-            reason = "carbon" if (calm and saves) else "keep"
+            sure = q >= settings.carbon_quantile
+            reason = "carbon" if (calm and saves and sure) else "keep"
         if reason == "keep":
             k_next, kg, h = k_cur, kept_kg, kept_h
     if (not settings.enabled or run.get("recap") is False) and k_next != k_cur:  # seen, not acted on
@@ -193,6 +221,7 @@ def _recap_one(run, opts, tf, pw, lw, pue, ci, now, quantiles, settings) -> dict
         **base,
         "to_limit_w": float(lw[k_next]),
         "time_factor": float(tf[k_next]) / tf_dispatch,
+        "draw_kw": float(kw[k_next]),
         "changed": k_next != k_cur,
         "reason": reason,
         "quantile": q,

@@ -5,6 +5,8 @@ the exactly-once power log through a crash between the executor's change and its
 
 from __future__ import annotations
 
+from statistics import NormalDist
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -14,7 +16,7 @@ from scheduling.executors.dispatch_log import dispatch
 from scheduling.executors.power_log import apply_power_changes, read_changes, record_decisions
 from scheduling.executors.replay import ReplayExecutor
 from scheduling.planning.power_choice import window_intensity_integral
-from scheduling.planning.recap import Recapping, error_quantiles, recap_running
+from scheduling.planning.recap import Recapping, RunTimeError, recap_running
 from tests.scheduling.executor_samples import PLAN_TIME, plan_id_at, sample_items
 
 H = pd.Timedelta(hours=1)
@@ -151,55 +153,85 @@ def _run(limit=300.0, hours_planned=10.0, started_h=-4.0, deadline_h=12.0, chang
     )  # fmt: skip
 
 
+def _left(work, done, q, mu, sigma):
+    """Independent: the q-quantile of a lognormal ratio given that it exceeds done / work, times work, less done."""
+    n = NormalDist(mu, sigma)
+    lo = n.cdf(np.log(done / work))
+    return work * float(np.exp(n.inv_cdf(lo + q * (1 - lo)))) - done
+
+
 def test_a_run_behind_its_plan_gets_the_limit_that_keeps_its_deadline():
-    # planned 10 h at 200 W (factor 1.25: 8 h of work), 6 h done at 200 W = 4.8 h of work; p90 says 1.3x the work
+    # planned 10 h at 200 W (factor 1.25: 8 h of work), 6 h done at 200 W = 4.8 h of work
     run = _run(limit=200.0, hours_planned=10.0, started_h=-6.0, deadline_h=5.0)
-    q = {0.95: 1.4, 0.9: 1.3, 0.75: 1.2, 0.5: 1.0}
-    out = recap_running(run, _Fleet(), OPTIONS, np.full((48, 1), 100.0), T0, q).iloc[0]
+    errors = RunTimeError(mu=0.05, sigma=0.2)
+    out = recap_running(run, _Fleet(), OPTIONS, np.full((48, 1), 100.0), T0, errors).iloc[0]
     assert out["work_h"] == pytest.approx(8.0) and out["work_done_h"] == pytest.approx(4.8)
-    # at p95: 8*1.4-4.8 = 6.4 h left; at p90: 5.6; at p75: 4.8 (5 h at 300 W keeps it); 200 W at p75 takes 6 h
-    assert out["quantile"] == 0.75 and out["work_left_h"] == pytest.approx(4.8)
+    # the highest quantile whose work left fits 5 h at the fastest limit (300 W, factor 1)
+    fits = [q for q in (0.95, 0.9, 0.75, 0.5) if _left(8.0, 4.8, q, 0.05, 0.2) <= 5.0]
+    assert out["quantile"] == fits[0]
+    assert out["work_left_h"] == pytest.approx(_left(8.0, 4.8, fits[0], 0.05, 0.2))
     assert out["reason"] == "at_risk" and out["changed"]
     assert out["to_limit_w"] in (300.0, 250.0)
     assert out["projected_end"] <= out["deadline"] < out["projected_end_kept"]
     assert out["time_factor"] == pytest.approx({300.0: 1.0, 250.0: 1.05}[out["to_limit_w"]] / 1.25)
 
 
+def test_a_run_past_its_estimate_has_more_work_left_the_longer_it_runs():
+    errors = RunTimeError(mu=0.0, sigma=0.15)
+    lefts = []
+    for hours_run in (10.0, 12.0, 14.0):  # planned 10 h at 300 W: past its estimate from then on
+        run = _run(limit=300.0, hours_planned=10.0, started_h=-hours_run, deadline_h=40.0)
+        lefts.append(recap_running(run, _Fleet(), OPTIONS, np.full((60, 1), 100.0), T0, errors).iloc[0])
+    for row, hours_run in zip(lefts, (10.0, 12.0, 14.0)):
+        assert row["work_left_h"] == pytest.approx(_left(10.0, hours_run, row["quantile"], 0.0, 0.15))
+    assert lefts[0]["work_left_h"] > 0.5  # not "almost done" although the estimate has passed
+
+
 def test_a_dirty_hour_lowers_the_limit_and_the_saving_matches_the_forecast():
     ci = np.full((48, 1), 100.0)
     ci[0] = 500.0  # the next hour is dirty
     run = _run(limit=300.0, hours_planned=10.0, started_h=-4.0, deadline_h=30.0)
-    q = {0.95: 1.0, 0.9: 1.0, 0.75: 1.0, 0.5: 1.0}
-    out = recap_running(run, _Fleet(), OPTIONS, ci, T0, q).iloc[0]
+    exact = RunTimeError(mu=0.0, sigma=1e-6)  # the run takes its planned time
+    out = recap_running(run, _Fleet(), OPTIONS, ci, T0, exact).iloc[0]
     assert out["reason"] == "carbon" and out["changed"] and out["to_limit_w"] == 200.0
     # independent: 6 h of work left; keep = 300 W for 6 h; chosen: 200 W for the dirty hour (0.8 h of work), and the
     # cheapest limit for the rest
     kept = 0.3 * (500 + 5 * 100) / 1000
-    assert out["kgco2e_kept"] == pytest.approx(kept)
+    assert out["kgco2e_kept"] == pytest.approx(kept, rel=1e-4)
     rest = 6.0 - 1 / 1.25
     best_rest = min(kw * rest * f * 100 for kw, f in ((0.3, 1.0), (0.24, 1.05), (0.18, 1.25)))
-    assert out["kgco2e"] == pytest.approx((0.18 * 500 + best_rest) / 1000)
-    calm = recap_running(run, _Fleet(), OPTIONS, np.full((48, 1), 100.0), T0, q, Recapping(min_saving=0.5)).iloc[0]
-    assert calm["reason"] == "keep" and not calm["changed"] and calm["to_limit_w"] == 300.0
+    assert out["kgco2e"] == pytest.approx((0.18 * 500 + best_rest) / 1000, rel=1e-4)
+    assert out["draw_kw"] == pytest.approx(0.18)
+    calm = recap_running(run, _Fleet(), OPTIONS, np.full((48, 1), 100.0), T0, exact, Recapping(min_saving=0.5))
+    assert calm.iloc[0]["reason"] == "keep" and not calm.iloc[0]["changed"] and calm.iloc[0]["to_limit_w"] == 300.0
+    # a deadline that holds only at a low quantile: no slowing down for carbon
+    tight = _run(limit=300.0, hours_planned=10.0, started_h=-4.0, deadline_h=6.3)
+    risky = recap_running(tight, _Fleet(), OPTIONS, ci, T0, RunTimeError(mu=0.0, sigma=0.15)).iloc[0]
+    assert risky["quantile"] < 0.9 and not (risky["changed"] and risky["reason"] == "carbon")
 
 
 def test_limits_do_not_flap():
     ci = np.full((48, 1), 100.0)
     ci[0] = 500.0
-    q = {0.95: 1.0, 0.9: 1.0, 0.75: 1.0, 0.5: 1.0}
+    exact = RunTimeError(mu=0.0, sigma=1e-6)
     recent = _run(limit=300.0, started_h=-4.0, deadline_h=30.0, changes=[(T0 - 0.5 * H, 300.0)])
-    out = recap_running(recent, _Fleet(), OPTIONS, ci, T0, q).iloc[0]
+    out = recap_running(recent, _Fleet(), OPTIONS, ci, T0, exact).iloc[0]
     assert not out["changed"] and out["reason"] == "keep"  # the last change is younger than min_dwell_h
     many = [(T0 - (10 - i) * 0.1 * H, 300.0) for i in range(6)]
     many[-1] = (T0 - 3 * H, 300.0)
-    out = recap_running(_run(started_h=-5.0, deadline_h=30.0, changes=many), _Fleet(), OPTIONS, ci, T0, q).iloc[0]
-    assert not out["changed"]  # max_changes reached
+    out = recap_running(_run(started_h=-5.0, deadline_h=30.0, changes=many), _Fleet(), OPTIONS, ci, T0, exact)
+    assert not out.iloc[0]["changed"]  # max_changes reached
 
 
-def test_error_quantiles_fall_back_until_enough_runs():
-    few = error_quantiles([1.1, 0.9, 1.3])
-    assert few[0.5] == 1.0 and few[0.9] == pytest.approx(1.2)
-    ratios = np.exp(np.random.default_rng(0).normal(0, 0.15, 500))
-    q = error_quantiles(ratios)
-    assert q[0.9] == pytest.approx(np.quantile(ratios, 0.9)) and q[0.5] == pytest.approx(np.median(ratios))
+def test_run_time_error_fits_finished_runs_and_falls_back_until_enough():
+    few = RunTimeError.fit([1.1, 0.9, 1.3])
+    assert few.ratio(0.5) == pytest.approx(1.0) and few.ratio(0.9) == pytest.approx(1.2)
+    ratios = np.exp(np.random.default_rng(0).normal(0.1, 0.15, 500))
+    fitted = RunTimeError.fit(ratios)
+    assert fitted.runs == 500
+    assert fitted.mu == pytest.approx(np.log(ratios).mean()) and fitted.sigma == pytest.approx(
+        np.log(ratios).std(ddof=1)
+    )
+    assert fitted.ratio(0.9) == pytest.approx(np.quantile(ratios, 0.9), rel=0.03)
+    assert fitted.ratio(0.9, at_least=1.5) > 1.5  # still running past 1.5x: more than that
     assert window_intensity_integral(np.array([1.0, 2.0]), 0.5, 1.0) == pytest.approx(1.5)

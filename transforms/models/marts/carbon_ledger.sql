@@ -1,13 +1,14 @@
 -- One row per job whose latest attempt ended (finished, failed, cancelled; a failed job that will be retried
 -- shows as failed until its next attempt): the carbon it really emitted over every attempt against the run-now counterfactual (the same job started at submission in its home region at the
 -- default power limit, for the run time it really took, at the actual intensity), the saving, whether it met its
--- deadline, and the forecast's error on the plans that placed it.
+-- deadline (and whether missing it is the planner's regret: run now, it would have been met), and the forecast's
+-- error on the plans that placed it.
 with runs as (
     select * from {{ ref('job_runs') }}
 ),
 
 run_now as (
-    select tenant, job_id, attempt, plan_id, ci_hours
+    select tenant, job_id, attempt, plan_id, ci_hours, hours
     from {{ ref('job_window_carbon') }}
     where kind = 'run_now'
 ),
@@ -45,6 +46,13 @@ select
     l.ended_at,
     l.deadline,
     coalesce(l.deadline_met, false) as deadline_met,
+    -- late, although started at submission on its home cluster at the default limit, for the run time it really
+    -- took (the run-now window), it would have ended by its deadline
+    coalesce(
+        l.outcome = 'finished' and not l.deadline_met
+        and l.submitted_at + to_microseconds(cast(n.hours * 3600e6 as bigint)) <= l.deadline,
+        false
+    ) as deadline_regret,
     p.realized_kgco2e,
     a.run_now_kw * n.ci_hours / 1000.0 as counterfactual_kgco2e,
     a.run_now_kw * n.ci_hours / 1000.0 - p.realized_kgco2e as saving_kgco2e,

@@ -10,6 +10,7 @@ select
     count(*) filter (where outcome = 'failed') as failed,
     count(*) filter (where outcome = 'cancelled') as cancelled,
     count(*) filter (where outcome = 'finished' and deadline_met) as deadlines_met,
+    count(*) filter (where deadline_regret) as deadline_regrets,
     count(*) filter (where energy_source = 'measured') as measured_energy_jobs,
     {{ fixed_order_sum('realized_kgco2e') }} as realized_kgco2e,
     coalesce({{ fixed_order_sum('realized_kgco2e') }} filter (where counterfactual_kgco2e is not null), 0) as valued_realized_kgco2e,

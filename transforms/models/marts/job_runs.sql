@@ -1,6 +1,7 @@
 -- One row per dispatched attempt of a job: planned against actual start, end and run time, the energy (measured
--- where the executor reported it or the job metered it with CodeCarbon / Zeus, energy_meter, else the plan's draw x the actual run time plus the data transfer), and the
--- realized carbon at the actual hourly intensity: the run at the cluster's zone over the run, the data moved to a
+-- where the executor reported it or the job metered it with CodeCarbon / Zeus, energy_meter, else the draw of each
+-- stretch at one power limit x its hours, plus the data transfer), and the realized carbon at the actual hourly
+-- intensity: each stretch of the run at the cluster's zone over its hours, the data moved to a
 -- cluster outside the home region at the mean of the home and the cluster's zone in the hour it starts (as the
 -- planner prices a move and the simulator values it).
 with attempts as (
@@ -22,6 +23,8 @@ runs as (
         epoch(a.planned_end - a.planned_start) / 3600.0 as est_runtime_h,
         epoch(a.ended_at - a.started_at) / 3600.0 as actual_runtime_h,
         run.ci_hours / nullif(run.hours, 0) as mean_ci_gco2_per_kwh,
+        run.kwh as run_kwh,
+        run.gco2e as run_gco2e,
         run.missing_hours as ci_missing_hours,
         planned.ci_hours as planned_ci_hours,
         -- the intensity a data transfer is charged at: both ends of the network, in the hour the run starts
@@ -47,7 +50,7 @@ energy as (
         *,
         case
             when measured_energy_kwh is not null then measured_energy_kwh
-            when actual_runtime_h is not null then draw_kw * actual_runtime_h + transfer_kwh
+            when actual_runtime_h is not null then run_kwh + transfer_kwh
         end as energy_kwh,
         case
             when measured_energy_kwh is not null then 'measured'
@@ -56,8 +59,7 @@ energy as (
         case
             when measured_energy_kwh is not null then measured_energy_kwh * mean_ci_gco2_per_kwh
             when actual_runtime_h is not null
-                then draw_kw * actual_runtime_h * mean_ci_gco2_per_kwh
-                + transfer_kwh * coalesce(transfer_ci, mean_ci_gco2_per_kwh)
+                then run_gco2e + transfer_kwh * coalesce(transfer_ci, mean_ci_gco2_per_kwh)
         end as realized_gco2e
     from runs
 )
@@ -74,6 +76,7 @@ select
     zone,
     node,
     power_limit_w,
+    power_changes,
     outcome,
     submitted_at,
     deadline,

@@ -17,7 +17,11 @@ reported as (
         min(executor) as executor,
         max(cluster) as cluster,
         max(node) as node,
-        max(power_limit_w) as reported_power_limit_w,
+        -- the limit the run started at (later power_changed events: int_jobs__power_segments)
+        arg_min(power_limit_w, event_time) filter (
+            where event in ('dispatched', 'started') and power_limit_w is not null
+        ) as reported_power_limit_w,
+        count(*) filter (where event = 'power_changed') as power_changes,
         min(event_time) filter (where event = 'started') as started_at,
         max(event_time) filter (where event in ('finished', 'failed', 'cancelled')) as ended_at,
         arg_max(event, event_time) filter (where event in ('finished', 'failed', 'cancelled')) as terminal_event,
@@ -39,6 +43,7 @@ select
     a.zone,
     r.node,
     coalesce(r.reported_power_limit_w, a.power_limit_w) as power_limit_w,
+    r.power_changes,
     a.submitted_at,
     a.deadline,
     a.planned_start,
