@@ -165,41 +165,70 @@ def test_sigkill_at_any_step_dispatches_nothing_twice_and_loses_nothing(tmp_ware
 
 
 _RACING_DISPATCHER = textwrap.dedent("""
-    import sys, time
+    import fcntl, sys, time
     from pathlib import Path
     sys.path.insert(0, {root!r})
-    from scheduling.executors.dispatch_log import dispatch
+    from scheduling.executors.dispatch_log import dispatch, lock_path
     from scheduling.executors.replay import ReplayExecutor
     from tests.scheduling.executor_samples import sample_items
-    marker = Path({marker!r})
-    def pause(stage):
-        if stage == "intent" and {first!r}:
-            marker.write_text(stage)
-            time.sleep(1.5)  # the other dispatcher starts meanwhile and waits for the dispatch lock
-    result = dispatch({plan_id!r}, sample_items(20), ReplayExecutor(db_path={db!r}), db_path={db!r}, batch_size=5,
-                      _fault=pause)
+    folder, first = Path({folder!r}), {first!r}
+    def wait_for(*markers):
+        deadline = time.monotonic() + 300
+        while not any(m.exists() for m in markers):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"none of {{[m.name for m in markers]}} within 300 s")
+            time.sleep(0.02)
+    def pause(stage):  # the first keeps the dispatch lock until the second was refused it (or has finished)
+        if stage == "intent" and first:
+            (folder / "first-has-intents").touch()
+            wait_for(folder / "second-refused", folder / "second-done")
+    if not first:  # note a refusal of the dispatch lock (the real flock runs; its answer is only observed)
+        lock, flock = str(lock_path({db!r})), fcntl.flock
+        def observed(handle, operation):
+            try:
+                return flock(handle, operation)
+            except BlockingIOError:
+                if getattr(handle, "name", None) == lock:
+                    (folder / "second-refused").touch()
+                raise
+        fcntl.flock = observed
+    try:
+        result = dispatch({plan_id!r}, sample_items(20), ReplayExecutor(db_path={db!r}), db_path={db!r},
+                          batch_size=5, _fault=pause)
+    finally:
+        if not first:
+            (folder / "second-done").touch()
     print(len(result.sent), len(result.reconciled), len(result.skipped))
 """)
 
 
 def test_two_dispatchers_at_once_submit_each_job_once(tmp_warehouse, tmp_path):
-    marker = tmp_path / "first-has-intents"
+    """The first dispatcher stops after writing its intents, holding the dispatch lock, until the second has asked
+    for the lock and been refused; then it goes on. The second waits, and finds every job sent."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
 
     def start(first: bool) -> subprocess.Popen:
         script = _RACING_DISPATCHER.format(
-            root=str(REPO_ROOT), marker=str(marker), db=str(tmp_warehouse), plan_id=PLAN_ID, first=first
+            root=str(REPO_ROOT), folder=str(tmp_path), db=str(tmp_warehouse), plan_id=PLAN_ID, first=first
         )
         return subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
 
-    first = start(True)
-    deadline = time.monotonic() + 120
-    while not marker.exists():
-        assert first.poll() is None and time.monotonic() < deadline
-        time.sleep(0.05)
-    second = start(False)
-    outs = [p.communicate(timeout=120)[0].split() for p in (first, second)]
+    procs = [start(True)]
+    try:
+        deadline = time.monotonic() + 300
+        while not (tmp_path / "first-has-intents").exists():
+            assert procs[0].poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        procs.append(start(False))
+        outs = [p.communicate(timeout=600)[0].split() for p in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    first, second = procs
     assert first.returncode == 0 and second.returncode == 0
+    assert (tmp_path / "second-refused").exists()  # it asked while the first held the lock
     assert outs == [["20", "0", "0"], ["0", "0", "20"]]  # the second waited for the lock, then skipped all
     _assert_exactly_once(tmp_warehouse)
 
