@@ -14,7 +14,7 @@ some limit still ends it by its deadline, and says which.
 The limit for the next hour is the first of the cheapest pair (limit for the next hour, limit for the rest) whose
 end at that quantile keeps the deadline: kgCO2e = draw (kW, PUE) x the forecast intensity integrated over the
 hours it runs at each. A change is made when the current limit no longer keeps the deadline (`at_risk`: the
-cheapest pair that keeps it without slowing the run first, else the fastest limit) or, for carbon, when the
+cheapest faster limit that keeps it for the whole rest, raised now, else the fastest limit) or, for carbon, when the
 deadline holds at the `carbon_quantile` or higher, the change saves at least `min_saving` of the rest of the run's
 forecast carbon, the last change is `min_dwell_h` old and the run has changed fewer than `max_changes` times. Its
 counterfactual is the limit kept.
@@ -192,8 +192,10 @@ def _recap_one(run, opts, tf, pw, lw, pue, ci, now, errors, settings) -> dict:
         kept_kg, kept_h = cost_and_end(k_cur, k_cur, left)
         at_risk = kept_h > deadline_h + 1e-9
         ok = [(kg, a, b, h) for (kg, h), a, b in ((cost_and_end(a, b, left), a, b) for a, b in pairs)]
-        ok = [x for x in ok if x[3] <= deadline_h + 1e-9 and (not at_risk or tf[x[1]] <= tf[k_cur] + 1e-12)]
-        if ok:  # a run at risk is never slowed down first
+        ok = [x for x in ok if x[3] <= deadline_h + 1e-9]
+        if at_risk:  # raised now, to one limit for the rest: waiting for the last hour leaves no margin for error
+            ok = [x for x in ok if x[1] == x[2] and tf[x[1]] < tf[k_cur]]
+        if ok:
             chosen = (q, left, min(ok, key=lambda x: (x[0], x[3])), at_risk)
             break
     if chosen is None:  # no limit keeps the deadline even at the median: the fastest limit
