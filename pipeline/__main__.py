@@ -17,7 +17,8 @@ from tabulate import tabulate
 
 from forecasting import service as forecast_service
 from forecasting.service import cutoff_from
-from pipeline.operate import planning_forecast_models, run_demo_loop
+from pipeline.operate import DEFAULT_DEMO_LOAD, planning_forecast_models, run_demo_loop
+from scheduling.executors.replay import DEFAULT_FAILURE_RATE, DEFAULT_SIGMA
 from scheduling.planning.policies.registry import DEFAULT_POLICY
 from scheduling.tasks import train_models
 from transforms.runner import build
@@ -98,19 +99,36 @@ def run(args: argparse.Namespace) -> int:
     if args.until == "models":
         return 0
 
+    return operate(args, planning_forecast_models(r.model for r in trained if r.status == "good"))
+
+
+def operate(args: argparse.Namespace, forecast_models=None) -> int:
+    """The operate stage alone (`python -m pipeline operate`: on a warehouse the earlier stages filled)."""
     t = _stage(
         f"operate: {args.loop_jobs} trace jobs of {args.as_of[:10]} through the queue, the hourly loop for "
-        f"{args.loop_hours} h on the replay executor (policy {args.policy}), then the carbon ledger"
+        f"{args.loop_hours} h on the replay executor (policy {args.policy}, run-time spread {args.sigma}, "
+        f"{args.failure_rate:.0%} failures), then the carbon ledger"
     )
     demo = run_demo_loop(
         args.as_of,
         n_jobs=args.loop_jobs,
         hours=args.loop_hours,
         policy=args.policy,
-        forecast_models=planning_forecast_models(r.model for r in trained if r.status == "good"),
+        forecast_models=forecast_models,
+        load=args.load,
+        sigma=args.sigma,
+        failure_rate=args.failure_rate,
         progress=lambda msg: print(f"   {msg}", flush=True),
     )
-    print(tabulate([demo.ledger.totals], headers="keys", floatfmt=".3f"))
+    shown = ("jobs", "finished", "failed", "deadlines_met_pct", "deadline_regret_pct", "realized_kgco2e")
+    row = {**demo.load, **{k: demo.ledger.totals.get(k) for k in shown}}
+    row.update({k: demo.ledger.totals.get(k) for k in ("counterfactual_kgco2e", "saving_pct")})
+    print(tabulate([row], headers="keys", floatfmt=".3f"))
+    power = {
+        k: sum(h.plan.get("power", {}).get(k, 0) for h in demo.hours) for k in ("raised_at_risk", "changed_for_carbon")
+    }
+    print(f"   power limits of running jobs changed: {power['raised_at_risk']} raised at risk, "
+          f"{power['changed_for_carbon']} for carbon")  # fmt: skip
     if "region" in demo.ledger.rollups:
         print("\n   per region")
         print(tabulate(demo.ledger.rollups["region"], headers="keys", showindex=False, floatfmt=".3f"))
@@ -122,11 +140,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _operate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--as-of", default=DEFAULT_AS_OF, help=f"planning/issue time (default {DEFAULT_AS_OF})")
+    p.add_argument("--policy", default=DEFAULT_POLICY, help=f"placement policy (default {DEFAULT_POLICY})")
+    p.add_argument("--loop-jobs", type=int, default=320, help="trace jobs submitted for the day (default 320)")
+    p.add_argument("--loop-hours", type=int, default=48, help="planning hours the loop runs (default 48)")
+    p.add_argument(
+        "--load",
+        type=float,
+        default=DEFAULT_DEMO_LOAD,
+        help=f"re-size the fleet so the day's jobs ask for this share of its GPU-hours (default {DEFAULT_DEMO_LOAD})",
+    )
+    p.add_argument("--sigma", type=float, default=DEFAULT_SIGMA, help="replay run-time spread (lognormal sigma)")
+    p.add_argument("--failure-rate", type=float, default=DEFAULT_FAILURE_RATE, help="replay failure rate per run")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("run", help="run the main job end to end")
-    p.add_argument("--as-of", default=DEFAULT_AS_OF, help=f"planning/issue time (default {DEFAULT_AS_OF})")
+    _operate_args(p)
     p.add_argument("--train-end", default="2021-06-30", help="training cut-off for the forecasters")
     p.add_argument("--models", nargs="+", default=None, help="forecasters to train (default: the service's set)")
     p.add_argument(
@@ -143,9 +176,6 @@ def main(argv: list[str] | None = None) -> int:
         help="training lanes: 2 (default) trains the TFT in a second process beside the other forecasters",
     )
     p.add_argument("--tiny", action="store_true", help="tiny model settings (quick demo)")
-    p.add_argument("--policy", default=DEFAULT_POLICY, help=f"placement policy (default {DEFAULT_POLICY})")
-    p.add_argument("--loop-jobs", type=int, default=320, help="trace jobs submitted for the day (default 320)")
-    p.add_argument("--loop-hours", type=int, default=48, help="planning hours the loop runs (default 48)")
     p.add_argument(
         "--until",
         choices=("ingest", "transform", "forecast", "models", "operate"),
@@ -153,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
         help="stop after this stage",
     )
     p.set_defaults(func=run)
+    o = sub.add_parser("operate", help="only the operate stage, on a warehouse `run` filled (trained models)")
+    _operate_args(o)
+    o.set_defaults(func=operate)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -2,10 +2,12 @@
 the embedded replay executor, and the carbon ledger of what ran.
 
 The jobs are the demo jobs of `scheduling.queue.trace` for the UTC day of `as_of`, submitted through the same
-intake as an operator's file; the loop runs `hours` planning hours from that day's midnight, issuing forecasts every
-`forecast_every_h` hours (each hour plans on the latest issue at or before it; the forecasters are loaded once, so
-an issue reuses their member forecasts of earlier days, as a backtest does); the ledger marts are then rebuilt with
-dbt and summed over the day's jobs.
+intake as an operator's file, on the configured fleet re-sized so that the day's jobs fill `load` of its GPU-hours
+(GPU-milli basis, at their estimated run times: `demo_fleet`; the load they really placed is reported beside the
+ledger); the replay executor runs them with run-time spread `sigma` and `failure_rate`; the loop runs `hours`
+planning hours from that day's midnight, issuing forecasts every `forecast_every_h` hours (each hour plans on the
+latest issue at or before it; the forecasters are loaded once, so an issue reuses their member forecasts of
+earlier days, as a backtest does); the ledger marts are then rebuilt with dbt and summed over the day's jobs.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from common.timeutil import HOUR, utc
 from forecasting import service as forecast_service
 from scheduling import loop
 from scheduling.evaluation.same_jobs import simulate_same_jobs
+from scheduling.executors.replay import DEFAULT_FAILURE_RATE, DEFAULT_SIGMA, ReplayExecutor
 from scheduling.output.ledger import Ledger, ledger, write_ledger_report
 from scheduling.planning.forecasts import PREFERRED_MODELS
 from scheduling.queue.intake import IntakeReport, submit_mappings
@@ -27,6 +30,8 @@ from scheduling.tasks import build_ledger
 
 # the simulator's policies on the same jobs: the loop's policy and the baseline without carbon awareness
 BASELINE_POLICY = "performance-first"
+# the share of the demo fleet's GPU-hours the day's jobs ask for: a busy fleet, where deadlines are at stake
+DEFAULT_DEMO_LOAD = 0.6
 
 
 @dataclass
@@ -37,6 +42,37 @@ class LoopDemo:
     ledger: Ledger
     report: Path
     simulated: list[dict]
+    load: dict
+
+
+def job_gpu_hours(jobs: list[dict]) -> float:
+    """GPU-hours the intake mappings ask for: GPUs x per-GPU share x estimated run time."""
+    return float(sum(j["gpus"] * j.get("gpu_milli", 1000) / 1000.0 * j["est_duration_h"] for j in jobs))
+
+
+def demo_fleet(fleet, day, n_jobs: int, load: float | None):
+    """(fleet, jobs): `fleet` re-sized so that the `n_jobs` trace jobs of `day` ask for `load` of its GPU-hours of
+    one day (unchanged when `load` is None), and the jobs drawn for it."""
+    jobs = trace_jobs(day, n_jobs, fleet)
+    if load is None:
+        return fleet, jobs
+    if not 0 < load <= 1:
+        raise ValueError(f"load must be in (0, 1], got {load!r}")
+    sized = fleet.scaled(job_gpu_hours(jobs) / (24.0 * load), seed=0)
+    return sized, trace_jobs(day, n_jobs, sized)
+
+
+def placed_load(executor: ReplayExecutor, fleet, day) -> dict:
+    """The GPU-hours the day's runs really held (every attempt, at its true run time) over the fleet's GPU-hours of
+    the day, GPU-milli basis."""
+    runs = executor.runs()
+    runs = runs[(runs["plan_id"].notna()) & (runs["dispatched_at"] >= day)]
+    ended = (
+        runs["cancelled_at"].where(runs["cancelled_at"] < runs["true_end"], runs["true_end"]).fillna(runs["true_end"])
+    )
+    hours = (ended - runs["start_time"]).dt.total_seconds().clip(lower=0) / 3600.0
+    gpu_h = float((hours * runs["gpu_count"].astype(float) * runs["gpu_milli"].astype(float) / 1000.0).sum())
+    return {"fleet_gpus": int(fleet.total_gpus), "load": round(gpu_h / (fleet.total_gpus * 24.0), 3)}
 
 
 def run_demo_loop(
@@ -48,19 +84,24 @@ def run_demo_loop(
     policy: str | None = None,
     forecast_models=None,
     progress=None,
+    load: float | None = DEFAULT_DEMO_LOAD,
+    sigma: float = DEFAULT_SIGMA,
+    failure_rate: float = DEFAULT_FAILURE_RATE,
 ) -> LoopDemo:
-    """Submit `n_jobs` trace jobs of the day of `as_of`, run the loop `hours` hours from its midnight, build the
-    ledger marts and write the ledger report; `forecast_models`: the forecasters issued every `forecast_every_h`
-    hours (default the service's set); `progress(message)` hears about each step."""
+    """Submit `n_jobs` trace jobs of the day of `as_of`, run the loop `hours` hours from its midnight on the demo
+    fleet (`demo_fleet`, `load`) and the replay executor (`sigma`, `failure_rate`), build the ledger marts and
+    write the ledger report; `forecast_models`: the forecasters issued every `forecast_every_h` hours (default the
+    service's set); `progress(message)` hears about each step."""
     if hours < 1 or forecast_every_h < 1:
         raise ValueError("hours and forecast_every_h must be ≥ 1")
     say = progress or (lambda _msg: None)
     day = utc(as_of).floor("D")
     settings = {"policy": policy} if policy else {}
-    ctx = loop.context(day, **settings)
-    intake = submit_mappings(
-        trace_jobs(day, n_jobs, ctx.fleet), source=f"pipeline:trace-{day:%Y%m%d}", as_of=day + pd.Timedelta(days=1)
-    )
+    fleet, jobs = demo_fleet(loop.context(day, **settings).fleet, day, n_jobs, load)
+    executor = ReplayExecutor(sigma=sigma, failure_rate=failure_rate)
+    ctx = loop.context(day, fleet=fleet, executors=dict.fromkeys(fleet.names, executor), **settings)
+    say(f"fleet: {fleet.total_gpus} GPUs in {len(fleet)} clusters (sized for load {load}); replay sigma {sigma}")
+    intake = submit_mappings(jobs, source=f"pipeline:trace-{day:%Y%m%d}", as_of=day + pd.Timedelta(days=1))
     say(f"intake: {intake.counts}")
     settings = {**settings, "fleet": ctx.fleet, "executors": ctx.executors}
     results: list[loop.HourResult] = []
@@ -83,7 +124,7 @@ def run_demo_loop(
     say("simulator: the same jobs with exact run times")
     finished = book.jobs.loc[book.jobs["outcome"] == "finished", "job_id"]
     simulated = simulate_same_jobs(day, n_jobs, ctx.fleet, [ctx.policy, BASELINE_POLICY], job_ids=finished)
-    return LoopDemo(intake, results, issues, book, report, simulated)
+    return LoopDemo(intake, results, issues, book, report, simulated, placed_load(executor, fleet, day))
 
 
 def planning_forecast_models(available) -> list[str] | None:

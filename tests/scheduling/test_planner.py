@@ -783,23 +783,6 @@ def test_plan_store_accepts_plan(tmp_warehouse):
     assert len(back.assignments) == len(plan.assignments)
 
 
-@pytest.mark.parametrize("name", ["priority", "rolling-lp", "optimum"])
-def test_run_longer_than_the_horizon_is_not_placed_and_does_not_break_the_plan(name):
-    # job 1 runs 40 h on a 6-hour horizon (found by bench-plan --hours 48 with slow GPUs: the window index ran past
-    # the padded arrays); it cannot be planned inside the horizon, job 0 still is
-    p = toy_problem(
-        forecast=[[100, 50]] * 6,
-        free=[[1000, 1000]] * 6,
-        gpu=[1000, 1000],
-        dur=[[2, 2], [40, 40]],
-        kw=[[1, 1], [1, 1]],
-        deadline=[6, 60],
-    )
-    out = make_policy(name, learn_prices=False).plan(p)
-    assert out.placed[0] and out.c[0] == 1
-    assert not (out.placed[1] and out.s[1] + 40 <= p.hours)
-
-
 def test_hold_until_the_planned_start_serves_jobs_that_end_before_it():
     """A hold made for a job planned at hour 12 on a node that drains at hour 5: jobs ending by hour 12 may use
     the node in between, one ending later may not; asking again returns the same node with its real drain hour."""
