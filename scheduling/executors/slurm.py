@@ -66,6 +66,7 @@ from scheduling.executors.slurm_cli import (
     DEFAULT_TIMEOUT_S,
     SlurmCli,
     SlurmRefused,
+    SlurmUnavailable,
     discover_nodes,
     drained_nodes,
     epoch,
@@ -242,7 +243,10 @@ class SlurmExecutor(Executor):
         return discover_nodes(self.cli)
 
     def drained_nodes(self, now) -> dict[str, str]:
-        """The nodes Slurm drains (`slurm_cli.drained_nodes`): the plan starts nothing there."""
+        """The nodes Slurm drains (`slurm_cli.drained_nodes`): the plan starts nothing there. When the hour's last
+        call found slurmctld unreachable, SlurmUnavailable at once (asking again would wait its timeout twice)."""
+        if self.cli.unreachable:
+            raise SlurmUnavailable("slurmctld was unreachable at the last call; no drained nodes known")
         return drained_nodes(self.cli)
 
     # ------------------------------------------------------------------------------------------- intake

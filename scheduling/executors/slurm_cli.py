@@ -48,6 +48,7 @@ class SlurmCli:
         self.timeout_s = float(timeout_s)
         self._jobcomp = jobcomp
         self.token_env = token_env
+        self.unreachable = False  # whether the last call found Slurm unreachable (SlurmUnavailable)
 
     def env(self) -> dict[str, str]:
         """The clients' environment: TZ=UTC, SLURM_CONF, and SLURM_JWT from `token_env` (auth/jwt clusters)."""
@@ -63,6 +64,15 @@ class SlurmCli:
 
     def run(self, args: list[str], stdin: str | None = None) -> str:
         """stdout of `args`; SlurmUnavailable when Slurm cannot be reached, SlurmRefused for another error."""
+        try:
+            out = self._run(args, stdin)
+        except SlurmUnavailable:
+            self.unreachable = True
+            raise
+        self.unreachable = False
+        return out
+
+    def _run(self, args: list[str], stdin: str | None) -> str:
         try:
             res = subprocess.run(
                 args, input=stdin, env=self.env(), capture_output=True, text=True, timeout=self.timeout_s
@@ -83,6 +93,7 @@ class SlurmCli:
         errors = [e for e in doc.get("errors", []) if e]
         if errors:
             shown = "; ".join(f"{e.get('source')}: {e.get('description')}" for e in errors)
+            self.unreachable = True
             raise SlurmUnavailable(f"{' '.join(args)}: slurmctld unreachable or failing: {shown}")
         return doc
 
@@ -174,11 +185,16 @@ def discover_nodes(cli: SlurmCli) -> list[dict]:
 
 
 def drained_nodes(cli: SlurmCli) -> dict[str, str]:
-    """Node name -> why Slurm starts no new job there: DRAIN among its states (sinfo shows `draining` while jobs
-    still run, `drained` once idle). Slurm 22.05 gives the base state in `state` and DRAIN in `state_flags`;
-    later versions list every state in `state`. The reason the operator gave comes along."""
+    """Node name -> why Slurm starts no new job there (`drain_reasons` of ``sinfo --json``)."""
+    return drain_reasons(cli.nodes())
+
+
+def drain_reasons(nodes: list[dict]) -> dict[str, str]:
+    """Of sinfo's node records, those with DRAIN among their states (sinfo shows `draining` while jobs still run,
+    `drained` once idle) -> Slurm's states and the reason the operator gave. Slurm 22.05 gives the base state in
+    `state` and DRAIN in `state_flags`; later versions list every state in `state`."""
     out = {}
-    for node in cli.nodes():
+    for node in nodes:
         states = node.get("state")
         words = [str(w).upper() for w in ([states] if isinstance(states, str) else list(states or []))]
         words += [str(w).upper() for w in node.get("state_flags") or [] if str(w).upper() not in words]

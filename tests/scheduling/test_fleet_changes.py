@@ -15,6 +15,7 @@ from scheduling import loop
 from scheduling.domain.fleet import fleet_from_spec
 from scheduling.domain.jobs import generate_jobs
 from scheduling.executors.replay import ReplayExecutor
+from scheduling.executors.slurm_cli import drain_reasons
 from scheduling.planning.session import HourlyPlanner, apply_running, off_fleet_running, plan_hour
 from scheduling.queue.intake import submit_mappings
 
@@ -71,6 +72,28 @@ def test_drain_must_be_true_or_false(value):
         fleet_from_spec(_spec([_node("a"), _node("b", drain=value)]))
 
 
+def test_a_fleet_with_nodes_an_executor_drains():
+    fleet = fleet_from_spec(_spec([_node("a", drain=True), _node("b"), _node("c", gpus=4)]))
+    why = "Slurm state MIXED+DRAIN, reason 'gpu swap'"
+    more = fleet.with_drained({"usw": {"c": why, "a": "again", "elsewhere": why}, "other-cluster": {"b": why}})
+    (cluster,) = more.clusters
+    assert list(cluster.nodes["sn"]) == ["b"] and cluster.config.gpus == 8
+    assert cluster.drained == {"a": "drain: true in the fleet file", "c": why}
+    assert more.capacity_milli.tolist() == [8000] and fleet.capacity_milli.tolist() == [12_000]  # a copy
+    off = off_fleet_running(more, _running(("t/on-c", "usw/c", "1", 1)))  # named as the schedule files name it
+    assert off[["node_state", "reason"]].values.tolist() == [["drained", f"the node is drained ({why})"]]
+
+
+def test_slurm_drain_states_of_both_sinfo_formats():
+    nodes = [
+        {"name": "n1", "state": "idle", "state_flags": ["DRAIN"], "reason": "disk swap"},  # Slurm 22.05
+        {"name": "n2", "state": ["MIXED", "DRAIN"], "reason": ""},  # later versions
+        {"name": "n3", "state": "mixed", "state_flags": ["NOT_RESPONDING"], "reason": "late"},
+        {"name": "n4", "state": ["IDLE"]},
+    ]
+    assert drain_reasons(nodes) == {"n1": "Slurm state IDLE+DRAIN, reason 'disk swap'", "n2": "Slurm state MIXED+DRAIN"}
+
+
 # ------------------------------------------------------------------------------------------------ the planner
 
 
@@ -106,6 +129,15 @@ def test_jobs_on_drained_or_removed_nodes_are_reported_not_bound():
     # the cluster's capacity view holds the jobs on its own nodes (and the one without a node), not the others
     usage = hp.usage(int(T.value // 3_600_000_000_000), 2)
     assert usage[0, :, 0].tolist() == [2000, 2000]
+
+
+def test_a_node_reported_with_its_cluster_prefix_is_bound():
+    """Slurm reports a job it started itself on `<cluster>/<host>`; the fleet file names the node `<host>`."""
+    fleet = fleet_from_spec(_spec([_node("b")]))
+    hp = HourlyPlanner(fleet, generate_jobs(2, T, 1, fleet, seed=1, arrival="all-at-start"), forecasts=None)
+    assert apply_running(hp, _running(("t/own", "usw/b", "2,5", 2)), T).empty
+    binding = hp.agents[0].cluster.bindings["t/own"]
+    assert hp.agents[0].cluster.names[binding.node] == "b" and binding.gpus == (2, 5)
 
 
 def test_a_job_whose_devices_no_longer_fit_its_node_is_reported():
