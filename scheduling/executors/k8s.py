@@ -30,6 +30,13 @@ container runs, until the planned end (or the next hour after `now` once that pa
 annotates the job's live Pods with ``carbonplanner.io/cancelled-at`` (a gated Pod stays gated and holds nothing;
 the release steps skip it) and stops a started one through ``activeDeadlineSeconds``.
 
+Power limits: `set_power_limit(job_id, watts, at, plan_id=)` patches the job's running Pod: the limit in force
+(``carbonplanner.io/power-limit-w``, set at dispatch to the plan's limit) and the change appended to
+``carbonplanner.io/power-limits`` (plan time, the cluster's time, watts, the deciding plan: its idempotency key,
+which `power_change_ref` reads back). The node agent of deploy/kubernetes/ (`power_agent.py`, a DaemonSet) applies
+the limit in force to the Pod's GPUs. `sync` reports a ``power_changed`` event at each change before the run's
+end, and the run's later events carry the limit then in force; `running` reports it.
+
 Settings (the fleet's ``executor:`` block): ``namespace`` (default gpu-jobs), a connection (``context`` /
 ``kubeconfig_path``, or ``host`` + ``token_env`` + ``ca_cert_path``, else in-cluster), ``sharing``
 (`k8s_sharing`), ``clock`` (`clock.PlanClock`), ``fail_open_after_min`` (default 60), ``name``, and ``clusters``:
@@ -69,9 +76,12 @@ from scheduling.executors.k8s_pods import (
     dispatch_key,
     finalizer_removal,
     is_gated,
+    json_pointer,
     main_state,
     pod_item,
     pod_manifest,
+    power_change_patch,
+    power_changes,
     selector,
 )
 from scheduling.executors.k8s_sharing import GpuSharing
@@ -79,11 +89,6 @@ from scheduling.output.schedules import GATE_NAME, NAMESPACE
 
 DEFAULT = "default"
 ENDED = ("Succeeded", "Failed")
-
-
-def _pointer(key: str) -> str:
-    """`key` as a JSON pointer segment (RFC 6901)."""
-    return key.replace("~", "~0").replace("/", "~1")
 
 
 def _without_other_way_in(base: dict, override: dict) -> dict:
@@ -104,6 +109,7 @@ class KubernetesExecutor(Executor):
 
     kind = "kubernetes"
     job_files = ("k8s",)
+    changes_power_limits = True
     SETTINGS = ("name", *CONNECTION_KEYS, "sharing", "clock", "fail_open_after_min", "clusters")
 
     def __init__(
@@ -301,14 +307,19 @@ class KubernetesExecutor(Executor):
         deleted = self._plan(deletion_time(pod))
         if deleted is not None and started is None and ended is None:  # deleted before it ran: it never will
             ended, outcome = deleted, "failed"
-        stream = [("dispatched", plan_time_of(item["plan_id"]))]
+        limit = item.get("power_limit_w")
+        stream = [("dispatched", plan_time_of(item["plan_id"]), limit)]
         if started is not None and (cancelled is None or started < cancelled):
-            stream.append(("started", started))
+            stream.append(("started", started, limit))
         if cancelled is not None and (ended is None or cancelled < ended):
-            stream.append(("cancelled", cancelled))
-        elif ended is not None:
-            stream.append((outcome, ended))
-        return [{**base, "event": event, "event_time": at} for event, at in stream]
+            ended, outcome = cancelled, "cancelled"
+        for change in power_changes(pod):  # made while it ran: each in force from its time on
+            if ended is None or change["at"] < ended:
+                limit = change["watts"]
+                stream.append(("power_changed", change["at"], limit))
+        if ended is not None:
+            stream.append((outcome, ended, limit))
+        return [{**base, "event": event, "event_time": at, "power_limit_w": watts} for event, at, watts in stream]
 
     def sync(self, now, since=None) -> pd.DataFrame:
         since, now = check_window(since, now)
@@ -354,11 +365,69 @@ class KubernetesExecutor(Executor):
                     "queue_job_id": item.get("queue_job_id"),
                     "executor": self.name,
                     "executor_ref": self._ref(connection, pod),
+                    "power_limit_w": self._limit_at(pod, item, now),
                     "end_time": item["end_time"] if item["end_time"] > now else next_hour,
                     "confirmed": "running" in main_state(pod),
                 }
             )
         return typed_frame(rows, RUNNING_COLUMNS).sort_values("job_id", kind="mergesort").reset_index(drop=True)
+
+    # ------------------------------------------------------------------------------------------- power limits
+
+    @staticmethod
+    def _limit_at(pod: dict, item: dict, at: pd.Timestamp) -> float | None:
+        """The power limit in force on the Pod at `at` (plan time): its last change by then, else the dispatch's."""
+        made = [c["watts"] for c in power_changes(pod) if c["at"] <= at]
+        return made[-1] if made else item.get("power_limit_w")
+
+    def _change_ref(self, connection: str, pod: dict, plan_id: str) -> str:
+        return f"{self._ref(connection, pod)}/power-limit/{plan_id}"
+
+    def _live_at(self, pod: dict, at: pd.Timestamp) -> bool:
+        """Whether the Pod's main container runs and had started by `at` (plan time), not cancelled nor deleted."""
+        cancelled = _annotation(pod, CANCELLED_AT)
+        if (pod.get("status") or {}).get("phase") in ENDED or deletion_time(pod) is not None:
+            return False
+        if cancelled is not None and utc(cancelled) <= at:
+            return False
+        running = main_state(pod).get("running")
+        started = self._plan((running or {}).get("startedAt"))
+        return started is not None and started <= at
+
+    def set_power_limit(self, job_id: str, watts: float, at, *, plan_id: str, time_factor: float = 1.0) -> str | None:
+        """Annotate the job's running Pod with the new limit in force and append the change to its list (see
+        `k8s_pods`); the node agent applies it to the Pod's GPUs. The same (plan_id, job_id) again returns the
+        first change's ref and patches nothing; None when no Pod of the job runs at `at`. `time_factor` is unused:
+        the GPUs decide the speed."""
+        at = utc(at)
+        if not (math.isfinite(float(watts)) and float(watts) > 0):
+            raise ValueError(f"job {job_id}: power limit must be a positive number of watts, got {watts!r}")
+        live = None
+        for connection, pod in self.pods():
+            item = pod_item(pod)
+            if item is None or item["job_id"] != str(job_id):
+                continue
+            if any(c["plan_id"] == plan_id for c in power_changes(pod)):
+                return self._change_ref(connection, pod, plan_id)
+            if self._live_at(pod, at):
+                live = (connection, pod)
+        if live is None:
+            return None
+        connection, pod = live
+        earlier = power_changes(pod)
+        if earlier and earlier[-1]["at"] > at:
+            raise ValueError(f"job {job_id}: a power change at {at} comes before the last one ({earlier[-1]['at']})")
+        change = {"at": iso_z(at), "wall": iso_z(self.clock.to_wall(at)), "watts": float(watts), "plan_id": plan_id}
+        self.api(connection).patch(pod["metadata"]["name"], power_change_patch(pod, change))
+        return self._change_ref(connection, pod, plan_id)
+
+    def power_change_ref(self, plan_id: str, job_id: str) -> str | None:
+        for connection, pod in self.pods():
+            item = pod_item(pod)
+            if item is not None and item["job_id"] == str(job_id):
+                if any(c["plan_id"] == plan_id for c in power_changes(pod)):
+                    return self._change_ref(connection, pod, plan_id)
+        return None
 
     # ------------------------------------------------------------------------------------------- cancel
 
@@ -372,7 +441,7 @@ class KubernetesExecutor(Executor):
                 continue
             if (pod.get("status") or {}).get("phase") in ENDED:
                 continue
-            ops = [{"op": "add", "path": f"/metadata/annotations/{_pointer(CANCELLED_AT)}", "value": iso_z(now)}]
+            ops = [{"op": "add", "path": f"/metadata/annotations/{json_pointer(CANCELLED_AT)}", "value": iso_z(now)}]
             began = (pod.get("status") or {}).get("startTime")
             if began is not None:
                 seconds = (self.clock.to_wall(now) - utc(began)).total_seconds()

@@ -13,7 +13,12 @@ waits for the start, image and command from queue.jobs, power limit in the env) 
   (deploy/kubernetes/) releases a still gated Pod without the planner; ``carbonplanner.io/item``: the dispatch
   item's fields in plan time (JSON), from which events and running jobs are reported;
 * the finalizer ``carbonplanner.io/events``: a Pod deleted (the Pod garbage collector, a node drain, ``kubectl
-  delete``) stays readable until the executor has reported its last event, so no run ends unreported.
+  delete``) stays readable until the executor has reported its last event, so no run ends unreported;
+* power limits: ``carbonplanner.io/power-limit-w`` is the GPU power limit in force (the dispatch limit, then each
+  change's), ``carbonplanner.io/power-limits`` the append-only list of changes (JSON objects: ``at`` plan time,
+  ``wall`` the cluster's clock, ``watts``, ``plan_id`` of the deciding plan), from which events are reported; the
+  node agent of deploy/kubernetes/ applies the limit in force to the Pod's GPUs and records it in
+  ``carbonplanner.io/power-limit-applied-w``.
 """
 
 from __future__ import annotations
@@ -37,6 +42,9 @@ ITEM_ANNOTATION = f"{DOMAIN}/item"
 LATEST_START = f"{DOMAIN}/latest-start"
 CANCELLED_AT = f"{DOMAIN}/cancelled-at"
 FINALIZER = f"{DOMAIN}/events"
+POWER_LIMIT = f"{DOMAIN}/power-limit-w"
+POWER_LIMITS = f"{DOMAIN}/power-limits"
+POWER_APPLIED = f"{DOMAIN}/power-limit-applied-w"
 MAIN = "main"
 ITEM_FIELDS = (
     "job_id",
@@ -180,3 +188,46 @@ def main_state(pod: dict) -> dict:
         if status.get("name") == MAIN:
             return status.get("state") or {}
     return {}
+
+
+def watts_text(watts: float) -> str:
+    """A power limit as the annotation holds it: watts, at most two decimals, no trailing zeros."""
+    return f"{round(float(watts), 2):.2f}".rstrip("0").rstrip(".")
+
+
+def power_changes(pod: dict) -> list[dict]:
+    """The Pod's power-limit changes (``at`` as a plan-time Timestamp, ``watts``, ``plan_id``) in order; ValueError
+    naming the Pod when the annotation is not such a list."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(POWER_LIMITS)
+    if not raw:
+        return []
+    name = (pod.get("metadata") or {}).get("name")
+    try:
+        changes = [
+            {"at": utc(c["at"]), "wall": c.get("wall"), "watts": float(c["watts"]), "plan_id": str(c["plan_id"])}
+            for c in json.loads(raw)
+        ]
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ValueError(f"Pod {name}: annotation {POWER_LIMITS} is not a list of changes: {exc}") from None
+    return changes
+
+
+def power_change_patch(pod: dict, change: dict) -> list[dict]:
+    """The JSON patch that appends `change` ({at, wall, watts, plan_id}; times ISO) to the Pod's changes and makes
+    its watts the limit in force. It tests the list as read first, so a concurrent change refuses it (422)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    raw = annotations.get(POWER_LIMITS)
+    history = json.loads(raw) if raw else []
+    base = "/metadata/annotations/"
+    ops = [{"op": "test", "path": base + json_pointer(POWER_LIMITS), "value": raw}] if raw else []
+    value = json.dumps([*history, change], sort_keys=True, separators=(",", ":"))
+    return [
+        *ops,
+        {"op": "add", "path": base + json_pointer(POWER_LIMITS), "value": value},
+        {"op": "add", "path": base + json_pointer(POWER_LIMIT), "value": watts_text(change["watts"])},
+    ]
+
+
+def json_pointer(key: str) -> str:
+    """`key` as a JSON pointer segment (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")

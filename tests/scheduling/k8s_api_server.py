@@ -1,5 +1,6 @@
 """A local Kubernetes API server for tests: a real `http.server` on 127.0.0.1 that speaks enough of the core/v1
-Pod API for create, get, list (equality label selectors), JSON patch (RFC 6902) and delete, keeps Pods in memory
+Pod API for create, get, list (equality label selectors, the field selector spec.nodeName), JSON patch (RFC 6902)
+and delete, keeps Pods in memory
 and records every request. No cluster runs on the test machines; this is what the executor's client calls reach.
 
 It enforces the API rules the executor relies on: a Pod name is unique in its namespace (409), a Pod may not set
@@ -141,6 +142,12 @@ class KubeApiServer:
             selector = parse_qs(url.query).get("labelSelector", [""])[0]
             items = [copy.deepcopy(p) for (ns, _), p in sorted(self.pods.items()) if ns == namespace]
             items = [p for p in items if _matches(p, selector)]
+            fields = parse_qs(url.query).get("fieldSelector", [""])[0]
+            for term in filter(None, fields.split(",")):
+                key, _, value = term.partition("=")
+                if key != "spec.nodeName":
+                    return 400, _status(400, "BadRequest", f"field selector {key!r} not supported here")
+                items = [p for p in items if p["spec"].get("nodeName") == value]
             return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
         if name is None and method == "POST":
             return self._create(namespace, body)
@@ -202,10 +209,21 @@ class KubeApiServer:
 
     # --------------------------------------------------------------------------------- what a kubelet would do
 
-    def run_pod(self, namespace: str, name: str, started: str, finished: str | None = None, exit_code: int = 0):
-        """Mark a Pod started at `started` (and ended at `finished` with `exit_code`), wall-clock ISO times."""
+    def run_pod(
+        self,
+        namespace: str,
+        name: str,
+        started: str,
+        finished: str | None = None,
+        exit_code: int = 0,
+        node: str | None = None,
+    ):
+        """Mark a Pod started at `started` (and ended at `finished` with `exit_code`), wall-clock ISO times; bound
+        to `node` (spec.nodeName, as the scheduler binds it) when given."""
         with self.lock:
             pod = self.pods[(namespace, name)]
+            if node is not None:
+                pod["spec"]["nodeName"] = node
             if finished is None:
                 state, phase = {"running": {"startedAt": started}}, "Running"
             else:
