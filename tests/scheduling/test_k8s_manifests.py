@@ -27,8 +27,8 @@ SHARINGS = {
     "mig": {"mechanism": "mig", "profiles": ["1g.10gb", "3g.40gb", "7g.80gb"]},
     "gpushare": {"mechanism": "gpushare", "gpu_memory_gib": 32},
 }
-KINDS = {"Pod": "V1Pod", "CronJob": "V1CronJob", "ServiceAccount": "V1ServiceAccount", "Role": "V1Role",
-         "RoleBinding": "V1RoleBinding"}  # fmt: skip
+KINDS = {"Pod": "V1Pod", "CronJob": "V1CronJob", "DaemonSet": "V1DaemonSet", "ServiceAccount": "V1ServiceAccount",
+         "Role": "V1Role", "RoleBinding": "V1RoleBinding"}  # fmt: skip
 
 
 class _Response:
@@ -124,6 +124,21 @@ def test_gate_release_manifests_are_valid():
     assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding", "CronJob"]
     for doc in docs:
         check_model(doc)
+
+
+def test_power_agent_manifests_are_valid_and_in_the_kustomization():
+    root = Path(REPO_ROOT) / "deploy/kubernetes"
+    docs = list(yaml.safe_load_all((root / "power-agent.yaml").read_text()))
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding", "DaemonSet"]
+    for doc in docs:
+        check_model(doc)
+    kustomization = yaml.safe_load((root / "kustomization.yaml").read_text())
+    assert "power-agent.yaml" in kustomization["resources"]
+    generated = {g["name"]: g["files"] for g in kustomization["configMapGenerator"]}
+    assert generated["power-agent"] == ["power_agent.py"]
+    assert docs[-1]["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"] == "power-agent"
+    for files in generated.values():
+        assert all((root / f).is_file() for f in files)
 
 
 def test_clock_maps_both_ways():
