@@ -30,7 +30,6 @@ import pandas as pd
 
 from common.timeutil import utc
 from scheduling.domain.progress import Segment, work_done_h
-from scheduling.planning.power_choice import window_intensity_integral
 
 QUANTILES = (0.95, 0.9, 0.75, 0.5)
 RECAP_COLUMNS = (
@@ -102,6 +101,21 @@ class RunTimeError:
 _NORMAL = NormalDist()
 
 
+class _Cumulative:
+    """∫ intensity dt from hour 0 to t, for an hourly series (the last hour's value holds beyond it)."""
+
+    def __init__(self, ci: np.ndarray):
+        self.ci = np.asarray(ci, dtype=float)
+        self.cum = np.concatenate([[0.0], np.cumsum(self.ci)])
+        self.n = len(self.ci)
+
+    def to(self, t):
+        t = np.asarray(t, dtype=float)
+        inside = np.clip(t, 0.0, self.n)
+        hour = np.minimum(inside.astype(np.int64), self.n - 1)
+        return self.cum[hour] + (inside - hour) * self.ci[hour] + np.maximum(t - self.n, 0.0) * self.ci[-1]
+
+
 def recap_running(
     runs: pd.DataFrame,
     fleet,
@@ -137,7 +151,7 @@ def _factor_of(limit_w, lw: np.ndarray, tf: np.ndarray) -> float:
     """The time factor (against the maximum limit) of the option whose limit is `limit_w` (1 when none is)."""
     if limit_w is None or pd.isna(limit_w):
         return 1.0
-    hit = np.flatnonzero(np.isclose(lw, float(limit_w), atol=0.5) & np.isfinite(tf))
+    hit = np.flatnonzero((np.abs(lw - float(limit_w)) <= 0.5) & np.isfinite(tf))
     return float(tf[hit[0]]) if len(hit) else 1.0
 
 
@@ -150,9 +164,7 @@ def _recap_one(run, opts, tf, pw, lw, pue, ci, now, errors, settings) -> dict:
     segments = [Segment(start, tf_dispatch), *(Segment(utc(t), _factor_of(w, lw, tf)) for t, w in history)]
     done = work_done_h(segments, max(now, start))
     current = run.get("power_limit_w")
-    k_cur = (
-        next((int(k) for k in opts if np.isclose(lw[k], float(current), atol=0.5)), None) if pd.notna(current) else None
-    )
+    k_cur = next((int(k) for k in opts if abs(lw[k] - float(current)) <= 0.5), None) if pd.notna(current) else None
     share = float(run["num_gpu"]) * float(run.get("gpu_milli") or 1000) / 1000.0
     kw = share * pw / 1000.0 * pue  # (K,)
     deadline_h = (utc(run["deadline"]) - now).total_seconds() / 3600.0
@@ -170,12 +182,15 @@ def _recap_one(run, opts, tf, pw, lw, pue, ci, now, errors, settings) -> dict:
     def left_at(q):
         return max(work_h * errors.ratio(q, done / work_h) - done, settings.min_left * work_h)
 
+    cum = _Cumulative(ci)
+
     def cost_and_end(a, b, left):
-        """kgCO2e and hours to the end running the next hour at option a, then the rest at b."""
-        first = min(1.0, left * tf[a])
-        rest = max(left - first / tf[a], 0.0) * tf[b]
-        kg = kw[a] * window_intensity_integral(ci, 0.0, first) + kw[b] * window_intensity_integral(ci, first, rest)
-        return float(kg) / 1000.0, first + rest
+        """kgCO2e and hours to the end running the next hour at option(s) a, then the rest at b (arrays or ints)."""
+        first = np.minimum(1.0, left * tf[a])
+        rest = np.maximum(left - first / tf[a], 0.0) * tf[b]
+        at_first = cum.to(first)
+        kg = (kw[a] * at_first + kw[b] * (cum.to(first + rest) - at_first)) / 1000.0
+        return kg, first + rest
 
     if not len(opts) or k_cur is None:
         q = QUANTILES[-1]
@@ -185,23 +200,26 @@ def _recap_one(run, opts, tf, pw, lw, pue, ci, now, errors, settings) -> dict:
                 "draw_kw": np.nan, "changed": False, "reason": "no_options", "quantile": q, "work_left_h": left,
                 "projected_end": end, "projected_end_kept": end, "expected_end": end, "kgco2e": np.nan,
                 "kgco2e_kept": np.nan}  # fmt: skip
-    pairs = [(int(a), int(b)) for a in opts for b in opts]
+    A, B = np.repeat(opts, len(opts)), np.tile(opts, len(opts))  # every (next hour, rest) pair of options
     chosen = None
     for q in QUANTILES:  # the highest quantile at which some pair keeps the deadline
         left = left_at(q)
-        kept_kg, kept_h = cost_and_end(k_cur, k_cur, left)
+        kgs, hs = cost_and_end(A, B, left)
+        kept = int(np.flatnonzero((A == k_cur) & (B == k_cur))[0])
+        kept_kg, kept_h = float(kgs[kept]), float(hs[kept])
         at_risk = kept_h > deadline_h + 1e-9
-        ok = [(kg, a, b, h) for (kg, h), a, b in ((cost_and_end(a, b, left), a, b) for a, b in pairs)]
-        ok = [x for x in ok if x[3] <= deadline_h + 1e-9]
+        ok = hs <= deadline_h + 1e-9
         if at_risk:  # raised now, to one limit for the rest: waiting for the last hour leaves no margin for error
-            ok = [x for x in ok if x[1] == x[2] and tf[x[1]] < tf[k_cur]]
-        if ok:
-            chosen = (q, left, min(ok, key=lambda x: (x[0], x[3])), at_risk)
+            ok &= (A == B) & (tf[A] < tf[k_cur])
+        if ok.any():
+            best = np.flatnonzero(ok)[np.lexsort((hs[ok], kgs[ok]))[0]]
+            chosen = (q, left, (float(kgs[best]), int(A[best]), int(B[best]), float(hs[best])), at_risk)
             break
     if chosen is None:  # no limit keeps the deadline even at the median: the fastest limit
         q, left = QUANTILES[-1], left_at(QUANTILES[-1])
         fastest = int(opts[np.argmin(tf[opts])])
         (kg, h), k_next, reason = cost_and_end(fastest, fastest, left), fastest, "at_risk"
+        kg, h = float(kg), float(h)
     else:
         q, left, (kg, k_next, _, h), at_risk = chosen
         if at_risk:
