@@ -649,26 +649,38 @@ def test_airflow_metadata_database_on_postgres(postgres, tmp_path):
 
 _LAKE_WRITER = r"""
 import json, sys, time
+from pathlib import Path
 import pandas as pd
 from warehouse import db
-writer, batches, rows, start_at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-time.sleep(max(0.0, start_at - time.time()))  # both writers begin together
+writer, other, batches, rows, folder = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5])
+def barrier(step):  # both writers connected: each batch's load begins together (the first race to create the table)
+    (folder / f"{writer}.{step}").touch()
+    deadline = time.monotonic() + 300
+    while not (folder / f"{other}.{step}").exists():
+        if (folder / f"{other}.end").exists() or time.monotonic() > deadline:
+            raise SystemExit(f"writer {other} stopped before batch {step}")
+        time.sleep(0.01)
 spans = []
-for b in range(batches):
-    frame = pd.DataFrame({"n": range(b * rows, (b + 1) * rows), "writer": writer, "batch": b})
-    began = time.time()
-    with db.writer() as con:  # a connection per batch, as each ingest task opens its own
-        result = db.load_batch(con, db.Batch("raw.two_writers", f"{writer}-{b}", "test", frame))
-    spans.append([began, time.time()])
-    assert result.rows == rows and not result.skipped_unchanged, result
+try:
+    for b in range(batches):
+        frame = pd.DataFrame({"n": range(b * rows, (b + 1) * rows), "writer": writer, "batch": b})
+        began = time.time()
+        with db.writer() as con:  # a connection per batch, as each ingest task opens its own
+            barrier(b)
+            result = db.load_batch(con, db.Batch("raw.two_writers", f"{writer}-{b}", "test", frame))
+        spans.append([began, time.time()])
+        assert result.rows == rows and not result.skipped_unchanged, result
+finally:
+    (folder / f"{writer}.end").touch()
 print(json.dumps(spans))
 """
 
 
 def test_ducklake_written_by_two_processes_at_once(extension_directory, postgres, tmp_path):
     """A DuckLake warehouse on the PostgreSQL catalog, written by two processes at once through warehouse.db
-    (writer + load_batch, as every loader writes): afterwards every row and every batch of both is there exactly once,
-    and a read-only reader sees them but cannot write."""
+    (writer + load_batch, as every loader writes), each batch begun together behind a barrier of marker files:
+    afterwards every row and every batch of both is there exactly once, and a read-only reader sees them but cannot
+    write."""
     data = tmp_path / "lake"
     data.mkdir()
     environ = lake_env(
@@ -684,23 +696,30 @@ def test_ducklake_written_by_two_processes_at_once(extension_directory, postgres
     env = {k: v for k, v in os.environ.items() if k not in catalog.ENV_VARS}
     env.update(environ, PYTHONPATH=str(REPO_ROOT), OMP_NUM_THREADS="1")
     batches, rows = 6, 500
-    start_at = time.time() + 4  # after both interpreters have imported pandas and duckdb
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
     writers = [
         subprocess.Popen(
-            [sys.executable, "-c", _LAKE_WRITER, name, str(batches), str(rows), str(start_at)],
+            [sys.executable, "-c", _LAKE_WRITER, name, other, str(batches), str(rows), str(barrier)],
             env=env,
             cwd=REPO_ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for name in ("a", "b")
+        for name, other in (("a", "b"), ("b", "a"))
     ]
     spans = []
-    for proc in writers:
-        out, err = proc.communicate(timeout=180)
-        assert proc.returncode == 0, err[-3000:]
-        spans.append(last_json_list(out))
+    try:
+        for proc in writers:
+            out, err = proc.communicate(timeout=600)
+            assert proc.returncode == 0, err[-3000:]
+            spans.append(last_json_list(out))
+    finally:
+        for proc in writers:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     (a_first, a_last), (b_first, b_last) = ((s[0][0], s[-1][1]) for s in spans)
     assert a_first < b_last and b_first < a_last, f"the writers did not overlap: {spans}"
     reader = catalog.connect(target, read_only=True)
