@@ -137,6 +137,8 @@ def pod_manifest(
             LATEST_START: iso_z(latest_start(row, clock, fail_open_after)),
         }
     )
+    if item["power_limit_w"] is not None:  # the plan's limit as the node agent applies it, not rounded to watts
+        metadata["annotations"][POWER_LIMIT] = watts_text(item["power_limit_w"])
     spec["restartPolicy"] = "Never"
     host = spec.pop("nodeSelector", {}).get("kubernetes.io/hostname")
     if host:

@@ -16,7 +16,7 @@ import sys
 import pandas as pd
 import pytest
 
-from scheduling.executors.k8s_pods import POWER_APPLIED
+from scheduling.executors.k8s_pods import ITEM_ANNOTATION, POWER_APPLIED, POWER_LIMIT, watts_text
 from scheduling.executors.registry import make_executor
 from tests.conftest import REPO_ROOT
 from tests.scheduling.executor_samples import PLAN_TIME, plan_id_at, sample_items
@@ -167,3 +167,10 @@ def test_the_script_runs_one_round_as_its_daemonset_runs_it(cluster, tool, tmp_p
     assert out.returncode == 0, out.stderr
     assert out.stdout == f"{path} -i 0,1 -pl 201\n"
     assert calls() == [["-i", "0,1", "-pl", "201"]] and _applied(api, names["0001"]) == "201"
+
+
+def test_the_agent_reads_the_annotations_the_executor_writes():
+    agent = _agent()
+    assert (agent.LIMIT, agent.APPLIED, agent.ITEM) == (POWER_LIMIT, POWER_APPLIED, ITEM_ANNOTATION)
+    assert [agent.watts_text(w) for w in (250.0, 212.5, 233.25, 199.999)] == [watts_text(w) for w in
+            (250.0, 212.5, 233.25, 199.999)] == ["250", "212.5", "233.25", "200"]  # fmt: skip
