@@ -62,7 +62,9 @@ def test_transform_dag_parses_from_the_manifest_and_is_wired(tmp_path, fresh_man
     dag = _parse(tmp_path)
     assert dag["errors"] == {}
     assert dag["load_mode"] == "dbt_manifest"
-    assert max(dag["duration_s"]) < 2.0, dag["duration_s"]
+    # from the manifest it parses well under a second (benchmarks/bench_dag_parse.py, 2 s budget), `dbt ls` would
+    # take many seconds: load_mode above tells them apart; the time only needs a margin a loaded 2-core host keeps
+    assert max(dag["duration_s"]) < 10.0, dag["duration_s"]
     assert dag["pools"] == ["warehouse"]
     assert {"staging", "intermediate", "marts"} <= set(dag["groups"])
     assert "marts.grid_hourly_model_build" in dag["tasks"] and "publish_marts" in dag["tasks"]
