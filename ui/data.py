@@ -31,7 +31,9 @@ from common.jsonutil import to_jsonable
 from common.timeutil import utc
 from scheduling.domain.fleet import load_fleet
 from scheduling.domain.fleet_file import fleet_path
+from scheduling.executors.power_log import TABLE as POWER_CHANGES
 from scheduling.output.ledger import LEDGER_TABLES, read_ledger
+from scheduling.planning.recap import explain_change
 from scheduling.queue.store import HISTORY, JOBS, UnknownJob, job_document
 from warehouse.db import WarehouseLockTimeout, reader, table_exists
 
@@ -333,4 +335,10 @@ def job_page(con, tenant: str, job_id: str) -> dict:
         )
         found = con.execute("SELECT * FROM marts.carbon_ledger WHERE tenant = ? AND job_id = ?", [tenant, job_id]).df()
         ledger_row = _rows(found)[0] if len(found) else None
-    return {"found": True, **doc, "runs": runs, "ledger": ledger_row}
+    power = []
+    if _has(con, POWER_CHANGES):
+        found = con.execute(
+            f"SELECT * FROM {POWER_CHANGES} WHERE job_id = ? ORDER BY changed_at", [f"{tenant}/{job_id}"]
+        ).df()
+        power = [{**row, "text": explain_change(row)} for row in _rows(found)]
+    return {"found": True, **doc, "runs": runs, "ledger": ledger_row, "power_changes": power}

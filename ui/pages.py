@@ -98,6 +98,7 @@ def overview_page(doc: dict, base: str) -> str:
         ("run-now kgCO2e", t["counterfactual_kgco2e"]),
         ("saving %", t["saving_pct"]),
         ("deadlines met %", t["deadlines_met_pct"]),
+        ("deadline regret %", t.get("deadline_regret_pct")),
         ("jobs", t["jobs"]),
         ("finished", t["finished"]),
         ("failed", t["failed"]),
@@ -123,7 +124,7 @@ def overview_page(doc: dict, base: str) -> str:
         table(
             days,
             ["day", "jobs", "finished", "failed", "realized_kgco2e", "counterfactual_kgco2e", "saving_pct"]
-            + ["deadlines_met_pct"],
+            + ["deadlines_met_pct", "deadline_regret_pct"],
             ("day",),
         ).replace("<table>", '<table id="per-day">', 1),
         "<h2>GPU utilization per cluster</h2>",
@@ -278,6 +279,30 @@ def decision_card(decision: dict) -> str:
     return f'<div class="decision">{"".join(parts)}</div>'
 
 
+def power_timeline(runs: list[dict], changes: list[dict]) -> str:
+    """The job's GPU power limits over time: each attempt's start limit, then every change the hourly plans made
+    while it ran, with its explanation card (its counterfactual: the limit kept)."""
+    rows = [
+        {"at": r.get("started_at"), "attempt": r.get("attempt"), "power_limit_w": r.get("power_limit_w"),
+         "by": f"dispatch ({r.get('plan_id')})"}
+        for r in runs if r.get("started_at") is not None and not pd.isna(r.get("started_at"))
+    ]  # fmt: skip
+    rows += [
+        {"at": c["changed_at"], "attempt": c.get("attempt"), "power_limit_w": c["to_limit_w"],
+         "by": f"{c['reason']} ({c['plan_id']}, {c['status']})"}
+        for c in changes
+    ]  # fmt: skip
+    rows.sort(key=lambda r: str(r["at"]))
+    if not rows:
+        return "<h2>Power limits</h2><p class='note'>Not started yet.</p>"
+    cards = "".join(f'<div class="card power-change"><p>{esc(c["text"])}</p></div>' for c in changes)
+    return (
+        "<h2>Power limits</h2>"
+        + table(rows, ["at", "attempt", "power_limit_w", "by"], ("by",)).replace("<table>", '<table id="power">', 1)
+        + cards
+    )
+
+
 def job_page(doc: dict, base: str) -> str:
     title = f"Job {doc['job']}"
     if not doc.get("found"):
@@ -311,6 +336,7 @@ def job_page(doc: dict, base: str) -> str:
             + ["energy_kwh", "expected_kgco2e", "realized_kgco2e", "outcome"],
             ("cluster", "outcome"),
         ),
+        power_timeline(doc.get("runs") or [], doc.get("power_changes") or []),
         f"<h2>Decisions ({len(decisions)})</h2>",
     ]
     if decisions:

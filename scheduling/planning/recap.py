@@ -252,3 +252,32 @@ def _recap_one(run, opts, tf, pw, lw, pue, ci, now, errors, settings) -> dict:
         "kgco2e": kg,
         "kgco2e_kept": kept_kg,
     }
+
+
+def explain_change(change: dict) -> str:
+    """The explanation card's text of one power-limit change (a `RECAP_COLUMNS` or plan.power_changes row): why,
+    at which run-time quantile, and against its counterfactual, the limit kept."""
+
+    def at(value) -> str:
+        return "?" if value is None or pd.isna(value) else utc(value).strftime("%Y-%m-%d %H:%M")
+
+    def kg(value) -> str:
+        return "?" if value is None or pd.isna(value) else f"{float(value):.3f} kgCO2e"
+
+    verb = "Raised" if float(change["to_limit_w"]) > float(change["from_limit_w"]) else "Lowered"
+    q = f"p{round(100 * float(change['quantile']))}"
+    head = f"{verb} from {float(change['from_limit_w']):.0f} W to {float(change['to_limit_w']):.0f} W"
+    if change["reason"] == "at_risk":
+        why = (
+            f"at risk: at the {q} run time ({float(change['work_left_h']):.2f} h of work left at full power) the "
+            f"run would end {at(change['projected_end_kept'])}, after its deadline {at(change['deadline'])}; now it "
+            f"ends {at(change['projected_end'])}"
+        )
+    else:
+        why = (
+            f"for carbon: the rest of the run emits {kg(change['kgco2e'])} instead of {kg(change['kgco2e_kept'])} at "
+            f"the forecast intensity, and still ends {at(change['projected_end'])} at the {q} run time, before its "
+            f"deadline {at(change['deadline'])}"
+        )
+    kept = f"Limit kept: ends {at(change['projected_end_kept'])}, {kg(change['kgco2e_kept'])}."
+    return f"{head}: {why}. {kept}"

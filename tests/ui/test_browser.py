@@ -122,6 +122,7 @@ def test_overview_shows_the_ledger_figures(browser, airflow, warehouse, tmp_path
         "run-now kgCO2e": f"{totals['counterfactual_kgco2e']:.3f}",
         "saving %": f"{totals['saving_pct']:.3f}",
         "deadlines met %": f"{totals['deadlines_met_pct']:.3f}",
+        "deadline regret %": f"{totals['deadline_regret_pct']:.3f}",
         "jobs": str(totals["jobs"]),
         "finished": str(totals["finished"]),
         "failed": str(totals["failed"]),

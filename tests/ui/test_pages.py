@@ -110,6 +110,29 @@ def test_the_job_page_shows_history_decision_and_realized_carbon(looped, looped_
     assert doc["ledger"]["realized_kgco2e"] > 0 and f"{doc['ledger']['realized_kgco2e']:.3f}" in html
 
 
+def test_the_job_page_shows_the_power_limit_timeline_with_a_card_per_change(looped, looped_warehouse):
+    with reader(looped_warehouse) as con:
+        changed = con.execute(
+            "SELECT job_id, count(*) AS n, min(from_limit_w), min(to_limit_w) FROM plan.power_changes "
+            "WHERE status = 'sent' GROUP BY job_id ORDER BY n DESC, job_id LIMIT 1"
+        ).fetchone()
+        assert changed is not None, "the looped day changes some running job's power limit"
+        job, n = changed[0], changed[1]
+        started = con.execute(
+            "SELECT count(*) FROM raw.job_events WHERE planner_job_id = ? AND event = 'started'", [job]
+        ).fetchone()[0]
+    tenant, job_id = job.split("/")
+    doc = looped.get(f"/api/jobs/{tenant}/{job_id}", headers=TOKEN).json()
+    assert len(doc["power_changes"]) == n
+    for change in doc["power_changes"]:
+        assert f"{change['from_limit_w']:.0f} W to {change['to_limit_w']:.0f} W" in change["text"]
+        assert "Limit kept" in change["text"]
+    html = looped.get(f"/jobs/{tenant}/{job_id}", headers=TOKEN).text
+    timeline = html.split('id="power"', 1)[1].split("</table>", 1)[0]
+    assert timeline.count("<tr>") - 1 == n + min(started, len(doc["runs"]))  # each start, then each change
+    assert html.count('class="card power-change"') == n
+
+
 def test_markup_in_data_or_urls_is_text_and_ids_are_parameters(tmp_warehouse):
     from scheduling.queue.intake import submit_mappings
     from tests.scheduling.queue.helpers import good_job
