@@ -57,8 +57,12 @@ def test_runs_behind_their_plan_are_raised_and_end_sooner(tmp_path, data_dir):
     assert sorted(zip(events["planner_job_id"], pd.to_datetime(events["event_time"], utc=True))) == sorted(
         zip(synced["job_id"], synced["changed_at"])
     )
-    # a raised run ends before it would have at its dispatch limit (replay truth, recomputed here)
+    # a raised run ends before it would have at its dispatch limit (replay truth, recomputed here), and some that
+    # would have missed their deadline at it end by it
     runs = executor.runs().set_index("job_id")
+    with duckdb.connect(str(db), read_only=True) as con:
+        deadline = dict(con.execute("SELECT tenant || '/' || job_id, deadline FROM queue.jobs").fetchall())
+    saved = 0
     for job in raised["job_id"].unique():
         run = runs.loc[job]
         mine = changes[changes["job_id"] == job]
@@ -69,6 +73,9 @@ def test_runs_behind_their_plan_are_raised_and_end_sooner(tmp_path, data_dir):
         assert abs(end_time(segments, float(run["work_h"])) - run["true_end"]) <= pd.Timedelta(microseconds=2)
         if (mine["time_factor"] < 1).all():
             assert run["true_end"] < _end_if_kept(run, mine)
+        due = pd.Timestamp(deadline[job])
+        saved += int(run["true_end"] <= due < _end_if_kept(run, mine))
+    assert saved >= 1, "a run behind its plan was raised and ended by the deadline it would have missed"
     hour = results[-1].as_dict()
     assert {"running_followed", "raised_at_risk", "changed_for_carbon", "projected_late"} <= set(hour["plan"]["power"])
 
