@@ -196,7 +196,8 @@ def make_plan(
     change the limit) get their progress and next
     power limit (`scheduling.planning.recap`, settings `recapping`): `info["recaps"]`, one row per such job."""
     plan_time = utc(as_of).floor("h")
-    fleet = fleet if fleet is not None else plan_fleet(regions, data_dir)
+    # a drained node (FleetCluster.drained) takes no new job: the plan's nodes and capacity leave it out
+    fleet = (fleet if fleet is not None else plan_fleet(regions, data_dir)).schedulable()
     running = running if running is not None else pd.DataFrame()
     arrived = arrived if arrived is not None and len(arrived) else None
     info = {

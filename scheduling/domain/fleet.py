@@ -29,9 +29,10 @@ The YAML file (`FLEET_PATH` selects the hourly plan's, see `scheduling.domain.fl
       - {name: uss-t4, region: us-west, gpu_model: T4, source: openb, gpus: 64}   # sampled: source + gpus
 
 A cluster gives `source` + `gpus` (sampled) or `nodes` and/or `node_groups` (declared), never both. A declared node
-or group with `drain: true` takes no new job: it is left out of the cluster's nodes and capacity, and listed in
-`FleetCluster.drained`; the jobs still running there keep it until they end (the plan reports them).
-`Fleet.with_drained` takes out the nodes an executor's resource manager drains (Slurm's DRAIN) the same way.
+or group with `drain: true` takes no new job: it stays a node of its cluster (the intake still takes jobs only it
+can hold), is listed in `FleetCluster.drained`, and the plan leaves it out of its nodes and capacity
+(`Fleet.schedulable`); the jobs still running there keep it until they end (the plan reports them).
+`Fleet.with_drained` adds the nodes an executor's resource manager drains (Slurm's DRAIN).
 `executor` is recorded and checked here, not run: `kind` is one of EXECUTOR_KINDS and the other keys are its
 settings, which never hold secrets (keys such as `password` or `token` are refused; name an environment variable
 with a `*_env` key or an Airflow Connection with `conn_id`). Every error names the file, the cluster and the field, e.g.
@@ -158,7 +159,7 @@ class ClusterConfig:
 @dataclass
 class FleetCluster:
     config: ClusterConfig
-    nodes: pd.DataFrame  # sn, cpu_milli, memory_mib, gpu, model: the nodes new jobs may start on
+    nodes: pd.DataFrame  # sn, cpu_milli, memory_mib, gpu, model
     # nodes that take no new job (their running jobs end there) -> why: `drain: true` in the file
     # (FILE_DRAIN), or the resource manager's own drain state (`Fleet.with_drained`)
     drained: dict[str, str] = field(default_factory=dict)
@@ -183,6 +184,11 @@ class FleetCluster:
     @property
     def capacity_milli(self) -> int:
         return self.n_gpus * 1000
+
+    def schedulable(self) -> FleetCluster:
+        """This cluster without its drained nodes (`Fleet.schedulable`)."""
+        keep = self.nodes[~self.nodes["sn"].astype(str).isin(self.drained)].reset_index(drop=True)
+        return FleetCluster(self.config, keep, self.drained)
 
     @property
     def max_node_gpus(self) -> int:
@@ -334,20 +340,25 @@ class Fleet:
         return pd.DataFrame(rows)
 
     def with_drained(self, drained: dict[str, dict[str, str]]) -> Fleet:
-        """The fleet with more nodes drained: `drained` maps a cluster to {node: why}; those of its nodes leave
-        `nodes` (and the capacity) for `FleetCluster.drained`. Names a cluster does not have are ignored (an
-        executor may serve several clusters and report all its nodes)."""
+        """The fleet with more nodes drained: `drained` maps a cluster to {node: why}, added to its
+        `FleetCluster.drained`. Names a cluster does not have are ignored (an executor may serve several clusters
+        and report all its nodes)."""
         clusters = []
         for c in self.clusters:
-            more = {n: why for n, why in drained.get(c.name, {}).items() if n in set(c.nodes["sn"].astype(str))}
-            if not more:
-                clusters.append(c)
-                continue
-            keep = c.nodes[~c.nodes["sn"].astype(str).isin(more)].reset_index(drop=True)
-            config = replace(c.config, gpus=int(keep["gpu"].sum())) if c.declared else c.config
-            clusters.append(FleetCluster(config, keep, {**c.drained, **more}))
+            names = set(c.nodes["sn"].astype(str))
+            more = {n: why for n, why in drained.get(c.name, {}).items() if n in names and n not in c.drained}
+            clusters.append(FleetCluster(c.config, c.nodes, {**c.drained, **more}) if more else c)
         out = copy.copy(self)
         out.clusters = clusters
+        return out
+
+    def schedulable(self) -> Fleet:
+        """The fleet a plan starts new jobs on: each cluster without its drained nodes (their running jobs end
+        there; `FleetCluster.drained` still names them). Itself when no node is drained."""
+        if not any(c.drained for c in self.clusters):
+            return self
+        out = copy.copy(self)
+        out.clusters = [c.schedulable() if c.drained else c for c in self.clusters]
         return out
 
     def executors(self) -> dict[str, ExecutorConfig]:
@@ -695,8 +706,8 @@ def _cluster(
 
 
 def _declared_nodes(c: dict, where: str, cluster: str, model: str) -> tuple[pd.DataFrame, tuple[str, ...]]:
-    """(the node frame (NODE_COLUMNS, as sampled clusters have) of a cluster's `nodes` and `node_groups` that take
-    new jobs, the names of those marked `drain: true`)."""
+    """(the node frame (NODE_COLUMNS, as sampled clusters have) of a cluster's `nodes` and `node_groups`, the names
+    of those marked `drain: true`)."""
     rows: list[tuple] = []
     drained: list[str] = []
     used: dict[str, str] = {}  # node name -> the entry that declared it
@@ -707,8 +718,7 @@ def _declared_nodes(c: dict, where: str, cluster: str, model: str) -> tuple[pd.D
         used[name] = label
         if drain:
             drained.append(name)
-        else:
-            rows.append((name, shape[0], shape[1], shape[2], model))
+        rows.append((name, shape[0], shape[1], shape[2], model))
 
     if "nodes" in c:
         for k, node in enumerate(_list(c["nodes"], f"{where}.nodes")):

@@ -50,6 +50,7 @@ class HourlyPlanner:
         data_dir=None,
         reserve_nodes: bool = False,
     ):
+        fleet = fleet.schedulable()  # a drained node takes no new job (its running jobs: `apply_running`)
         if table is None:
             if jobs is None:
                 raise ValueError("jobs or table is required")
@@ -423,12 +424,12 @@ OFF_FLEET_COLUMNS = ["job_id", "cluster", "node", "gpu_devices", "end_time", "no
 
 def off_fleet_running(fleet, running: pd.DataFrame) -> pd.DataFrame:
     """The running jobs of `running` (on the fleet's clusters) whose node the fleet does not plan on: one drained
-    (`FleetCluster.drained`: node_state `drained`) or one the fleet file no longer lists (`removed`). Such a job runs
-    on until it ends, on a node that takes no new job; the plan reports it (OFF_FLEET_COLUMNS)."""
+    (`FleetCluster.drained`: node_state `drained`) or one the fleet file no longer lists (`removed`). Such a job
+    runs on until it ends, on a node that takes no new job; the plan reports it (OFF_FLEET_COLUMNS)."""
     if running is None or not len(running) or "node" not in running.columns:
         return pd.DataFrame(columns=OFF_FLEET_COLUMNS)
     clusters = {c.name: c for c in fleet.clusters}
-    known = {c.name: set(c.nodes["sn"].astype(str)) for c in fleet.clusters}
+    known = {c.name: set(c.nodes["sn"].astype(str)).difference(c.drained) for c in fleet.clusters}
     frames, removed = [], []
     for r in running.itertuples(index=False):
         node, cluster = getattr(r, "node", None), clusters.get(r.cluster)

@@ -52,17 +52,43 @@ def test_drained_nodes_leave_the_clusters_nodes_and_capacity():
     spec["clusters"][0]["node_groups"].append(
         {"count": 3, "name_prefix": "d", "gpus": 4, "cpus": 8, "memory_gib": 64, "drain": True}
     )
-    (cluster,) = fleet_from_spec(spec).clusters
+    fleet = fleet_from_spec(spec)
+    (cluster,) = fleet.clusters
     assert list(cluster.drained) == ["a", "usw-d-1", "usw-d-2", "usw-d-3"]
     assert set(cluster.drained.values()) == {"drain: true in the fleet file"}
-    assert list(cluster.nodes["sn"]) == ["b", "c", "usw-g-1", "usw-g-2"]
-    assert cluster.n_gpus == 8 + 4 + 2 + 2 == cluster.config.gpus
-    fleet = fleet_from_spec(spec)
-    assert fleet.capacity_milli.tolist() == [16_000] and fleet.cpu_capacity.tolist() == [(64 + 64 + 8 + 8) * 1000]
+    # still the cluster's nodes (the intake takes jobs only they can hold); a plan leaves them out
+    assert cluster.n_gpus == 8 + 8 + 4 + 2 + 2 + 3 * 4 == cluster.config.gpus
+    (planned,) = fleet.schedulable().clusters
+    assert list(planned.nodes["sn"]) == ["b", "c", "usw-g-1", "usw-g-2"] and planned.drained == cluster.drained
+    assert fleet.schedulable().capacity_milli.tolist() == [16_000]
+    assert fleet.schedulable().cpu_capacity.tolist() == [(64 + 64 + 8 + 8) * 1000]
+    assert fleet.schedulable().schedulable().capacity_milli.tolist() == [16_000]
+
+
+def test_the_intake_still_takes_a_job_only_a_drained_node_holds(data_dir):
+    """A drain is for a while: a job that needs the drained 8-GPU node is queued, not refused."""
+    from scheduling.queue.checks import FleetFacts, check_jobs
+    from scheduling.queue.spec import parse_job
+
+    fleet = fleet_from_spec(_spec([_node("a", drain=True), _node("b", gpus=4)]))
+    job = {
+        "tenant": "ops",
+        "job_id": "eight",
+        "submitted_at": T.isoformat(),
+        "gpus": 8,
+        "cpu_milli": 4000,
+        "memory_mib": 16384,
+        "job_type": "ResNet-50 (batch size 64)",
+        "est_duration_h": 2.0,
+        "flexibility": 1.0,
+        "home_region": "us-west",
+    }
+    ((_, errors),) = check_jobs([parse_job(job)], FleetFacts.of(fleet, data_dir=data_dir))
+    assert errors == []
 
 
 def test_every_node_drained_leaves_a_cluster_without_capacity():
-    (cluster,) = fleet_from_spec(_spec([_node("a", drain=True)])).clusters
+    (cluster,) = fleet_from_spec(_spec([_node("a", drain=True)])).schedulable().clusters
     assert list(cluster.drained) == ["a"] and cluster.n_gpus == 0 and cluster.nodes.empty
 
 
@@ -76,11 +102,12 @@ def test_a_fleet_with_nodes_an_executor_drains():
     fleet = fleet_from_spec(_spec([_node("a", drain=True), _node("b"), _node("c", gpus=4)]))
     why = "Slurm state MIXED+DRAIN, reason 'gpu swap'"
     more = fleet.with_drained({"usw": {"c": why, "a": "again", "elsewhere": why}, "other-cluster": {"b": why}})
-    (cluster,) = more.clusters
-    assert list(cluster.nodes["sn"]) == ["b"] and cluster.config.gpus == 8
+    (cluster,) = more.schedulable().clusters
+    assert list(cluster.nodes["sn"]) == ["b"]
     assert cluster.drained == {"a": "drain: true in the fleet file", "c": why}
-    assert more.capacity_milli.tolist() == [8000] and fleet.capacity_milli.tolist() == [12_000]  # a copy
-    off = off_fleet_running(more, _running(("t/on-c", "usw/c", "1", 1)))  # named as the schedule files name it
+    assert more.schedulable().capacity_milli.tolist() == [8000]
+    assert fleet.schedulable().capacity_milli.tolist() == [12_000]  # `fleet` itself is left as it was
+    off = off_fleet_running(more.schedulable(), _running(("t/on-c", "usw/c", "1", 1)))  # as schedule files name it
     assert off[["node_state", "reason"]].values.tolist() == [["drained", f"the node is drained ({why})"]]
 
 
