@@ -2,9 +2,9 @@
 
 `ledger(start, end)` sums `marts.carbon_ledger_daily` (per day of submission x tenant x region) over the days in
 [start, end): realized and run-now kgCO2e, the saving, deadlines met and regretted, then per tenant, region and
-day; it also reads the jobs (`marts.carbon_ledger`) and their attempts (`marts.job_runs`) for the charts. `write_ledger_report` writes
-an HTML page with PNG charts: realized vs run-now per day, the saving per region and tenant, planned vs actual
-start, and the run-time estimate's error.
+day; it also reads the jobs (`marts.carbon_ledger`) and their attempts (`marts.job_runs`) for the charts.
+`write_ledger_report` writes an HTML page with PNG charts: realized vs run-now per day, the saving per region and
+tenant, planned vs actual start, and the run-time estimate's error.
 """
 
 from __future__ import annotations
