@@ -3,7 +3,9 @@ feedback the plan service gives the predictor's refiner (`scheduling.models.perf
 
     runs = finished_runs("2021-07-15T12:00Z")       # finished before T, newest `per_key` per job type x GPU model
 
-One row per attempt that ended `finished` before `as_of` (`raw.job_events`: started -> finished), joined with
+One row per attempt that ended `finished` before `as_of` (`raw.job_events`: started -> finished; a run whose power
+limit the plans changed counts its stretches at the dispatch limit's speed, `scheduling.domain.progress`, so that
+`actual_h` is comparable with `planned_h`), joined with
 its assignment in the plan that dispatched it (`plan.assignments`: planned start/end, GPU model and the `speed` the
 plan assumed) and its job (`queue.jobs`: the job type). Failed and cancelled attempts are no observation; nor are
 runs whose plan recorded no speed, nor jobs of a job type the profiles do not know (the planner estimated those with
@@ -17,7 +19,9 @@ from __future__ import annotations
 import pandas as pd
 
 from common.timeutil import utc
+from scheduling.domain.progress import Segment, work_done_h
 from scheduling.executors.events import TABLE as EVENTS
+from scheduling.executors.power_log import TABLE as CHANGES
 from scheduling.models.performance.runs import FEEDBACK_RUNS_PER_KEY, RUN_COLUMNS
 from scheduling.queue import store
 from scheduling.queue.estimate import KNOWN_JOB_TYPES
@@ -66,7 +70,35 @@ def finished_runs(as_of, *, db_path=None, per_key: int = FEEDBACK_RUNS_PER_KEY) 
     frame = frame[frame["job_type"].isin(KNOWN_JOB_TYPES)]
     for col in ("finished_at", "started_at"):
         frame[col] = pd.to_datetime(frame[col], utc=True)
+    frame = _at_dispatch_limit(frame, as_of, db_path)
     return frame[list(COLUMNS)].reset_index(drop=True)
+
+
+def _at_dispatch_limit(frame: pd.DataFrame, as_of, db_path) -> pd.DataFrame:
+    """`actual_h` of the runs whose limit changed mid-run, as the hours they would have taken at their dispatch
+    limit: each stretch's hours over its time factor (`plan.power_changes`) relative to that limit."""
+    with reader(db_path) as con:
+        if frame.empty or not table_exists(con, CHANGES):
+            return frame
+        changes = con.execute(
+            f"SELECT e.plan_id, e.planner_job_id AS job_id, e.attempt, e.event_time, c.time_factor FROM {EVENTS} AS e "
+            f"JOIN {CHANGES} AS c ON c.run_plan_id = e.plan_id AND c.job_id = e.planner_job_id "
+            "AND c.changed_at = e.event_time WHERE e.event = 'power_changed' AND e.event_time < ? "
+            "ORDER BY e.event_time",
+            [utc(as_of).to_pydatetime()],
+        ).df()
+    if changes.empty:
+        return frame
+    frame = frame.copy()
+    by_run = {key: g for key, g in changes.groupby(["plan_id", "job_id", "attempt"], sort=False)}
+    for i, run in frame.iterrows():
+        mine = by_run.get((run["plan_id"], run["job_id"], run["attempt"]))
+        if mine is None:
+            continue
+        segments = [Segment(run["started_at"], 1.0)]
+        segments += [Segment(t, f) for t, f in zip(pd.to_datetime(mine["event_time"], utc=True), mine["time_factor"])]
+        frame.loc[i, "actual_h"] = work_done_h(segments, run["finished_at"])
+    return frame
 
 
 def _has_column(con, table: str, column: str) -> bool:

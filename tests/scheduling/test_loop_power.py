@@ -13,6 +13,7 @@ from scheduling import loop
 from scheduling.domain.progress import Segment, end_time
 from scheduling.executors.power_log import apply_power_changes, read_changes
 from scheduling.executors.replay import ReplayExecutor
+from scheduling.executors.runs import finished_runs
 from scheduling.planning.recap import Recapping
 from scheduling.queue.intake import submit_file
 from scheduling.queue.trace import write_trace_file
@@ -76,6 +77,12 @@ def test_runs_behind_their_plan_are_raised_and_end_sooner(tmp_path, data_dir):
         due = pd.Timestamp(deadline[job])
         saved += int(run["true_end"] <= due < _end_if_kept(run, mine))
     assert saved >= 1, "a run behind its plan was raised and ended by the deadline it would have missed"
+    # runtime feedback sees a changed run at its dispatch limit's speed: the replay's true work, not its wall hours
+    done = finished_runs(DAY + 13 * H, db_path=db, per_key=10_000).set_index("job_id")
+    changed = [j for j in done.index if j in set(changes["job_id"]) and runs.loc[j, "true_end"] < DAY + 13 * H]
+    assert changed
+    for job in changed:
+        assert done.loc[job, "actual_h"] == pytest.approx(runs.loc[job, "work_h"], rel=1e-6)
     hour = results[-1].as_dict()
     assert {"running_followed", "raised_at_risk", "changed_for_carbon", "projected_late"} <= set(hour["plan"]["power"])
 
