@@ -211,8 +211,11 @@ def make_plan(
     info["forecast_source"] = forecasts.name
     info["signal"] = fleet.signal
     power_table = _power_table(fleet, db_path, data_dir, as_of=plan_time)
+    settings = recapping or Recapping()
+    errors = _run_time_error(plan_time, settings, db_path)
+    info["run_time_error"] = {"mu": errors.mu, "sigma": errors.sigma, "runs": errors.runs}
     info["recaps"] = recaps = _recaps(
-        running, fleet, power_table, forecasts, plan_time, horizon_hours, recapping, db_path
+        running, fleet, power_table, forecasts, plan_time, horizon_hours, settings, errors
     )
     if len(recaps):  # a run holds its GPUs until its projected end (at the median), not the plan's first estimate
         ends = dict(zip(recaps["job_id"], recaps["expected_end"]))
@@ -231,6 +234,8 @@ def make_plan(
         power_table=power_table,
         data_dir=data_dir,
         deadline_reserve=float(deadline_reserve),
+        # plans that keep a reserve for runs longer than planned offer slower limits only where a long run still fits
+        option_margin=errors.ratio(settings.option_quantile) if deadline_reserve > 0 else 1.0,
     )
     hp = HourlyPlanner(fleet, None, policy, forecasts, table=table, max_horizon=int(horizon_hours), data_dir=data_dir)
     if arrived is not None:
@@ -251,25 +256,29 @@ def make_plan(
 RUN_DETAILS = ("planned_start", "planned_end", "dispatch_limit_w", "deadline", "changes")
 
 
-def _recaps(running, fleet, power_table, forecasts, plan_time, horizon_h, recapping, db_path) -> pd.DataFrame:
-    """`recap_running` for the running jobs with their run's details (the others: none); the run-time error
-    quantiles come from the runs finished before the plan time."""
+def _run_time_error(plan_time, settings: Recapping, db_path) -> RunTimeError:
+    """Actual / planned run time of the runs finished before the plan time, as `RunTimeError` (its fallback when
+    they cannot be read)."""
+    try:
+        done = finished_runs(plan_time, db_path=db_path, per_key=10_000)
+        ratios = (done["actual_h"] / done["planned_h"]).to_numpy(float)
+    except Exception:  # noqa: BLE001 - unreadable runs: the fallback spread
+        ratios = []
+    return RunTimeError.fit(ratios, settings)
+
+
+def _recaps(running, fleet, power_table, forecasts, plan_time, horizon_h, settings, errors) -> pd.DataFrame:
+    """`recap_running` for the running jobs with their run's details (the others: none)."""
     if running is None or running.empty or not set(RUN_DETAILS).issubset(running.columns):
         return pd.DataFrame(columns=list(RECAP_COLUMNS))
     runs = running[running["planned_start"].notna() & running["deadline"].notna()]
     if runs.empty:
         return pd.DataFrame(columns=list(RECAP_COLUMNS))
-    settings = recapping or Recapping()
-    try:
-        done = finished_runs(plan_time, db_path=db_path, per_key=10_000)
-        ratios = (done["actual_h"] / done["planned_h"]).to_numpy(float)
-    except Exception:  # noqa: BLE001 - unreadable runs: the fallback quantiles
-        ratios = []
     zones = {z: i for i, z in enumerate(forecasts.zones)}
     F, _, _ = forecasts.at(plan_time, int(horizon_h))
     F = F[:, [zones[z] for z in fleet.cluster_zones]]
     options = option_arrays(fleet, power_table, power_aware=True)
-    return recap_running(runs, fleet, options, F, plan_time, RunTimeError.fit(ratios, settings), settings)
+    return recap_running(runs, fleet, options, F, plan_time, errors, settings)
 
 
 def _model_ref(info: dict) -> dict:

@@ -173,7 +173,12 @@ class JobTable:
 
     `deadline_reserve` (fraction, default 0): plan every job to end that share of its fastest run time before its
     deadline (never less spare than it had: a job without room for it keeps its deadline), so that a run longer
-    than its estimate still ends in time; `deadline_h` is that planning deadline."""
+    than its estimate still ends in time; `deadline_h` is that planning deadline.
+
+    `option_margin` (>= 1, default 1): a power option below the default limit is offered to a job only where its
+    run time times `option_margin` fits between the job's submission and its deadline, so that a job with little
+    spare is never slowed into a miss by a run that outlasts its estimate (the loop passes the run-time error's
+    high quantile; the simulator's runs are exact)."""
 
     def __init__(
         self,
@@ -183,9 +188,12 @@ class JobTable:
         power_table: PowerTable | None = None,
         data_dir=None,
         deadline_reserve: float = 0.0,
+        option_margin: float = 1.0,
     ):
         if not 0 <= deadline_reserve < 1:
             raise ValueError(f"deadline_reserve must be in [0, 1), got {deadline_reserve!r}")
+        if not option_margin >= 1.0:
+            raise ValueError(f"option_margin must be >= 1, got {option_margin!r}")
         self.jobs = jobs.reset_index(drop=True)
         self.fleet = fleet
         self.speed_model = speed_model or SpeedModel(data_dir)
@@ -222,6 +230,11 @@ class JobTable:
         )
         self.submit_h = abs_hours(self.jobs["submit_time"])
         self.deadline_h = abs_hours_float(self.jobs["deadline"])
+        if option_margin > 1.0 and n:
+            spare = (self.deadline_h - abs_hours_float(self.jobs["submit_time"]))[:, None, None]
+            risky = self.dur * option_margin > spare
+            risky[:, 0, :] = False  # the default limit is always offered
+            self.dur = np.where(risky, np.inf, self.dur)
         if deadline_reserve > 0:
             fastest = np.where(self.allowed, base, np.inf).min(axis=1)
             fastest = np.where(np.isfinite(fastest), fastest, 0.0)

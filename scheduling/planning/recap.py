@@ -62,6 +62,8 @@ class Recapping:
 
     min_saving: float = 0.03
     carbon_quantile: float = 0.9
+    top_quantile: float = 0.95  # the highest run-time quantile a run is planned at
+    option_quantile: float = 0.99  # pending jobs: slower limits only where a run this long still fits
     min_dwell_h: float = 2.0
     max_changes: int = 6
     min_left: float = 0.05
@@ -202,7 +204,7 @@ def _recap_one(run, opts, tf, pw, lw, pue, ci, now, errors, settings) -> dict:
                 "kgco2e_kept": np.nan}  # fmt: skip
     A, B = np.repeat(opts, len(opts)), np.tile(opts, len(opts))  # every (next hour, rest) pair of options
     chosen = None
-    for q in QUANTILES:  # the highest quantile at which some pair keeps the deadline
+    for q in [q for q in QUANTILES if q <= settings.top_quantile]:  # the highest at which some pair keeps it
         left = left_at(q)
         kgs, hs = cost_and_end(A, B, left)
         kept = int(np.flatnonzero((A == k_cur) & (B == k_cur))[0])

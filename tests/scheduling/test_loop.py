@@ -377,3 +377,21 @@ def test_cli_submit_then_plan_hourly_json(tmp_warehouse, tmp_path, data_dir):
     doc = json.loads(run("plan-hourly", "--as-of", T.isoformat(), "--json", "--schedule-root", str(tmp_path / "s")))
     assert doc["plan"]["plan_id"] == "rolling-lp@2021-07-15T12:00:00Z" and doc["plan"]["n_jobs"] == 10
     assert np.isfinite(doc["plan"]["expected_kgco2e"])
+
+
+def test_slower_limits_are_offered_only_where_a_long_run_still_fits(tmp_warehouse, tmp_path, data_dir):
+    """With an option margin m a job keeps a limit below the default only where its run time there times m fits
+    between its submission and its deadline; the default limit stays everywhere."""
+    _submit_day(tmp_warehouse, tmp_path, data_dir)
+    fleet = plan_fleet(None, data_dir)
+    jobs = pending_job_frame(T, fleet, db_path=tmp_warehouse, data_dir=data_dir)
+    plain = JobTable(jobs, fleet, data_dir=data_dir)
+    margin = JobTable(jobs, fleet, data_dir=data_dir, option_margin=1.4)
+    spare = (abs_hours_float(jobs["deadline"]) - abs_hours_float(jobs["submit_time"]))[:, None, None]
+    expected = np.where(plain.dur * 1.4 > spare, np.inf, plain.dur)
+    expected[:, 0, :] = plain.dur[:, 0, :]
+    np.testing.assert_array_equal(margin.dur, expected)
+    dropped = np.isfinite(plain.dur[:, 1:]) & ~np.isfinite(margin.dur[:, 1:])
+    assert dropped.any() and (np.isfinite(margin.dur[:, 1:]) & np.isfinite(plain.dur[:, 1:])).any()
+    with pytest.raises(ValueError, match="option_margin"):
+        JobTable(jobs, fleet, data_dir=data_dir, option_margin=0.5)
