@@ -31,7 +31,7 @@ from scheduling.tasks import build_ledger
 # the simulator's policies on the same jobs: the loop's policy and the baseline without carbon awareness
 BASELINE_POLICY = "performance-first"
 # the share of the demo fleet's GPU-hours the day's jobs ask for: a busy fleet, where deadlines are at stake
-DEFAULT_DEMO_LOAD = 0.6
+DEFAULT_DEMO_LOAD = 0.8
 
 
 @dataclass
