@@ -106,7 +106,8 @@ def _noop(stage: str) -> None:
     return None
 
 
-def _wall_clock() -> pd.Timestamp:
+def wall_clock() -> pd.Timestamp:
+    """Processing time of a log row (the audit columns; never a plan's time)."""
     return pd.Timestamp.now(tz="UTC")
 
 
@@ -147,7 +148,7 @@ def dispatch(
     db_path=None,
     *,
     batch_size: int = DEFAULT_BATCH_SIZE,
-    clock: Callable[[], pd.Timestamp] = _wall_clock,
+    clock: Callable[[], pd.Timestamp] = wall_clock,
     _fault: Callable[[str], None] = _noop,
 ) -> DispatchResult:
     """Dispatch `items` of `plan_id` to `executor` exactly once (see the module doc); raises DispatchError after

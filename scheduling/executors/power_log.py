@@ -20,7 +20,7 @@ import pandas as pd
 
 from common.timeutil import utc
 from scheduling.executors.base import Executor, plan_time_of
-from scheduling.executors.dispatch_log import _wall_clock, dispatch_lock
+from scheduling.executors.dispatch_log import dispatch_lock, wall_clock
 from warehouse.db import create_tables, reader, table_exists, writer
 
 TABLE = "plan.power_changes"
@@ -116,7 +116,7 @@ def apply_power_changes(
     executor: Executor,
     db_path=None,
     *,
-    clock: Callable[[], pd.Timestamp] = _wall_clock,
+    clock: Callable[[], pd.Timestamp] = wall_clock,
     _fault: Callable[[str], None] = lambda stage: None,
 ) -> dict:
     """Carry out the plan's changes logged for `executor` (see the module doc); `_fault(stage)` is a test hook
