@@ -28,7 +28,10 @@ T0 = pd.Timestamp("2021-07-15T12:00:00Z")
 SECONDS_PER_HOUR = 6
 HOURS = 5
 OUTAGE = T0 + pd.Timedelta(hours=1)  # slurmctld is down while this hour runs
-EXTRA_HOURS = 3  # a loaded machine runs jobs late: more hours until every job ended
+# A loaded machine runs hours and jobs late (an hour may take longer than its SECONDS_PER_HOUR): the loop goes on,
+# hour after hour, until every job has ended or this much wall time has passed. Waits on Slurm: WAIT_S each.
+LOOP_DEADLINE_S = 600
+WAIT_S = 300
 N_JOBS = 20
 
 
@@ -71,7 +74,7 @@ def _jobs() -> list[dict]:
     ]
 
 
-def _wait_idle_queue(executor, timeout_s: float = 30.0) -> None:
+def _wait_idle_queue(executor, timeout_s: float = WAIT_S) -> None:
     deadline = time.monotonic() + timeout_s
     while any(j["job_state"] in ("PENDING", "RUNNING", "COMPLETING") for j in executor.cli.jobs()):
         assert time.monotonic() < deadline, "Slurm jobs still running"
@@ -115,8 +118,12 @@ def test_twenty_jobs_through_the_loop_on_slurm(slurm_cluster, tmp_warehouse, tmp
 
     time.sleep(max(0.0, (wall0 - pd.Timestamp.now(tz="UTC")).total_seconds()))
     settings_of_run = {"db_path": tmp_warehouse, "data_dir": data_dir, "schedule_root": tmp_path / "schedules"}
+    deadline = time.monotonic() + LOOP_DEADLINE_S
     results = loop.run_hours(T0, HOURS, progress=pace, **settings_of_run)
-    while len(results) < HOURS + EXTRA_HOURS and _states(tmp_warehouse) != {"finished": N_JOBS}:
+    while _states(tmp_warehouse) != {"finished": N_JOBS}:
+        assert time.monotonic() < deadline, (
+            f"jobs not all finished after {len(results)} hours: {_states(tmp_warehouse)}"
+        )
         results.append(loop.run_hour(results[-1].plan_time + pd.Timedelta(hours=1), **settings_of_run))
         pace(results[-1])
     down = next(r for r in results if r.plan_time == OUTAGE)
@@ -172,7 +179,7 @@ def _user_job(cluster, folder, name: str, *args) -> str:
     return res.stdout.strip()
 
 
-def _wait_state(executor, ref: str, timeout_s: float = 15.0) -> str:
+def _wait_state(executor, ref: str, timeout_s: float = WAIT_S) -> str:
     """The Slurm job's state once it left PENDING (or PENDING at the timeout)."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -226,8 +233,10 @@ def test_held_jobs_from_slurm_are_imported_planned_and_released_or_moved(
 
     time.sleep(max(0.0, (wall0 - pd.Timestamp.now(tz="UTC")).total_seconds()))
     run = {"db_path": tmp_warehouse, "data_dir": data_dir, "schedule_root": tmp_path / "schedules"}
+    deadline = time.monotonic() + LOOP_DEADLINE_S
     results = loop.run_hours(T0, 3, progress=pace, **run)
-    while len(results) < 8 and _states(tmp_warehouse).get("finished", 0) < 2:
+    while _states(tmp_warehouse).get("finished", 0) < 2:
+        assert time.monotonic() < deadline, f"jobs not finished after {len(results)} hours: {_states(tmp_warehouse)}"
         results.append(loop.run_hour(results[-1].plan_time + pd.Timedelta(hours=1), **run))
         pace(results[-1])
 
@@ -291,7 +300,8 @@ def test_an_adopted_job_slurm_starts_itself_is_followed_and_planned_nowhere_else
     users = tmp_path / "users"
     users.mkdir()
     script = users / "self.sh"
-    script.write_text(f"#!/bin/bash\nsleep {1.5 * SECONDS_PER_HOUR}\necho self ran >> {users}/self.out\n")
+    release = users / "self.release"  # the job runs until the test has seen it running
+    script.write_text(f"#!/bin/bash\nuntil [ -e {release} ]; do sleep 0.2; done\necho self ran >> {users}/self.out\n")
     # a 1-minute time limit is 10 plan hours: Slurm's own latest start (deadline less the limit) is T0 + 1 h, while
     # the planner, for a 0.5 h job, could wait until T0 + 10.5 h
     deadline = clock.to_wall(T0 + pd.Timedelta(hours=11))
@@ -317,9 +327,12 @@ def test_an_adopted_job_slurm_starts_itself_is_followed_and_planned_nowhere_else
     adopting = first.plan["plan_id"]
     assert JobKey.parse(_slurm_job(executor, ref)["name"]) == JobKey(adopting, job, 0, "slurm-v100")
     # no loop hour at T0 + 1: Slurm starts the job itself at its latest start
+    assert _wait_state(executor, ref) == "RUNNING"
     second = loop.run_hour(at_hour(2), **run)
     assert second.sync["entered"] == {"running": 1} and not second.sync["unreachable"]
     assert second.plan["n_running"] == 1 and second.dispatch["sent"] == 0  # bound, not planned again
+    release.touch()
+    _wait_ended(executor, ref)
     third = loop.run_hour(at_hour(3), **run)
     assert third.sync["entered"] == {"finished": 1} and third.dispatch["sent"] == 0
     assert _states(tmp_warehouse) == {"finished": 1}
@@ -342,6 +355,14 @@ def test_an_adopted_job_slurm_starts_itself_is_followed_and_planned_nowhere_else
     assert T0 + pd.Timedelta(hours=1) <= started < T0 + pd.Timedelta(hours=2)
     ((outcome, attempts, realized),) = ledger
     assert (outcome, attempts) == ("finished", 1) and realized > 0
+
+
+def _wait_ended(executor, ref: str, timeout_s: float = WAIT_S) -> None:
+    """Until Slurm has the job among its finished ones."""
+    deadline = time.monotonic() + timeout_s
+    while not any(r["JobId"] == ref for r in executor.cli.finished()):
+        assert time.monotonic() < deadline, f"Slurm job {ref} still not ended after {timeout_s} s"
+        time.sleep(0.3)
 
 
 def _slurm_job(executor, ref: str) -> dict | None:
