@@ -61,7 +61,7 @@ class Recapping:
     """Settings of the hourly power-limit decisions (see the module doc)."""
 
     min_saving: float = 0.03
-    carbon_quantile: float = 0.9
+    carbon_quantile: float = 0.95
     top_quantile: float = 0.95  # the highest run-time quantile a run is planned at
     option_quantile: float = 0.99  # pending jobs: slower limits only where a run this long still fits
     min_dwell_h: float = 2.0
