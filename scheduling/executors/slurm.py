@@ -25,6 +25,14 @@ the inverse, so events are in plan time.
   the planner's bookkeeping cannot; the GPU-milli per node are the same either way. Where the planned indexes
   collide (a run that outlived its plan, an outage), `fit_devices` moves the report to free ones.
 * `cancel`: ``scancel`` of the planned job's live Slurm jobs.
+* `set_power_limit(job_id, watts, at, plan_id=)`: one ``scontrol update`` of the job's running Slurm job (one RPC,
+  so both or neither): its comment's ``power_limit_w`` becomes the limit in force (whole watts), and the change
+  (watts, plan time, deciding plan) is appended to its name (`slurm_job.PowerChange`), which the jobcomp file keeps
+  after the job ends. So `power_change_ref` (the idempotency key is the deciding plan) and the ``power_changed``
+  events of `sync` (at each change's plan time, before the run's end) are reads of Slurm alone, also after squeue
+  forgot the job; `running` reports the last change by `now` as the limit in force. On the node, the watcher the
+  power-limit prolog starts (deploy/slurm/power-limit-watcher.sh) polls the comment and runs ``nvidia-smi -i
+  <SLURM_JOB_GPUS> -pl <W>`` when it changes.
 * `imports` / `adopt` / `drop_import`: users' held jobs marked for carbon-aware planning (`slurm_intake`) go to the
   queue, and are then released to start at their latest timely start, renamed to the key of attempt 0 under the
   adopting hour's plan (``cp|<plan>|<job>|0|<cluster>``: the user's own submission, never a dispatch). `dispatch`
@@ -44,6 +52,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 
 import pandas as pd
 
@@ -80,11 +89,12 @@ from scheduling.executors.slurm_intake import (
     planner_id,
     submission_of,
 )
-from scheduling.executors.slurm_job import JobKey, parse_comment, submission
+from scheduling.executors.slurm_job import MAX_NAME, JobKey, PowerChange, parse_comment, submission, with_power_limit
 from scheduling.output.schedules import node_hostname
 
 LIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING")
 STARTED = ("CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED")
+ALTERABLE = ("CONFIGURING", "RUNNING", "SUSPENDED")  # started and not ending: a power change still matters
 END_EVENT = {"COMPLETED": "finished", "CANCELLED": "cancelled"}  # every other end state: failed
 _IDX = re.compile(r"IDX:([0-9,\-]+)")
 
@@ -129,6 +139,14 @@ def fit_devices(rows: list[dict], gpus_per_node: dict[str, int]) -> list[dict]:
     return out
 
 
+def _limit_at(key: JobKey, note: dict[str, str], at: pd.Timestamp) -> float:
+    """The power limit in force at `at` (plan time): the last change by then, else the comment's (the dispatch's)."""
+    made = [c.watts for c in key.power if c.at <= at]
+    if made:
+        return made[-1]
+    return float(note["power_limit_w"]) if "power_limit_w" in note else math.nan
+
+
 def _time_limit(job: dict, opts: dict[str, str]) -> int:
     """The planned time limit (minutes), cut to what the Slurm job's own deadline leaves after the begin time:
     Slurm ends a job that outlives its deadline (DEADLINE) however long its limit."""
@@ -145,6 +163,7 @@ class SlurmExecutor(Executor):
 
     kind = "slurm"
     job_files: tuple[str, ...] = ()  # it submits from the plan rows
+    changes_power_limits = True
     SETTINGS = (
         "name",
         "conf",
@@ -336,7 +355,8 @@ class SlurmExecutor(Executor):
         running = [(k, j) for k, j in mine if str(j.get("job_state")) != "PENDING"]
         if running and running[0][0] is None:  # a user's job Slurm started at its latest start: the plan takes it
             ref = str(running[0][1]["job_id"])
-            self.cli.update(ref, JobName=key.name())
+            adopted = JobKey.parse(running[0][1].get("name"))  # its power changes so far stay in its name
+            self.cli.update(ref, JobName=replace(key, power=adopted.power if adopted else ()).name())
             self.cli.update(ref, Comment=opts["comment"])
             return ref
         if running:
@@ -390,9 +410,14 @@ class SlurmExecutor(Executor):
                 events.append({**base, "event": "dispatched", "event_time": plan_time_of(key.plan_id)})
             if ran:
                 events.append({**base, "event": "started", "event_time": self.clock.to_plan(start)})
-            if ended and end is not None:
-                event = END_EVENT.get(state, "failed")
-                events.append({**base, "event": event, "event_time": self.clock.to_plan(end)})
+            end_at = self.clock.to_plan(end) if ended and end is not None else None
+            limit = math.nan
+            for change in key.power:  # made while it ran: each in force from its time on
+                if end_at is None or change.at < end_at:
+                    limit = change.watts
+                    events.append({**base, "event": "power_changed", "event_time": change.at, "power_limit_w": limit})
+            if end_at is not None:
+                events.append({**base, "event": END_EVENT.get(state, "failed"), "event_time": end_at})
         frame = typed_frame(events, EVENT_COLUMNS)
         return sort_events(frame[in_window(frame["event_time"], since, now)])
 
@@ -434,7 +459,7 @@ class SlurmExecutor(Executor):
                     "gpu_devices": note.get("gpu_devices") or _devices(job.get("gres_detail")),
                     "gpu_count": count,
                     "gpu_milli": int(note.get("gpu_milli", 1000 if count else 0)),
-                    "power_limit_w": float(note["power_limit_w"]) if "power_limit_w" in note else math.nan,
+                    "power_limit_w": _limit_at(key, note, now),
                     "start_time": start,
                     "end_time": end,
                     "confirmed": confirmed,
@@ -469,11 +494,52 @@ class SlurmExecutor(Executor):
             "gpu_devices": _devices(job.get("gres_detail")),
             "gpu_count": count,
             "gpu_milli": milli,
-            "power_limit_w": math.nan,
+            "power_limit_w": _limit_at(key, parse_comment(job.get("comment")), now),
             "start_time": start,
             "end_time": end,
             "confirmed": True,
         }
+
+    # ------------------------------------------------------------------------------------------- power limits
+
+    def set_power_limit(self, job_id: str, watts: float, at, *, plan_id: str, time_factor: float = 1.0) -> str | None:
+        """Make `watts` the limit in force of the job's running Slurm job from `at` (plan time) and record the change
+        in its name (see the module doc). The same (plan_id, job_id) again returns the first change's ref and
+        updates nothing; None when no Slurm job of `job_id` runs at `at`. `time_factor` is unused: the GPUs decide
+        the speed."""
+        at = utc(at)
+        if not (math.isfinite(float(watts)) and float(watts) > 0):
+            raise ValueError(f"job {job_id}: power limit must be a positive number of watts, got {watts!r}")
+        ref = self.power_change_ref(plan_id, job_id)
+        if ref is not None:
+            return ref
+        live = []
+        for key, job in self._live():
+            start = epoch(job.get("start_time"))
+            if key.job_id != str(job_id) or str(job.get("job_state")) not in ALTERABLE or start is None:
+                continue
+            if self.clock.to_plan(start) <= at:
+                live.append((key, job))
+        if not live:
+            return None
+        key, job = max(live, key=lambda kj: int(kj[1]["job_id"]))
+        if key.power and key.power[-1].at > at:
+            raise ValueError(f"job {job_id}: a power change at {at} comes before the last one ({key.power[-1].at})")
+        name = key.with_change(PowerChange(float(watts), at, plan_id)).name()
+        if len(name) > MAX_NAME:
+            raise ValueError(
+                f"job {job_id} (Slurm job {job['job_id']}): {len(key.power)} power changes fill its job name "
+                f"({len(name)} > {MAX_NAME} characters, Slurm's limit); this change is not made"
+            )
+        ref = str(job["job_id"])
+        self.cli.update(ref, Comment=with_power_limit(job.get("comment"), watts), JobName=name)
+        return f"{ref}/power-limit/{plan_id}"
+
+    def power_change_ref(self, plan_id: str, job_id: str) -> str | None:
+        for ref, (key, _) in self._all_jobs().items():
+            if key.job_id == str(job_id) and any(c.plan_id == plan_id for c in key.power):
+                return f"{ref}/power-limit/{plan_id}"
+        return None
 
     # ------------------------------------------------------------------------------------------- cancel
 

@@ -1,9 +1,12 @@
 """One planned job as a Slurm submission: its name, comment, sbatch options and batch script.
 
 The job name carries the identity Slurm keeps after the job ends (the jobcomp file has the name, not the comment):
-``cp|<plan_id>|<tenant/job_id>|<attempt>|<cluster>``. The comment carries what `running` needs while the job lives
+``cp|<plan_id>|<tenant/job_id>|<attempt>|<cluster>``, and once a later plan changes the running job's power limit,
+a sixth field with every change so far (`PowerChange`: ``<watts>@<plan time>@<deciding plan_id>``, comma-joined),
+so that the changes outlive the job too. The comment carries what `running` needs while the job lives
 (``plan= job= attempt= cluster= node= gpu_devices= gpu_count= gpu_milli= power_limit_w= planned_start=
-planned_end=``, plan time), and the power-limit prolog reads it (deploy/slurm/prolog-power-limit.sh).
+planned_end=``, plan time; ``power_limit_w`` is the limit in force, rounded to whole watts), and the node side reads
+it: the power-limit prolog at the start and its watcher while the job runs (deploy/slurm/).
 
 Options: ``--begin`` at the planned start on the wall clock (fail-open: Slurm starts the job then, planner or not;
 never a hold), ``--time`` the planned run time x `time_limit_factor`, ``--deadline`` the job's deadline when it
@@ -19,8 +22,9 @@ arguments as ``srun arg1 arg2 ...``, each word quoted, so that Slurm never gets 
 from __future__ import annotations
 
 import math
+import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
@@ -31,27 +35,60 @@ from scheduling.output.schedules import command_args, node_hostname, srun_line
 
 PREFIX = "cp"
 SEP = "|"
+MAX_NAME = 1024  # the longest job name slurmctld takes (longer: "Pathname ... too long")
+_PLAN_ID = re.compile(r"^[^\s|,=]+$")  # what a plan id may hold inside a job name (jobcomp splits on blanks, "=")
+
+
+@dataclass(frozen=True)
+class PowerChange:
+    """One change of a running job's GPU power limit: `watts` per GPU from `at` (plan time), decided by `plan_id`."""
+
+    watts: float
+    at: pd.Timestamp
+    plan_id: str
+
+    def text(self) -> str:
+        if not _PLAN_ID.match(self.plan_id):
+            raise ValueError(f"plan id {self.plan_id!r} cannot go into a Slurm job name (blank, '|', ',' or '=')")
+        return f"{round(float(self.watts), 2):.2f}".rstrip("0").rstrip(".") + f"@{iso_z(self.at)}@{self.plan_id}"
+
+    @classmethod
+    def parse(cls, text: str) -> PowerChange:
+        watts, at, plan_id = text.split("@", 2)
+        return cls(float(watts), utc(at), plan_id)
 
 
 @dataclass(frozen=True)
 class JobKey:
-    """Who a Slurm job is to the planner."""
+    """Who a Slurm job is to the planner, and the power-limit changes made to it while it ran (not its identity)."""
 
     plan_id: str
     job_id: str  # planner id, tenant/job_id
     attempt: int
     cluster: str
+    power: tuple[PowerChange, ...] = field(default=(), compare=False)
 
     def name(self) -> str:
-        return SEP.join((PREFIX, self.plan_id, self.job_id, str(self.attempt), self.cluster))
+        parts = [PREFIX, self.plan_id, self.job_id, str(self.attempt), self.cluster]
+        if self.power:
+            parts.append(",".join(c.text() for c in self.power))
+        return SEP.join(parts)
+
+    def with_change(self, change: PowerChange) -> JobKey:
+        return replace(self, power=(*self.power, change))
 
     @classmethod
     def parse(cls, name: str | None) -> JobKey | None:
-        """The key of a job name this executor gave, else None (other users' jobs)."""
+        """The key of a job name this executor gave, else None (other users' jobs). A power history that does not
+        parse raises ValueError naming the job name (a hand-edited name is reported, never read as no change)."""
         parts = str(name or "").split(SEP)
-        if len(parts) != 5 or parts[0] != PREFIX or not parts[3].isdigit():
+        if len(parts) not in (5, 6) or parts[0] != PREFIX or not parts[3].isdigit():
             return None
-        return cls(parts[1], parts[2], int(parts[3]), parts[4])
+        try:
+            power = tuple(PowerChange.parse(t) for t in parts[5].split(",")) if len(parts) == 6 else ()
+        except ValueError as exc:
+            raise ValueError(f"Slurm job name {name!r}: bad power-limit history ({exc})") from None
+        return cls(parts[1], parts[2], int(parts[3]), parts[4], power)
 
     @property
     def tenant_and_queue_id(self) -> tuple[str | None, str]:
@@ -60,6 +97,19 @@ class JobKey:
 
 def parse_comment(text: str | None) -> dict[str, str]:
     return dict(part.split("=", 1) for part in str(text or "").split() if "=" in part)
+
+
+_LIMIT_WORD = re.compile(r"(?<!\S)power_limit_w=\S*")
+
+
+def with_power_limit(comment: str | None, watts: float) -> str:
+    """`comment` with its ``power_limit_w`` word set to `watts` (whole watts, what nvidia-smi takes), every other
+    word as it was (a user's own comment keeps its fields); appended when it has none."""
+    word = f"power_limit_w={int(round(float(watts)))}"
+    text = str(comment or "").strip()
+    if _LIMIT_WORD.search(text):
+        return _LIMIT_WORD.sub(word, text, count=1)
+    return f"{text} {word}".strip()
 
 
 def _value(row: dict, key: str):

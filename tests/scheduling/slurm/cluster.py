@@ -7,7 +7,8 @@
 
 GPU GRES need character devices, so the folder holds /dev/nvidia-like nodes made with mknod (root only). The
 prolog runs with an `nvidia-smi` first on its PATH that only records its arguments (there are no GPUs here), so
-the shipped power-limit prolog is checked as it is. The
+the shipped power-limit prolog and the watcher it starts are checked as they are (the watcher polling every
+second). The
 scheduler runs every second (`sched_interval=1,bf_interval=1`) so a job starts within a second of its begin time.
 Recipe and pitfalls: docs/operating.md, "Run it on your Slurm cluster".
 """
@@ -60,7 +61,7 @@ ReturnToService=2
 MpiDefault=none
 MailProg=/bin/true
 MessageTimeout=5
-MinJobAge=600
+MinJobAge={min_job_age}
 Prolog={prolog}
 GresTypes=gpu,shard
 NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 CPUs={cpus} Boards=1 SocketsPerBoard=1 CoresPerSocket={cpus} \
@@ -100,9 +101,10 @@ def _free_port() -> int:
 class LocalSlurm:
     """One node, one partition; every daemon's pid is kept and only those are stopped."""
 
-    def __init__(self, folder: Path, prolog: Path | None = None):
+    def __init__(self, folder: Path, prolog: Path | None = None, min_job_age_s: int = 600):
         self.dir = Path(folder)
         self.prolog = prolog
+        self.min_job_age_s = min_job_age_s  # how long squeue lists an ended job (then only the jobcomp file has it)
         self.procs: dict[str, subprocess.Popen] = {}
         self.munged_pid: int | None = None
 
@@ -132,8 +134,10 @@ class LocalSlurm:
         host = socket.gethostname().split(".")[0]
         prolog = "/bin/true"
         if self.prolog is not None:  # slurmd gives prologs no PATH: the wrapper puts the recorder first
-            prolog = d / "prolog.sh"
-            prolog.write_text(f"#!/bin/sh\nPATH={d}/bin:/usr/sbin:/usr/bin:/sbin:/bin exec {self.prolog}\n")
+            prolog = d / "prolog.sh"  # and makes the power-limit watcher it starts poll every second
+            prolog.write_text(
+                f"#!/bin/sh\nPATH={d}/bin:/usr/sbin:/usr/bin:/sbin:/bin POWER_LIMIT_POLL_S=1 exec {self.prolog}\n"
+            )
             prolog.chmod(0o755)
         self.conf.write_text(
             CONF.format(
@@ -145,6 +149,7 @@ class LocalSlurm:
                 gpus=GPUS,
                 shards=GPUS * SHARDS_PER_GPU,
                 prolog=prolog,
+                min_job_age=self.min_job_age_s,
                 ctld_port=_free_port(),
                 slurmd_port=_free_port(),
             )
