@@ -15,9 +15,9 @@ The limit for the next hour is the first of the cheapest pair (limit for the nex
 end at that quantile keeps the deadline: kgCO2e = draw (kW, PUE) x the forecast intensity integrated over the
 hours it runs at each. A change is made when the current limit no longer keeps the deadline (`at_risk`: the
 cheapest faster limit that keeps it for the whole rest, raised now, else the fastest limit) or, for carbon, when the
-deadline holds at the `carbon_quantile` or higher, the change saves at least `min_saving` of the rest of the run's
-forecast carbon, the last change is `min_dwell_h` old and the run has changed fewer than `max_changes` times. Its
-counterfactual is the limit kept.
+changed run still ends by its deadline at the `carbon_quantile` (p99), the change saves at least `min_saving` of
+the rest of the run's forecast carbon, the last change is `min_dwell_h` old and the run has changed fewer than
+`max_changes` times. Its counterfactual is the limit kept.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class Recapping:
     """Settings of the hourly power-limit decisions (see the module doc)."""
 
     min_saving: float = 0.03
-    carbon_quantile: float = 0.95
+    carbon_quantile: float = 0.99
     top_quantile: float = 0.95  # the highest run-time quantile a run is planned at
     option_quantile: float = 0.99  # pending jobs: slower limits only where a run this long still fits
     min_dwell_h: float = 2.0
@@ -223,7 +223,7 @@ def _recap_one(run, opts, tf, pw, lw, pue, ci, now, errors, settings) -> dict:
         (kg, h), k_next, reason = cost_and_end(fastest, fastest, left), fastest, "at_risk"
         kg, h = float(kg), float(h)
     else:
-        q, left, (kg, k_next, _, h), at_risk = chosen
+        q, left, (kg, k_next, k_rest, h), at_risk = chosen
         if at_risk:
             reason = "at_risk"
         elif k_next == k_cur:
@@ -232,7 +232,8 @@ def _recap_one(run, opts, tf, pw, lw, pue, ci, now, errors, settings) -> dict:
             last = utc(history[-1][0]) if history else start
             calm = (now - last).total_seconds() / 3600.0 >= settings.min_dwell_h and len(history) < settings.max_changes
             saves = kept_kg - kg >= settings.min_saving * kept_kg
-            sure = q >= settings.carbon_quantile
+            # a change for carbon keeps the deadline even for a run as long as the carbon quantile says
+            sure = float(cost_and_end(k_next, k_rest, left_at(settings.carbon_quantile))[1]) <= deadline_h + 1e-9
             reason = "carbon" if (calm and saves and sure) else "keep"
         if reason == "keep":
             k_next, kg, h = k_cur, kept_kg, kept_h
