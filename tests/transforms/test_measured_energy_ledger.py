@@ -114,9 +114,15 @@ def test_job_runs_take_the_jobs_own_meters_as_measured_energy(ledger_warehouse):
     resnet_kwh = emissions.loc[emissions["project_name"] == "lab/resnet50-cc", "energy_consumed"].iloc[-1]
     zeus = pd.read_csv(ZEUS)
     vit_kwh = zeus[["gpu0_energy", "gpu1_energy"]].to_numpy().sum() / 3.6e6
+    with reader(ledger_warehouse) as con:  # the run (12:05-12:57) lies in one hour: DE's intensity then
+        (de_noon,) = con.execute(
+            "SELECT carbon_intensity_direct_gco2_per_kwh FROM marts.grid_hourly WHERE region = 'DE' AND hour_utc = ?",
+            [T0],
+        ).fetchone()
     kwh, source, meter, _, kg, ci = runs["lab/resnet50-cc"]
     assert (source, meter) == ("measured", "codecarbon") and kwh == pytest.approx(resnet_kwh, rel=1e-12)
-    assert kg == pytest.approx(kwh * ci / 1000.0)  # the measured energy at the zone's intensity over the run
+    assert ci == pytest.approx(de_noon, rel=1e-12)
+    assert kg == pytest.approx(resnet_kwh * de_noon / 1000.0, rel=1e-9)  # the measured energy at the zone's intensity
     kwh, source, meter, *_ = runs["lab/vit-zeus"]
     assert (source, meter) == ("measured", "zeus") and kwh == pytest.approx(vit_kwh, rel=1e-12)
     kwh, source, meter, runtime_h, *_ = runs["lab/plain"]
