@@ -22,6 +22,7 @@ from pathlib import Path
 import duckdb
 
 from tests.e2e.harness import AirflowServer
+from warehouse.db import writer
 
 AS_OF = "2021-07-15T12:00:00Z"
 NEXT_HOUR = "2021-07-15T13:00:00Z"
@@ -77,6 +78,18 @@ def _file_hashes(root: Path | None) -> dict[str, str]:
     }
 
 
+def _wait_running(server: AirflowServer, runs: dict[str, str], timeout_s: float = 300) -> None:
+    """Poll until every run {dag_id: run_id} is running (their tasks wait for the warehouse meanwhile)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        states = {dag_id: server.run_info(dag_id, run_id).get("state") for dag_id, run_id in runs.items()}
+        if all(state == "running" for state in states.values()):
+            return
+        assert not {"success", "failed"} & set(states.values()), f"a run ended while the warehouse was held: {states}"
+        assert time.monotonic() < deadline, f"runs not all running after {timeout_s} s: {states}"
+        time.sleep(1)
+
+
 def _asset_triggered_run(server: AirflowServer, dag_id: str, timeout_s: float = 180) -> str:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -106,10 +119,13 @@ def test_ingest_transform_forecast_plan_through_rest_api(tmp_path, data_dir):
     timings = {}
     t0 = time.monotonic()
     try:
-        # Two DAGs writing the warehouse at the same time: both must succeed (one-slot pool + file lock).
+        # Two DAGs writing the warehouse at the same time: both must succeed (one-slot pool + file lock). The test
+        # holds the warehouse's writer lock until both runs have started, so they overlap however slow the host.
         # transform stays paused meanwhile: Airflow 3 queues Asset events only for unpaused DAGs (so these two
         # events start nothing, by design); it runs once, from ingest_grid's event below.
-        both = {dag_id: server.trigger(dag_id) for dag_id in ("ingest_cluster", "ingest_energy")}
+        with writer(warehouse):
+            both = {dag_id: server.trigger(dag_id) for dag_id in ("ingest_cluster", "ingest_energy")}
+            _wait_running(server, both)
         for dag_id, run_id in both.items():
             _ok(server, dag_id, run_id)
         spans = [server.run_info(d, r) for d, r in both.items()]
