@@ -225,10 +225,11 @@ class SlurmExecutor(Executor):
         jobs = self.cli.jobs() if jobs is None else jobs
         return [j for j in jobs if is_marked(j) and self._mine(j.get("partition"))]
 
-    def _all_jobs(self) -> dict[str, tuple[JobKey, dict]]:
-        """Slurm job id -> (key, a normalised record) from squeue and the jobcomp file (which wins once ended)."""
+    def _all_jobs(self, jobs: list[dict] | None = None) -> dict[str, tuple[JobKey, dict]]:
+        """Slurm job id -> (key, a normalised record) from squeue (`jobs`: as read already) and the jobcomp file
+        (which wins once ended)."""
         out: dict[str, tuple[JobKey, dict]] = {}
-        for key, job in self._live():
+        for key, job in self._live(jobs):
             out[str(job["job_id"])] = (
                 key,
                 {
@@ -510,11 +511,12 @@ class SlurmExecutor(Executor):
         at = utc(at)
         if not (math.isfinite(float(watts)) and float(watts) > 0):
             raise ValueError(f"job {job_id}: power limit must be a positive number of watts, got {watts!r}")
-        ref = self.power_change_ref(plan_id, job_id)
+        jobs = self.cli.jobs()
+        ref = self._power_change_ref(plan_id, job_id, jobs)
         if ref is not None:
             return ref
         live = []
-        for key, job in self._live():
+        for key, job in self._live(jobs):
             start = epoch(job.get("start_time"))
             if key.job_id != str(job_id) or str(job.get("job_state")) not in ALTERABLE or start is None:
                 continue
@@ -536,7 +538,10 @@ class SlurmExecutor(Executor):
         return f"{ref}/power-limit/{plan_id}"
 
     def power_change_ref(self, plan_id: str, job_id: str) -> str | None:
-        for ref, (key, _) in self._all_jobs().items():
+        return self._power_change_ref(plan_id, job_id)
+
+    def _power_change_ref(self, plan_id: str, job_id: str, jobs: list[dict] | None = None) -> str | None:
+        for ref, (key, _) in self._all_jobs(jobs).items():
             if key.job_id == str(job_id) and any(c.plan_id == plan_id for c in key.power):
                 return f"{ref}/power-limit/{plan_id}"
         return None
