@@ -31,7 +31,7 @@ import pandas as pd
 from common.timeutil import utc
 from scheduling.domain.progress import Segment, work_done_h
 
-QUANTILES = (0.95, 0.9, 0.75, 0.5)
+QUANTILES = (0.99, 0.95, 0.9, 0.75, 0.5)
 RECAP_COLUMNS = (
     "job_id",
     "plan_id",  # the run's (its dispatch plan)
@@ -62,7 +62,7 @@ class Recapping:
 
     min_saving: float = 0.03
     carbon_quantile: float = 0.99
-    top_quantile: float = 0.95  # the highest run-time quantile a run is planned at
+    top_quantile: float = 0.99  # the highest run-time quantile a run is planned at
     option_quantile: float = 0.99  # pending jobs: slower limits only where a run this long still fits
     min_dwell_h: float = 2.0
     max_changes: int = 6
