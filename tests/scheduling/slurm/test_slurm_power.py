@@ -1,7 +1,9 @@
 """Power-limit changes of running jobs on a real slurmctld: the executor records each change in the Slurm job (the
 comment's limit in force, the name's history), the watcher the shipped prolog starts on the node applies it with the
 GPU tool (a recorder here: no GPUs), and the changes come back as `power_changed` events, also from the jobcomp file
-once squeue has forgotten the job. Then a change through the action log, killed mid-change, made once."""
+once squeue has forgotten the job. Then a change through the action log, killed mid-change, made once, and loop
+hours on Slurm until one decides a change, killed mid-change and run again: each change reaches Slurm and the GPUs
+once, and comes back into raw.job_events."""
 
 from __future__ import annotations
 
@@ -12,12 +14,18 @@ import tempfile
 import time
 from pathlib import Path
 
+import duckdb
 import pandas as pd
 import pytest
+import yaml
 
+from scheduling import loop
+from scheduling.executors.clock import PlanClock
 from scheduling.executors.power_log import apply_power_changes, read_changes, record_decisions
 from scheduling.executors.registry import make_executor
 from scheduling.executors.slurm_job import JobKey, PowerChange, with_power_limit
+from scheduling.queue.intake import submit_mappings
+from scheduling.service import plan_fleet
 from tests.conftest import REPO_ROOT
 from tests.scheduling.executor_samples import PLAN_TIME, plan_id_at, sample_items
 from tests.scheduling.slurm.cluster import NODE, LocalSlurm, missing_packages
@@ -236,4 +244,119 @@ def test_the_power_history_in_a_job_name_round_trips_and_bad_text_is_refused():
     )
     assert with_power_limit("carbon-aware job_type='ResNet-50 (batch size 64)'", 200) == (
         "carbon-aware job_type='ResNet-50 (batch size 64)' power_limit_w=200"
+    )
+
+
+LOOP_T0 = pd.Timestamp("2021-07-15T12:00:00Z")
+LOOP_SECONDS_PER_HOUR = 5
+
+
+def _loop_fleet(path: Path, settings: dict) -> None:
+    nodes = make_executor("slurm", {"conf": settings["conf"]}).nodes()
+    spec = {
+        "version": 1,
+        "regions": {"us-west": {"zone": "CISO"}},
+        "gpu_models": {"V100": {"idle_w": 40, "peak_w": 300, "gavel": "v100"}},
+        "clusters": [
+            {
+                "name": "slurm-v100",
+                "region": "us-west",
+                "gpu_model": "V100",
+                "nodes": [{k: n[k] for k in ("name", "gpus", "cpus", "memory_mib")} for n in nodes],
+                "executor": {"kind": "slurm", **settings},
+            }
+        ],
+    }
+    path.write_text(yaml.safe_dump(spec))
+
+
+def test_a_loop_hours_power_change_reaches_slurm_once(slurm_forgetful, tmp_warehouse, tmp_path, data_dir, monkeypatch):
+    """Loop hours (one plan hour = 5 s of wall clock) run jobs on Slurm until an hour decides a power change of a
+    running job. That hour is killed after Slurm took the first change and before the action log's mark; run again,
+    and once more, each job's Slurm name holds its change once, the GPUs got it once, and the next hour's sync loads
+    it as a `power_changed` event at the deciding plan's time."""
+    wall0 = pd.Timestamp.now(tz="UTC").ceil("s") + pd.Timedelta(seconds=2)
+    clock = PlanClock.from_settings(LOOP_T0, wall0, LOOP_SECONDS_PER_HOUR)
+    settings = {
+        "conf": str(slurm_forgetful.conf),
+        "output": str(slurm_forgetful.dir / "loop-%j.txt"),
+        "plan_origin": LOOP_T0.isoformat(),
+        "wall_origin": wall0.isoformat(),
+        "seconds_per_hour": LOOP_SECONDS_PER_HOUR,
+    }
+    fleet_path = tmp_path / "fleet.yaml"
+    _loop_fleet(fleet_path, settings)
+    monkeypatch.setenv("FLEET_PATH", str(fleet_path))
+    fleet = plan_fleet(None, data_dir)
+    jobs = [
+        {
+            "tenant": "lab",
+            "job_id": f"long-{i}",
+            "submitted_at": (LOOP_T0 - H).isoformat(),
+            "gpus": 1,
+            "gpu_milli": 1000,
+            "cpu_milli": 1000,
+            "memory_mib": 1024,
+            "job_type": "ResNet-50 (batch size 64)",
+            "est_duration_h": 6.0,
+            "deadline": (LOOP_T0 + 10 * H).isoformat(),
+            "home_region": "us-west",
+            "command": "sleep 60",
+        }
+        for i in range(4)
+    ]
+    report = submit_mappings(jobs, source="test", as_of=LOOP_T0, db_path=tmp_warehouse, data_dir=data_dir)
+    assert report.counts["accepted"] == len(jobs), report.rejected[:3]
+    executor = make_executor("slurm", settings)
+    executors = dict.fromkeys(fleet.names, executor)
+    run = dict(db_path=tmp_warehouse, data_dir=data_dir, schedule_root=tmp_path / "s", fleet=fleet)
+    for h in range(12):
+        at = LOOP_T0 + h * H
+        time.sleep(max(0.0, (clock.to_wall(at) - pd.Timestamp.now(tz="UTC")).total_seconds()))
+        ctx = loop.context(at, executors=executors, **run)
+        loop.sync(ctx)
+        plan, _, pending = loop.plan(ctx)
+        if len(read_changes(ctx.plan_id, tmp_warehouse)):
+            break
+        loop.dispatch_plan(ctx, plan, pending)
+    else:
+        pytest.fail("no hour decided a power change")
+    decided = read_changes(ctx.plan_id, tmp_warehouse).set_index("job_id")
+    gpus = {}  # job -> the GPUs Slurm gave its running Slurm job
+    for job in executor.cli.jobs():
+        key = JobKey.parse(job["name"])
+        if key is not None and key.job_id in decided.index and job["job_state"] == "RUNNING":
+            gpus[key.job_id] = _slurm_gpus(job)
+    assert sorted(gpus) == sorted(decided.index)
+    lines = {job: f"-i {gpus[job]} -pl {round(float(decided.loc[job, 'to_limit_w']))}" for job in decided.index}
+    calls = slurm_forgetful.nvidia_smi_calls
+    before = {job: calls.count(line) for job, line in lines.items()}
+
+    def crash(stage):
+        if stage == "called":
+            raise KeyboardInterrupt("killed after Slurm took the first change")
+
+    with pytest.raises(KeyboardInterrupt):
+        apply_power_changes(ctx.plan_id, executor, tmp_warehouse, _fault=crash)
+    first, again = (loop.dispatch_plan(ctx, plan, pending)["power"] for _ in range(2))
+    assert (first["reconciled"], first["sent"], first["failed"]) == (1, len(decided) - 1, {})
+    assert (again["skipped"], again["sent"], again["reconciled"]) == (len(decided), 0, 0)
+    logged = read_changes(ctx.plan_id, tmp_warehouse).set_index("job_id")
+    assert set(logged["status"]) == {"sent"}
+    changed = {JobKey.parse(j["name"]).job_id: JobKey.parse(j["name"]).power for j in executor.cli.jobs()
+               if JobKey.parse(j["name"]) and JobKey.parse(j["name"]).power}  # fmt: skip
+    assert changed == {
+        job: (PowerChange(float(decided.loc[job, "to_limit_w"]), ctx.plan_time, ctx.plan_id),) for job in decided.index
+    }
+    for job, line in lines.items():  # the watcher on the node: the GPU tool once with the job's GPUs and limit
+        _wait(lambda line=line: slurm_forgetful.nvidia_smi_calls.count(line) > before[job], what=f"nvidia-smi {line}")
+        assert slurm_forgetful.nvidia_smi_calls.count(line) == before[job] + 1
+    sync = loop.sync(loop.context(ctx.plan_time + H, executors=executors, **run))
+    assert not sync["unreachable"]
+    with duckdb.connect(str(tmp_warehouse), read_only=True) as con:
+        loaded = con.execute(
+            "SELECT planner_job_id, event_time, power_limit_w FROM raw.job_events WHERE event = 'power_changed'"
+        ).fetchall()
+    assert sorted((j, pd.Timestamp(t), w) for j, t, w in loaded) == sorted(
+        (job, ctx.plan_time, float(row["to_limit_w"])) for job, row in decided.iterrows()
     )
