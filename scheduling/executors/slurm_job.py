@@ -50,7 +50,8 @@ class PowerChange:
     def text(self) -> str:
         if not _PLAN_ID.match(self.plan_id):
             raise ValueError(f"plan id {self.plan_id!r} cannot go into a Slurm job name (blank, '|', ',' or '=')")
-        return f"{round(float(self.watts), 2):.2f}".rstrip("0").rstrip(".") + f"@{iso_z(self.at)}@{self.plan_id}"
+        watts = repr(float(self.watts))  # the plan's watts as they are: the events report them unrounded
+        return f"{watts.removesuffix('.0')}@{iso_z(self.at)}@{self.plan_id}"
 
     @classmethod
     def parse(cls, text: str) -> PowerChange:

@@ -226,11 +226,11 @@ def test_the_power_history_in_a_job_name_round_trips_and_bad_text_is_refused():
     changed = changed.with_change(PowerChange(300.0, PLAN_TIME + 2 * H, "recap@2021-07-15T14:00:00Z"))
     assert changed.name() == (
         "cp|recap@2021-07-15T12:00:00Z|acme/j1|1|gpu-a|"
-        "212.35@2021-07-15T13:00:00Z@recap@2021-07-15T13:00:00Z,300@2021-07-15T14:00:00Z@recap@2021-07-15T14:00:00Z"
+        "212.3456@2021-07-15T13:00:00Z@recap@2021-07-15T13:00:00Z,300@2021-07-15T14:00:00Z@recap@2021-07-15T14:00:00Z"
     )
     parsed = JobKey.parse(changed.name())
     assert parsed == key and [(c.watts, c.at) for c in parsed.power] == [
-        (212.35, PLAN_TIME + H),
+        (212.3456, PLAN_TIME + H),
         (300.0, PLAN_TIME + 2 * H),
     ]
     with pytest.raises(ValueError, match=r"cp\|p@x\|acme/j1\|1\|c\|oops.*bad power-limit history"):
