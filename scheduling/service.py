@@ -191,10 +191,11 @@ def make_plan(
     (job_id, cluster, num_gpu, gpu_milli, cpu_milli, memory_mib, end_time[, node, gpu_devices]) -- their resources
     stay committed until their end; `arrived`: jobs that arrived recently and were dispatched already, in the job
     frame's columns (history for the demand a policy expects, never planned again); `deadline_reserve`: the share of
-    each job's run time planned to spare before its deadline (`JobTable`). Running jobs that carry their run's
-    details (planned_start, planned_end, dispatch_limit_w, deadline, changes; recap: whether its executor can
-    change the limit) get their progress and next
-    power limit (`scheduling.planning.recap`, settings `recapping`): `info["recaps"]`, one row per such job."""
+    each job's run time planned to spare before its deadline (`JobTable`), raised to the observed run-time error's
+    `recapping.reserve_quantile` over the estimate when that is larger (0 keeps plans to the estimate). Running
+    jobs that carry their run's details (planned_start, planned_end, dispatch_limit_w, deadline, changes; recap:
+    whether its executor can change the limit) get their progress and next power limit
+    (`scheduling.planning.recap`, settings `recapping`): `info["recaps"]`, one row per such job."""
     plan_time = utc(as_of).floor("h")
     # a drained node (FleetCluster.drained) takes no new job: the plan's nodes and capacity leave it out
     fleet = (fleet if fleet is not None else plan_fleet(regions, data_dir)).schedulable()
@@ -214,6 +215,12 @@ def make_plan(
     settings = recapping or Recapping()
     errors = _run_time_error(plan_time, settings, db_path)
     info["run_time_error"] = {"mu": errors.mu, "sigma": errors.sigma, "runs": errors.runs}
+    # the reserve: at least the run-time error's `reserve_quantile` over the estimate, where the plan keeps one
+    info["deadline_reserve_used"] = (
+        min(max(float(deadline_reserve), errors.ratio(settings.reserve_quantile) - 1.0), MAX_DEADLINE_RESERVE)
+        if deadline_reserve > 0
+        else 0.0
+    )
     info["recaps"] = recaps = _recaps(
         running, fleet, power_table, forecasts, plan_time, horizon_hours, settings, errors
     )
@@ -233,7 +240,7 @@ def make_plan(
         speed_model=speed_model,
         power_table=power_table,
         data_dir=data_dir,
-        deadline_reserve=float(deadline_reserve),
+        deadline_reserve=info["deadline_reserve_used"],
         # plans that keep a reserve for runs longer than planned offer slower limits only where a long run still fits
         option_margin=errors.ratio(settings.option_quantile) if deadline_reserve > 0 else 1.0,
     )
