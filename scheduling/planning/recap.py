@@ -27,6 +27,7 @@ from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
+from scipy.special import ndtr, ndtri
 
 from common.timeutil import utc
 from scheduling.domain.progress import Segment, work_done_h
@@ -93,6 +94,14 @@ class RunTimeError:
         logs = np.log(r)
         return cls(float(logs.mean()), float(max(logs.std(ddof=1), 1e-3)), int(len(r)))
 
+    def ratios(self, q: float, at_least: np.ndarray) -> np.ndarray:
+        """`ratio` for many runs at once."""
+        a = np.asarray(at_least, dtype=float)
+        z = (np.log(np.where(a > 0, a, 1.0)) - self.mu) / self.sigma
+        lo = np.where(a > 0, ndtr(z), 0.0)
+        u = np.minimum(lo + q * (1.0 - lo), 1.0 - 1e-9)
+        return np.exp(self.mu + self.sigma * ndtri(u))
+
     def ratio(self, q: float, at_least: float = 0.0) -> float:
         """The q-quantile of the ratio given that it exceeds `at_least` (a run still going after doing that share of
         its planned work): F^-1(F(a) + q (1 - F(a)))."""
@@ -104,19 +113,22 @@ class RunTimeError:
 _NORMAL = NormalDist()
 
 
-class _Cumulative:
-    """∫ intensity dt from hour 0 to t, for an hourly series (the last hour's value holds beyond it)."""
+class _Cumulatives:
+    """∫ intensity dt from hour 0 to t per cluster, for hourly series (H, C); the last hour's value holds beyond."""
 
     def __init__(self, ci: np.ndarray):
-        self.ci = np.asarray(ci, dtype=float)
-        self.cum = np.concatenate([[0.0], np.cumsum(self.ci)])
-        self.n = len(self.ci)
+        self.ci = np.asarray(ci, dtype=float).T  # (C, H)
+        self.cum = np.concatenate([np.zeros((self.ci.shape[0], 1)), np.cumsum(self.ci, axis=1)], axis=1)
+        self.n = self.ci.shape[1]
 
-    def to(self, t):
+    def to(self, c: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """At times `t` ((N,) or (N, P)) of runs on clusters `c` (N,)."""
         t = np.asarray(t, dtype=float)
+        cc = c if t.ndim == 1 else c[:, None]
         inside = np.clip(t, 0.0, self.n)
         hour = np.minimum(inside.astype(np.int64), self.n - 1)
-        return self.cum[hour] + (inside - hour) * self.ci[hour] + np.maximum(t - self.n, 0.0) * self.ci[-1]
+        last = self.ci[cc, self.n - 1]
+        return self.cum[cc, hour] + (inside - hour) * self.ci[cc, hour] + np.maximum(t - self.n, 0.0) * last
 
 
 def recap_running(
@@ -132,22 +144,165 @@ def recap_running(
     gpu_milli, start_time, planned_start, planned_end, dispatch_limit_w, power_limit_w (in force now), deadline,
     changes: [(time, limit_w), ...] before now; optional recap: False where the executor cannot change a limit,
     whose run is then only projected); `options`: the (K, C) time factors, average power per GPU (W) and limits
-    (W) of `option_arrays`; `forecast` (H, C) g/kWh per cluster from `now`."""
+    (W) of `option_arrays`; `forecast` (H, C) g/kWh per cluster from `now`. Every run is decided at once (numpy over
+    runs x option pairs: a loop hour follows thousands)."""
     now = utc(now)
     if runs is None or runs.empty:
         return pd.DataFrame(columns=list(RECAP_COLUMNS))
-    tf, pw, lw = options
     names = {n: i for i, n in enumerate(fleet.names)}
-    pue = fleet.pue
-    rows = []
-    for run in runs.to_dict(orient="records"):
-        c = names.get(run["cluster"])
-        if c is None:
-            continue
-        opts = np.flatnonzero(np.isfinite(tf[:, c]))
-        row = _recap_one(run, opts, tf[:, c], pw[:, c], lw[:, c], pue[c], forecast[:, c], now, errors, settings)
-        rows.append(row)
-    return pd.DataFrame(rows, columns=list(RECAP_COLUMNS))
+    runs = runs[runs["cluster"].isin(names)].reset_index(drop=True)
+    if runs.empty:
+        return pd.DataFrame(columns=list(RECAP_COLUMNS))
+    tf_all, pw_all, lw_all = (np.asarray(a, dtype=float) for a in options)
+    c = runs["cluster"].map(names).to_numpy(np.int64)
+    tf, lw = tf_all[:, c].T, lw_all[:, c].T  # (N, K)
+    has = np.isfinite(tf)
+    tf_safe = np.where(has, tf, 1.0)
+    share = runs["num_gpu"].to_numpy(float) * runs["gpu_milli"].fillna(1000).to_numpy(float) / 1000.0
+    kw = share[:, None] * np.where(has, pw_all[:, c].T, 0.0) / 1000.0 * np.asarray(fleet.pue, float)[c][:, None]
+    k_dispatch = _option_of(runs["dispatch_limit_w"].to_numpy(float), lw, has)
+    k_cur = _option_of(runs["power_limit_w"].to_numpy(float), lw, has)
+    rows_n = np.arange(len(runs))
+    tf_dispatch = np.where(k_dispatch >= 0, tf_safe[rows_n, np.maximum(k_dispatch, 0)], 1.0)
+    hour = pd.Timedelta(hours=1)
+    start = pd.to_datetime(runs["start_time"], utc=True)
+    planned = pd.to_datetime(runs["planned_end"], utc=True) - pd.to_datetime(runs["planned_start"], utc=True)
+    work_h = (planned / hour).to_numpy(float) / tf_dispatch
+    deadline = pd.to_datetime(runs["deadline"], utc=True)
+    deadline_h = ((deadline - now) / hour).to_numpy(float)
+    history = (
+        [sorted(h or [], key=lambda x: utc(x[0])) for h in runs["changes"]] if "changes" in runs else [[]] * len(runs)
+    )
+    done, last_change = np.empty(len(runs)), np.empty(len(runs))
+    for i, h in enumerate(history):
+        t0 = start.iloc[i]
+        if h:  # the limits it ran at: the one execution model
+            segments = [Segment(t0, tf_dispatch[i])]
+            segments += [Segment(utc(t), _factor_of(w, lw[i], tf_safe[i])) for t, w in h]
+            done[i] = work_done_h(segments, max(now, t0))
+        else:
+            done[i] = max((now - t0) / pd.Timedelta(hours=1), 0.0) / tf_dispatch[i]
+        last_change[i] = (now - (utc(h[-1][0]) if h else t0)) / pd.Timedelta(hours=1)
+    n_changes = np.array([len(h) for h in history])
+    cum = _Cumulatives(np.asarray(forecast, dtype=float))
+    K = tf.shape[1]
+    A, B = np.repeat(np.arange(K), K), np.tile(np.arange(K), K)  # every (next hour, rest) pair of options
+    valid = has[:, A] & has[:, B]  # (N, P)
+    share_done = done / np.maximum(work_h, 1e-12)
+
+    def left_at(q):
+        return np.maximum(work_h * errors.ratios(q, share_done) - done, settings.min_left * work_h)
+
+    def cost_and_end(a, b, left):
+        """kgCO2e and hours to the end running the next hour at option a, then the rest at b ((N,) or (N, P))."""
+        left = left if np.ndim(a) == 1 else left[:, None]
+        ta = np.take_along_axis(tf_safe, np.atleast_2d(a.T).T if np.ndim(a) == 1 else a, axis=1)
+        tb = np.take_along_axis(tf_safe, np.atleast_2d(b.T).T if np.ndim(b) == 1 else b, axis=1)
+        ka = np.take_along_axis(kw, np.atleast_2d(a.T).T if np.ndim(a) == 1 else a, axis=1)
+        kb = np.take_along_axis(kw, np.atleast_2d(b.T).T if np.ndim(b) == 1 else b, axis=1)
+        if np.ndim(a) == 1:
+            ta, tb, ka, kb = ta[:, 0], tb[:, 0], ka[:, 0], kb[:, 0]
+        first = np.minimum(1.0, left * ta)
+        rest = np.maximum(left - first / ta, 0.0) * tb
+        at_first = cum.to(c, first)
+        kg = (ka * at_first + kb * (cum.to(c, first + rest) - at_first)) / 1000.0
+        return kg, first + rest
+
+    followed = (k_cur >= 0) & has.any(axis=1)
+    kc = np.maximum(k_cur, 0)
+    pairs_a, pairs_b = np.broadcast_to(A, valid.shape), np.broadcast_to(B, valid.shape)
+    fastest = np.argmin(np.where(has, tf, np.inf), axis=1)
+    q_used = np.full(len(runs), np.nan)
+    chosen_a, chosen_b = kc.copy(), kc.copy()
+    at_risk = np.zeros(len(runs), dtype=bool)
+    kept_kg, kept_h = np.full(len(runs), np.nan), np.full(len(runs), np.nan)
+    open_ = followed.copy()
+    for q in [q for q in QUANTILES if q <= settings.top_quantile]:  # the highest at which some pair keeps it
+        if not open_.any():
+            break
+        left = left_at(q)
+        kgs, hs = cost_and_end(pairs_a, pairs_b, left)
+        k_kg, k_h = cost_and_end(kc, kc, left)
+        risk = k_h > deadline_h + 1e-9
+        ok = valid & (hs <= deadline_h[:, None] + 1e-9)
+        # a run at risk is raised now, to one limit for the rest: waiting for the last hour leaves no margin
+        ok &= ~risk[:, None] | ((pairs_a == pairs_b) & (tf_safe[:, A] < tf_safe[rows_n, kc][:, None]))
+        take = open_ & ok.any(axis=1)
+        if take.any():
+            key = np.where(ok, kgs, np.inf)
+            best = np.lexsort((np.where(ok, hs, np.inf), key), axis=-1)[:, 0]
+            chosen_a[take], chosen_b[take] = A[best[take]], B[best[take]]
+            q_used[take], at_risk[take] = q, risk[take]
+            kept_kg[take], kept_h[take] = k_kg[take], k_h[take]
+            open_ &= ~take
+    # no limit keeps the deadline even at the median: the fastest limit
+    q_low = QUANTILES[-1]
+    lost = open_
+    if lost.any():
+        k_kg, k_h = cost_and_end(kc, kc, left_at(q_low))
+        chosen_a[lost], chosen_b[lost] = fastest[lost], fastest[lost]
+        q_used[lost], at_risk[lost], kept_kg[lost], kept_h[lost] = q_low, True, k_kg[lost], k_h[lost]
+    left_q = np.where(np.isfinite(q_used), 0.0, np.nan)
+    for q in set(q_used[np.isfinite(q_used)]):
+        sel = q_used == q
+        left_q[sel] = left_at(q)[sel]
+    kg, h = cost_and_end(chosen_a, chosen_b, np.nan_to_num(left_q))
+    changed_pair = chosen_a != kc
+    calm = (last_change >= settings.min_dwell_h) & (n_changes < settings.max_changes)
+    saves = kept_kg - kg >= settings.min_saving * kept_kg
+    # a change for carbon keeps the deadline even for a run as long as the carbon quantile says
+    sure = cost_and_end(chosen_a, chosen_b, left_at(settings.carbon_quantile))[1] <= deadline_h + 1e-9
+    reason = np.where(
+        at_risk, "at_risk", np.where(~changed_pair, "keep", np.where(calm & saves & sure, "carbon", "keep"))
+    )
+    act = followed & (reason != "keep") & changed_pair
+    if not settings.enabled:
+        act[:] = False
+    if "recap" in runs:  # seen, not acted on
+        act &= runs["recap"].astype(bool).to_numpy()
+    k_next = np.where(act, chosen_a, kc)
+    kg = np.where(act, kg, kept_kg)
+    h = np.where(act, h, kept_h)
+    median_h = left_at(q_low) * tf_safe[rows_n, k_next]
+    reason = np.where(followed, reason, "no_options")
+    # runs without options (or at a limit that is none of them): projected at the median at their limit
+    cur_factor = np.array([_factor_of(w, lw[i], tf_safe[i]) for i, w in enumerate(runs["power_limit_w"])])
+    plain_h = left_at(q_low) * cur_factor
+    h = np.where(followed, h, plain_h)
+    median_h = np.where(followed, median_h, plain_h)
+    to_limit = np.where(followed, lw[rows_n, k_next], runs["power_limit_w"].to_numpy(float))
+    hours_td = lambda x: pd.to_timedelta(x, unit="h")  # noqa: E731
+    out = pd.DataFrame(
+        {
+            "job_id": runs["job_id"].to_numpy(),
+            "plan_id": runs["plan_id"].to_numpy() if "plan_id" in runs else None,
+            "attempt": runs["attempt"].to_numpy() if "attempt" in runs else None,
+            "cluster": runs["cluster"].to_numpy(),
+            "deadline": deadline.to_numpy(),
+            "from_limit_w": runs["power_limit_w"].to_numpy(float),
+            "to_limit_w": to_limit,
+            "time_factor": np.where(followed, tf_safe[rows_n, k_next], cur_factor) / tf_dispatch,
+            "draw_kw": np.where(followed, kw[rows_n, k_next], np.nan),
+            "changed": followed & (k_next != kc),
+            "reason": reason,
+            "quantile": np.where(followed, q_used, q_low),
+            "work_h": work_h,
+            "work_done_h": done,
+            "work_left_h": np.where(followed, np.nan_to_num(left_q), left_at(q_low)),
+            "projected_end": now + hours_td(h),
+            "projected_end_kept": now + hours_td(np.where(followed, kept_h, plain_h)),
+            "expected_end": now + hours_td(median_h),
+            "kgco2e": np.where(followed, kg, np.nan),
+            "kgco2e_kept": np.where(followed, kept_kg, np.nan),
+        }
+    )
+    return out[list(RECAP_COLUMNS)]
+
+
+def _option_of(limits: np.ndarray, lw: np.ndarray, has: np.ndarray) -> np.ndarray:
+    """(N,) the option whose limit is each run's `limits` (within 0.5 W), -1 where none is."""
+    hit = has & (np.abs(lw - np.nan_to_num(limits, nan=-1e9)[:, None]) <= 0.5)
+    return np.where(hit.any(axis=1), np.argmax(hit, axis=1), -1)
 
 
 def _factor_of(limit_w, lw: np.ndarray, tf: np.ndarray) -> float:
@@ -156,106 +311,6 @@ def _factor_of(limit_w, lw: np.ndarray, tf: np.ndarray) -> float:
         return 1.0
     hit = np.flatnonzero((np.abs(lw - float(limit_w)) <= 0.5) & np.isfinite(tf))
     return float(tf[hit[0]]) if len(hit) else 1.0
-
-
-def _recap_one(run, opts, tf, pw, lw, pue, ci, now, errors, settings) -> dict:
-    tf_dispatch = _factor_of(run.get("dispatch_limit_w"), lw, tf)
-    planned_h = (utc(run["planned_end"]) - utc(run["planned_start"])).total_seconds() / 3600.0
-    work_h = planned_h / tf_dispatch
-    start = utc(run["start_time"])
-    history = sorted(run.get("changes") or [], key=lambda x: utc(x[0]))
-    segments = [Segment(start, tf_dispatch), *(Segment(utc(t), _factor_of(w, lw, tf)) for t, w in history)]
-    done = work_done_h(segments, max(now, start))
-    current = run.get("power_limit_w")
-    k_cur = next((int(k) for k in opts if abs(lw[k] - float(current)) <= 0.5), None) if pd.notna(current) else None
-    share = float(run["num_gpu"]) * float(run.get("gpu_milli") or 1000) / 1000.0
-    kw = share * pw / 1000.0 * pue  # (K,)
-    deadline_h = (utc(run["deadline"]) - now).total_seconds() / 3600.0
-    base = {
-        "job_id": run["job_id"],
-        "plan_id": run.get("plan_id"),
-        "attempt": run.get("attempt"),
-        "cluster": run["cluster"],
-        "deadline": utc(run["deadline"]),
-        "from_limit_w": current,
-        "work_h": work_h,
-        "work_done_h": done,
-    }
-
-    def left_at(q):
-        return max(work_h * errors.ratio(q, done / work_h) - done, settings.min_left * work_h)
-
-    cum = _Cumulative(ci)
-
-    def cost_and_end(a, b, left):
-        """kgCO2e and hours to the end running the next hour at option(s) a, then the rest at b (arrays or ints)."""
-        first = np.minimum(1.0, left * tf[a])
-        rest = np.maximum(left - first / tf[a], 0.0) * tf[b]
-        at_first = cum.to(first)
-        kg = (kw[a] * at_first + kw[b] * (cum.to(first + rest) - at_first)) / 1000.0
-        return kg, first + rest
-
-    if not len(opts) or k_cur is None:
-        q = QUANTILES[-1]
-        left = left_at(q)
-        end = now + pd.Timedelta(hours=left * _factor_of(current, lw, tf))
-        return {**base, "to_limit_w": current, "time_factor": _factor_of(current, lw, tf) / tf_dispatch,
-                "draw_kw": np.nan, "changed": False, "reason": "no_options", "quantile": q, "work_left_h": left,
-                "projected_end": end, "projected_end_kept": end, "expected_end": end, "kgco2e": np.nan,
-                "kgco2e_kept": np.nan}  # fmt: skip
-    A, B = np.repeat(opts, len(opts)), np.tile(opts, len(opts))  # every (next hour, rest) pair of options
-    chosen = None
-    for q in [q for q in QUANTILES if q <= settings.top_quantile]:  # the highest at which some pair keeps it
-        left = left_at(q)
-        kgs, hs = cost_and_end(A, B, left)
-        kept = int(np.flatnonzero((A == k_cur) & (B == k_cur))[0])
-        kept_kg, kept_h = float(kgs[kept]), float(hs[kept])
-        at_risk = kept_h > deadline_h + 1e-9
-        ok = hs <= deadline_h + 1e-9
-        if at_risk:  # raised now, to one limit for the rest: waiting for the last hour leaves no margin for error
-            ok &= (A == B) & (tf[A] < tf[k_cur])
-        if ok.any():
-            best = np.flatnonzero(ok)[np.lexsort((hs[ok], kgs[ok]))[0]]
-            chosen = (q, left, (float(kgs[best]), int(A[best]), int(B[best]), float(hs[best])), at_risk)
-            break
-    if chosen is None:  # no limit keeps the deadline even at the median: the fastest limit
-        q, left = QUANTILES[-1], left_at(QUANTILES[-1])
-        fastest = int(opts[np.argmin(tf[opts])])
-        (kg, h), k_next, reason = cost_and_end(fastest, fastest, left), fastest, "at_risk"
-        kg, h = float(kg), float(h)
-    else:
-        q, left, (kg, k_next, k_rest, h), at_risk = chosen
-        if at_risk:
-            reason = "at_risk"
-        elif k_next == k_cur:
-            reason = "keep"
-        else:
-            last = utc(history[-1][0]) if history else start
-            calm = (now - last).total_seconds() / 3600.0 >= settings.min_dwell_h and len(history) < settings.max_changes
-            saves = kept_kg - kg >= settings.min_saving * kept_kg
-            # a change for carbon keeps the deadline even for a run as long as the carbon quantile says
-            sure = float(cost_and_end(k_next, k_rest, left_at(settings.carbon_quantile))[1]) <= deadline_h + 1e-9
-            reason = "carbon" if (calm and saves and sure) else "keep"
-        if reason == "keep":
-            k_next, kg, h = k_cur, kept_kg, kept_h
-    if (not settings.enabled or run.get("recap") is False) and k_next != k_cur:  # seen, not acted on
-        k_next, kg, h = k_cur, kept_kg, kept_h
-    median_h = left_at(QUANTILES[-1]) * tf[k_next]
-    return {
-        **base,
-        "to_limit_w": float(lw[k_next]),
-        "time_factor": float(tf[k_next]) / tf_dispatch,
-        "draw_kw": float(kw[k_next]),
-        "changed": k_next != k_cur,
-        "reason": reason,
-        "quantile": q,
-        "work_left_h": left,
-        "projected_end": now + pd.Timedelta(hours=h),
-        "projected_end_kept": now + pd.Timedelta(hours=kept_h),
-        "expected_end": now + pd.Timedelta(hours=median_h),
-        "kgco2e": kg,
-        "kgco2e_kept": kept_kg,
-    }
 
 
 def explain_change(change: dict) -> str:
