@@ -15,50 +15,24 @@ KUBERNETES_API, and TOKEN_FILE or no token. ``--now`` (ISO time) replaces the wa
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import ssl
 import sys
 import urllib.error
 import urllib.request
 from datetime import UTC, datetime
 from urllib.parse import quote
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # k8s_rest.py beside it, in the same ConfigMap
+from k8s_rest import Api, api_from_env, default_namespace  # noqa: E402
+
 GATE = "carbonplanner.io/start-time"
 LATEST = "carbonplanner.io/latest-start"
 CANCELLED = "carbonplanner.io/cancelled-at"
 SELECTOR = "app.kubernetes.io/managed-by=carbon-planner"
-ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 def _time(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read().strip()
-    except OSError:
-        return None
-
-
-class Api:
-    def __init__(self, base: str, token: str | None, cafile: str | None):
-        self.base = base.rstrip("/")
-        self.token = token
-        self.context = ssl.create_default_context(cafile=cafile) if base.startswith("https") else None
-
-    def call(self, method: str, path: str, body=None, content_type: str = "application/json") -> dict:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base + path, data=data, method=method)
-        request.add_header("Accept", "application/json")
-        if data is not None:
-            request.add_header("Content-Type", content_type)
-        if self.token:
-            request.add_header("Authorization", f"Bearer {self.token}")
-        with urllib.request.urlopen(request, context=self.context, timeout=30) as response:
-            return json.loads(response.read() or b"{}")
 
 
 def due(pod: dict, now: datetime) -> int | None:
@@ -102,16 +76,11 @@ def release(api: Api, namespace: str, now: datetime, dry_run: bool = False) -> l
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--namespace", default=os.environ.get("NAMESPACE") or _read(f"{ACCOUNT}/namespace"))
+    parser.add_argument("--namespace", default=default_namespace())
     parser.add_argument("--now", help="ISO time instead of the wall clock")
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args(argv)
-    base = os.environ.get("KUBERNETES_API") or (
-        f"https://{os.environ['KUBERNETES_SERVICE_HOST']}:{os.environ.get('KUBERNETES_SERVICE_PORT', '443')}"
-    )
-    token = _read(os.environ.get("TOKEN_FILE", f"{ACCOUNT}/token"))
-    cafile = os.environ.get("CA_FILE", f"{ACCOUNT}/ca.crt")
-    api = Api(base, token, cafile if os.path.exists(cafile) else None)
+    api = api_from_env()
     now = _time(args.now) if args.now else datetime.now(UTC)
     for name in release(api, args.namespace or "gpu-jobs", now, args.dry_run):
         print(f"released {args.namespace}/{name}")

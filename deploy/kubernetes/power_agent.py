@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import ssl
 import subprocess
 import sys
 import time
@@ -33,19 +32,13 @@ import urllib.error
 import urllib.request
 from urllib.parse import quote
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # k8s_rest.py beside it, in the same ConfigMap
+from k8s_rest import Api, api_from_env, default_namespace  # noqa: E402
+
 LIMIT = "carbonplanner.io/power-limit-w"
 APPLIED = "carbonplanner.io/power-limit-applied-w"
 ITEM = "carbonplanner.io/item"
 SELECTOR = "app.kubernetes.io/managed-by=carbon-planner"
-ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read().strip()
-    except OSError:
-        return None
 
 
 def watts_text(watts: float) -> str:
@@ -140,24 +133,6 @@ def applied_annotations(
     return out
 
 
-class Api:
-    def __init__(self, base: str, token: str | None, cafile: str | None):
-        self.base = base.rstrip("/")
-        self.token = token
-        self.context = ssl.create_default_context(cafile=cafile) if base.startswith("https") else None
-
-    def call(self, method: str, path: str, body=None, content_type: str = "application/json") -> dict:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base + path, data=data, method=method)
-        request.add_header("Accept", "application/json")
-        if data is not None:
-            request.add_header("Content-Type", content_type)
-        if self.token:
-            request.add_header("Authorization", f"Bearer {self.token}")
-        with urllib.request.urlopen(request, context=self.context, timeout=30) as response:
-            return json.loads(response.read() or b"{}")
-
-
 def _run(command: list[str]) -> str:
     out = subprocess.run(command, capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
@@ -212,19 +187,14 @@ def poll(api: Api, namespace: str, node: str, applied: dict[int, float], tool: s
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--namespace", default=os.environ.get("NAMESPACE") or _read(f"{ACCOUNT}/namespace"))
+    parser.add_argument("--namespace", default=default_namespace())
     parser.add_argument("--node", default=os.environ.get("NODE_NAME"))
     parser.add_argument("--interval", type=float, default=30.0)
     parser.add_argument("--once", action="store_true", help="one round, then exit")
     args = parser.parse_args(argv)
     if not args.node:
         parser.error("--node or NODE_NAME is required")
-    base = os.environ.get("KUBERNETES_API") or (
-        f"https://{os.environ['KUBERNETES_SERVICE_HOST']}:{os.environ.get('KUBERNETES_SERVICE_PORT', '443')}"
-    )
-    token = _read(os.environ.get("TOKEN_FILE", f"{ACCOUNT}/token"))
-    cafile = os.environ.get("CA_FILE", f"{ACCOUNT}/ca.crt")
-    api = Api(base, token, cafile if os.path.exists(cafile) else None)
+    api = api_from_env()
     tool = os.environ.get("GPU_TOOL", "nvidia-smi")
     applied: dict[int, float] = {}
     while True:

@@ -135,7 +135,7 @@ def test_power_agent_manifests_are_valid_and_in_the_kustomization():
     kustomization = yaml.safe_load((root / "kustomization.yaml").read_text())
     assert "power-agent.yaml" in kustomization["resources"]
     generated = {g["name"]: g["files"] for g in kustomization["configMapGenerator"]}
-    assert generated["power-agent"] == ["power_agent.py"]
+    assert generated["power-agent"] == ["power_agent.py", "k8s_rest.py"]  # the script and the API client it imports
     assert docs[-1]["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"] == "power-agent"
     for files in generated.values():
         assert all((root / f).is_file() for f in files)
