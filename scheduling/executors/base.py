@@ -111,6 +111,10 @@ _PANDAS_TYPES = {
 }
 
 
+class UnsupportedAction(RuntimeError):
+    """The executor cannot do this to a running job (its `changes_power_limits` says so; the loop never asks it)."""
+
+
 class DuplicateDispatchError(RuntimeError):
     """A second submission of one (plan_id, job_id): the dispatch log exists to make this impossible, so an
     executor that can see it refuses loudly instead of running the job twice."""
@@ -219,8 +223,8 @@ class Executor(ABC):
 
     def set_power_limit(self, job_id: str, watts: float, at, *, plan_id: str, time_factor: float = 1.0) -> str | None:
         """Change the power limit of `job_id`'s live run to `watts` per GPU from `at` (see the module doc).
-        NotImplementedError where the executor cannot change a running job's limit."""
-        raise NotImplementedError(f"executor {self.name!r} ({self.kind}) cannot change a running job's power limit")
+        UnsupportedAction where the executor cannot change a running job's limit."""
+        raise UnsupportedAction(f"executor {self.name!r} ({self.kind}) cannot change a running job's power limit")
 
     def power_change_ref(self, plan_id: str, job_id: str) -> str | None:
         """The ref of the power change plan `plan_id` made to `job_id`, or None when none reached the executor."""

@@ -235,3 +235,14 @@ def test_run_time_error_fits_finished_runs_and_falls_back_until_enough():
     assert fitted.ratio(0.9) == pytest.approx(np.quantile(ratios, 0.9), rel=0.03)
     assert fitted.ratio(0.9, at_least=1.5) > 1.5  # still running past 1.5x: more than that
     assert window_intensity_integral(np.array([1.0, 2.0]), 0.5, 1.0) == pytest.approx(1.5)
+
+
+def test_an_executor_that_cannot_change_a_limit_says_so(tmp_path):
+    from scheduling.executors.base import UnsupportedAction
+    from scheduling.executors.files import FilesExecutor
+
+    files = FilesExecutor(root=tmp_path / "dispatch")
+    assert not files.changes_power_limits and ReplayExecutor.changes_power_limits
+    with pytest.raises(UnsupportedAction, match="cannot change a running job's power limit"):
+        files.set_power_limit("acme/job-0000", 200.0, T0, plan_id=plan_id_at())
+    assert files.power_change_ref(plan_id_at(), "acme/job-0000") is None
