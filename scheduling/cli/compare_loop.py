@@ -6,9 +6,10 @@ jobs, like for like.
 On a temporary copy of the warehouse (its queue, executor and plan state dropped; never written), a day of trace
 jobs goes through the intake and the loop runs hour by hour from that day's midnight until every job has ended (at
 most --max-hours) on a replay executor with exact run times (sigma 0) and no failures, planning with no deadline
-reserve: what the simulator assumes. The ledger marts are built on the copy, and the simulator replays the same
-jobs with the same speeds (the plans' registered predictor) and the stored forecasts. Both are valued against the
-ledger's run-now counterfactual over the jobs the loop finished. The target: savings within 1 percentage point.
+reserve and no power-limit changes of running jobs: what the simulator assumes. The ledger marts are built on the
+copy, and the simulator replays the same jobs with the same speeds (the plans' registered predictor) and the stored
+forecasts. Both are valued against the ledger's run-now counterfactual over the jobs the loop finished. The target:
+savings within 1 percentage point.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from scheduling.evaluation.same_jobs import simulate_same_jobs
 from scheduling.executors.replay import ReplayExecutor
 from scheduling.output.ledger import ledger
 from scheduling.planning.policies.registry import DEFAULT_POLICY, POLICY_NAMES
+from scheduling.planning.recap import Recapping
 from scheduling.queue import store
 from scheduling.queue.intake import submit_mappings
 from scheduling.queue.trace import trace_jobs
@@ -119,6 +121,8 @@ def compare_loop(
             "fleet": fleet,
             "executors": dict.fromkeys(fleet.names, executor),
             "schedule_root": Path(tmp) / "schedules",
+            # the simulator runs every job at the limit it starts with: so does the loop here
+            "recapping": Recapping(enabled=False),
         }
         hours = 0
         while hours < max_hours and (hours < 24 or _open_jobs(copy)):
