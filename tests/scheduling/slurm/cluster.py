@@ -242,3 +242,28 @@ class LocalSlurm:
             except ProcessLookupError:
                 pass
             self.munged_pid = None
+
+
+def write_fleet(path: Path, settings: dict) -> None:
+    """A fleet file with one V100 cluster, `slurm-v100`, whose nodes are the test Slurm's and whose executor is
+    `slurm` with `settings`."""
+    import yaml
+
+    from scheduling.executors.registry import make_executor
+
+    nodes = make_executor("slurm", {"conf": settings["conf"]}).nodes()
+    spec = {
+        "version": 1,
+        "regions": {"us-west": {"zone": "CISO"}},
+        "gpu_models": {"V100": {"idle_w": 40, "peak_w": 300, "gavel": "v100"}},
+        "clusters": [
+            {
+                "name": "slurm-v100",
+                "region": "us-west",
+                "gpu_model": "V100",
+                "nodes": [{k: n[k] for k in ("name", "gpus", "cpus", "memory_mib")} for n in nodes],
+                "executor": {"kind": "slurm", **settings},
+            }
+        ],
+    }
+    path.write_text(yaml.safe_dump(spec))

@@ -21,6 +21,7 @@ from scheduling.executors.slurm_job import JobKey
 from scheduling.output.ledger import LEDGER_SELECT
 from scheduling.queue import store
 from scheduling.queue.intake import submit_mappings
+from tests.scheduling.slurm.cluster import write_fleet
 from transforms.runner import build
 from warehouse.ingest import ingest
 
@@ -33,25 +34,6 @@ OUTAGE = T0 + pd.Timedelta(hours=1)  # slurmctld is down while this hour runs
 LOOP_DEADLINE_S = 600
 WAIT_S = 300
 N_JOBS = 20
-
-
-def _fleet(path, cluster, settings) -> None:
-    nodes = make_executor("slurm", {"conf": settings["conf"]}).nodes()
-    spec = {
-        "version": 1,
-        "regions": {"us-west": {"zone": "CISO"}},
-        "gpu_models": {"V100": {"idle_w": 40, "peak_w": 300, "gavel": "v100"}},
-        "clusters": [
-            {
-                "name": "slurm-v100",
-                "region": "us-west",
-                "gpu_model": "V100",
-                "nodes": [{k: n[k] for k in ("name", "gpus", "cpus", "memory_mib")} for n in nodes],
-                "executor": {"kind": "slurm", **settings},
-            }
-        ],
-    }
-    path.write_text(yaml.safe_dump(spec))
 
 
 def _jobs() -> list[dict]:
@@ -99,7 +81,7 @@ def test_twenty_jobs_through_the_loop_on_slurm(slurm_cluster, tmp_warehouse, tmp
         "seconds_per_hour": SECONDS_PER_HOUR,
     }
     fleet_path = tmp_path / "fleet.yaml"
-    _fleet(fleet_path, slurm_cluster, settings)
+    write_fleet(fleet_path, settings)
     monkeypatch.setenv("FLEET_PATH", str(fleet_path))
     report = submit_mappings(_jobs(), source="test", as_of=T0, db_path=tmp_warehouse, data_dir=data_dir)
     assert report.counts["accepted"] == N_JOBS, report.rejected[:3]
@@ -295,7 +277,7 @@ def test_an_adopted_job_slurm_starts_itself_is_followed_and_planned_nowhere_else
     clock = PlanClock.from_settings(T0, wall0, SECONDS_PER_HOUR)
     settings = {"conf": str(slurm_cluster.conf), "plan_origin": T0.isoformat(), "wall_origin": wall0.isoformat(),
                 "seconds_per_hour": SECONDS_PER_HOUR, "output": str(slurm_cluster.dir / "self-%j.txt")}  # fmt: skip
-    _fleet(tmp_path / "fleet.yaml", slurm_cluster, settings)
+    write_fleet(tmp_path / "fleet.yaml", settings)
     monkeypatch.setenv("FLEET_PATH", str(tmp_path / "fleet.yaml"))
     users = tmp_path / "users"
     users.mkdir()

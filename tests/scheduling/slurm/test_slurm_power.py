@@ -17,7 +17,6 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 import pytest
-import yaml
 
 from scheduling import loop
 from scheduling.executors.clock import PlanClock
@@ -28,7 +27,7 @@ from scheduling.queue.intake import submit_mappings
 from scheduling.service import plan_fleet
 from tests.conftest import REPO_ROOT
 from tests.scheduling.executor_samples import PLAN_TIME, plan_id_at, sample_items
-from tests.scheduling.slurm.cluster import NODE, LocalSlurm, missing_packages
+from tests.scheduling.slurm.cluster import NODE, LocalSlurm, missing_packages, write_fleet
 
 MIN = pd.Timedelta(minutes=1)
 H = pd.Timedelta(hours=1)
@@ -251,25 +250,6 @@ LOOP_T0 = pd.Timestamp("2021-07-15T12:00:00Z")
 LOOP_SECONDS_PER_HOUR = 5
 
 
-def _loop_fleet(path: Path, settings: dict) -> None:
-    nodes = make_executor("slurm", {"conf": settings["conf"]}).nodes()
-    spec = {
-        "version": 1,
-        "regions": {"us-west": {"zone": "CISO"}},
-        "gpu_models": {"V100": {"idle_w": 40, "peak_w": 300, "gavel": "v100"}},
-        "clusters": [
-            {
-                "name": "slurm-v100",
-                "region": "us-west",
-                "gpu_model": "V100",
-                "nodes": [{k: n[k] for k in ("name", "gpus", "cpus", "memory_mib")} for n in nodes],
-                "executor": {"kind": "slurm", **settings},
-            }
-        ],
-    }
-    path.write_text(yaml.safe_dump(spec))
-
-
 def test_a_loop_hours_power_change_reaches_slurm_once(slurm_forgetful, tmp_warehouse, tmp_path, data_dir, monkeypatch):
     """Loop hours (one plan hour = 5 s of wall clock) run jobs on Slurm until an hour decides a power change of a
     running job. That hour is killed after Slurm took the first change and before the action log's mark; run again,
@@ -285,7 +265,7 @@ def test_a_loop_hours_power_change_reaches_slurm_once(slurm_forgetful, tmp_wareh
         "seconds_per_hour": LOOP_SECONDS_PER_HOUR,
     }
     fleet_path = tmp_path / "fleet.yaml"
-    _loop_fleet(fleet_path, settings)
+    write_fleet(fleet_path, settings)
     monkeypatch.setenv("FLEET_PATH", str(fleet_path))
     fleet = plan_fleet(None, data_dir)
     jobs = [
