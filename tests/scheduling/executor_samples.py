@@ -49,3 +49,23 @@ def sample_items(n: int = 20, plan_time=PLAN_TIME, prefix: str = "job", tenants=
             )
         )
     return pd.DataFrame(rows)
+
+
+def crash_mid_change_then_reconcile(ctx, executor, db, plan, pending, decided: int) -> None:
+    """Kill the hour's power-change step right after the executor took the first change, then run the dispatch step
+    twice: the first run reconciles that change and sends the rest, the second skips them all (none is made twice)."""
+    import pytest
+
+    from scheduling import loop
+    from scheduling.executors.power_log import apply_power_changes, read_changes
+
+    def crash(stage):
+        if stage == "called":
+            raise KeyboardInterrupt("killed after the executor took the first change")
+
+    with pytest.raises(KeyboardInterrupt):
+        apply_power_changes(ctx.plan_id, executor, db, _fault=crash)
+    first, again = (loop.dispatch_plan(ctx, plan, pending)["power"] for _ in range(2))
+    assert (first["reconciled"], first["sent"], first["failed"]) == (1, decided - 1, {})
+    assert (again["skipped"], again["sent"], again["reconciled"]) == (decided, 0, 0)
+    assert set(read_changes(ctx.plan_id, db)["status"]) == {"sent"}

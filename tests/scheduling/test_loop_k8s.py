@@ -16,11 +16,12 @@ from common.timeutil import iso_z
 from scheduling import loop
 from scheduling.executors.clock import PlanClock
 from scheduling.executors.k8s_pods import ITEM_ANNOTATION, POWER_LIMIT, POWER_LIMITS, watts_text
-from scheduling.executors.power_log import apply_power_changes, read_changes
+from scheduling.executors.power_log import read_changes
 from scheduling.executors.registry import make_executor
 from scheduling.queue.intake import submit_file
 from scheduling.queue.trace import write_trace_file
 from scheduling.service import plan_fleet
+from tests.scheduling.executor_samples import crash_mid_change_then_reconcile
 from tests.scheduling.k8s_api_server import KubeApiServer
 
 T = pd.Timestamp("2021-07-15T12:00:00Z")
@@ -113,17 +114,8 @@ def test_a_plans_power_change_reaches_the_running_pod_once(tmp_warehouse, tmp_pa
             pytest.fail("no hour decided a power change")
         decided = read_changes(ctx.plan_id, tmp_warehouse)
 
-        def crash(stage):
-            if stage == "called":
-                raise KeyboardInterrupt("killed after the first Pod was patched")
-
-        with pytest.raises(KeyboardInterrupt):
-            apply_power_changes(ctx.plan_id, executor, tmp_warehouse, _fault=crash)
-        first, again = (loop.dispatch_plan(ctx, plan, pending)["power"] for _ in range(2))
-        assert (first["reconciled"], first["sent"], first["failed"]) == (1, len(decided) - 1, {})
-        assert (again["skipped"], again["sent"], again["reconciled"]) == (len(decided), 0, 0)
+        crash_mid_change_then_reconcile(ctx, executor, tmp_warehouse, plan, pending, len(decided))
         logged = read_changes(ctx.plan_id, tmp_warehouse).set_index("job_id")
-        assert set(logged["status"]) == {"sent"}
         changed = {}  # job -> (its Pod's changes, the limit in force)
         for pod in api.pods.values():
             annotations = pod["metadata"]["annotations"]

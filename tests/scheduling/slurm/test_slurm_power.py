@@ -26,7 +26,7 @@ from scheduling.executors.slurm_job import JobKey, PowerChange, with_power_limit
 from scheduling.queue.intake import submit_mappings
 from scheduling.service import plan_fleet
 from tests.conftest import REPO_ROOT
-from tests.scheduling.executor_samples import PLAN_TIME, plan_id_at, sample_items
+from tests.scheduling.executor_samples import PLAN_TIME, crash_mid_change_then_reconcile, plan_id_at, sample_items
 from tests.scheduling.slurm.cluster import NODE, LocalSlurm, missing_packages, write_fleet
 
 MIN = pd.Timedelta(minutes=1)
@@ -312,17 +312,7 @@ def test_a_loop_hours_power_change_reaches_slurm_once(slurm_forgetful, tmp_wareh
     calls = slurm_forgetful.nvidia_smi_calls
     before = {job: calls.count(line) for job, line in lines.items()}
 
-    def crash(stage):
-        if stage == "called":
-            raise KeyboardInterrupt("killed after Slurm took the first change")
-
-    with pytest.raises(KeyboardInterrupt):
-        apply_power_changes(ctx.plan_id, executor, tmp_warehouse, _fault=crash)
-    first, again = (loop.dispatch_plan(ctx, plan, pending)["power"] for _ in range(2))
-    assert (first["reconciled"], first["sent"], first["failed"]) == (1, len(decided) - 1, {})
-    assert (again["skipped"], again["sent"], again["reconciled"]) == (len(decided), 0, 0)
-    logged = read_changes(ctx.plan_id, tmp_warehouse).set_index("job_id")
-    assert set(logged["status"]) == {"sent"}
+    crash_mid_change_then_reconcile(ctx, executor, tmp_warehouse, plan, pending, len(decided))
     changed = {JobKey.parse(j["name"]).job_id: JobKey.parse(j["name"]).power for j in executor.cli.jobs()
                if JobKey.parse(j["name"]) and JobKey.parse(j["name"]).power}  # fmt: skip
     assert changed == {
