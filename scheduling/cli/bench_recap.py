@@ -34,6 +34,7 @@ from scheduling import loop
 from scheduling.cli.bench_loop import copy_warehouse
 from scheduling.cli.compare_loop import OPEN_STATES
 from scheduling.domain.progress import Segment, work_done_h
+from scheduling.evaluation.recap_frontier import FrontierRun, frontier_kg
 from scheduling.executors.replay import ReplayExecutor
 from scheduling.planning.forecasts import GridSeries
 from scheduling.planning.power_choice import window_intensity_integral
@@ -113,6 +114,9 @@ def value_runs(db: Path, executor: ReplayExecutor, fleet, day) -> pd.DataFrame:
         rows.append(
             {
                 "job_id": run["job_id"],
+                "cluster": run["cluster"],
+                "start_h": (utc(run["start_time"]) - day) / HOUR,
+                "gpu_share": share,
                 "kgco2e": kg,
                 "kgco2e_max_limit": kg_max,
                 "hours": (run["true_end"] - run["start_time"]) / HOUR,
@@ -123,13 +127,42 @@ def value_runs(db: Path, executor: ReplayExecutor, fleet, day) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def frontier_pct(valued: pd.DataFrame, fleet, table, db: Path, day, runtime_budget: float, curve: bool,
+                 per_run: bool = False) -> float:  # fmt: skip
+    """How much less carbon than at the maximum limit the best hourly limit schedule of these runs emits with
+    their run time at most `runtime_budget` longer (all together, or `per_run` each), knowing the actual
+    intensity (`recap_frontier`): over every settable limit of each GPU's curve (`curve`) or the planner's."""
+    end = day + pd.Timedelta(hours=float((valued["start_h"] + 2 * valued["hours_max_limit"]).max()) + 2)
+    grid = GridSeries.load(fleet.zones, day, end, source="auto", db_path=db)
+    ci = grid.window(day, int(np.ceil((end - day) / HOUR)))
+    zone = {z: i for i, z in enumerate(fleet.zones)}
+    index = {n: i for i, n in enumerate(fleet.names)}
+    runs = []
+    for row in valued.itertuples(index=False):
+        c = index[row.cluster]
+        model = fleet.clusters[c].config.gpu_model
+        options = table.curve_options(model) if curve else table.options(model)
+        kw = [row.gpu_share * o.power_w / 1000.0 * float(fleet.pue[c]) for o in options]
+        runs.append(
+            FrontierRun(
+                start_h=float(row.start_h),
+                work_h=float(row.hours_max_limit),
+                time_factors=tuple(o.time_factor for o in options),
+                draws_kw=tuple(kw),
+                intensity=ci[:, zone[fleet.cluster_zones[c]]],
+            )
+        )
+    return 100.0 * (frontier_kg(runs, runtime_budget, per_run) / float(valued["kgco2e_max_limit"].sum()) - 1.0)
+
+
 def _integral(series: np.ndarray, origin, a, b) -> float:
     """∫ intensity dt over [a, b] in (g/kWh)·h, hourly values from `origin`."""
     start = (utc(a) - origin) / HOUR
     return float(window_intensity_integral(series, start, max((utc(b) - utc(a)) / HOUR, 0.0)))
 
 
-def run_mode(source: Path, workdir: Path, day, mappings, fleet, recapping, sigma, max_hours) -> dict:
+def run_mode(source: Path, workdir: Path, day, mappings, fleet, recapping, sigma, max_hours):
+    """(the mode's figures, its valued runs)."""
     copy = workdir / "warehouse.duckdb"
     copy_warehouse(source, copy)
     submit_mappings(mappings, source="bench-recap", as_of=day + pd.Timedelta(days=1), db_path=copy)
@@ -159,7 +192,7 @@ def run_mode(source: Path, workdir: Path, day, mappings, fleet, recapping, sigma
         "jobs": int(late[1]),
         "loop_hours": hours,
         "seconds": round(time.perf_counter() - t0, 1),
-    }
+    }, valued
 
 
 def bench_recap(day="2021-07-15", n_jobs=160, sigma=0.15, max_hours=120, db=None) -> dict:
@@ -172,8 +205,18 @@ def bench_recap(day="2021-07-15", n_jobs=160, sigma=0.15, max_hours=120, db=None
     modes = {}
     for name, recapping in MODES.items():
         with tempfile.TemporaryDirectory(prefix=f"bench-recap-{name}-") as tmp:
-            modes[name] = run_mode(source, Path(tmp), day, mappings, fleet, recapping, sigma, max_hours)
+            modes[name], valued = run_mode(source, Path(tmp), day, mappings, fleet, recapping, sigma, max_hours)
     hourly, once = modes["hourly"], modes["dispatch-only"]
+    table = load_power_table(fleet, db_path=source, as_of=day)
+    budget = CHASE["runtime_pct"] / 100.0
+    frontier = {  # on the hourly runs (their starts and clusters), at Chase's run-time budget
+        "runtime_pct": CHASE["runtime_pct"],
+        "carbon_pct_curve": round(frontier_pct(valued, fleet, table, source, day, budget, curve=True), 2),
+        "carbon_pct_planner_options": round(frontier_pct(valued, fleet, table, source, day, budget, curve=False), 2),
+        "carbon_pct_curve_per_run": round(
+            frontier_pct(valued, fleet, table, source, day, budget, curve=True, per_run=True), 2
+        ),
+    }
     return {
         "benchmark": "bench-recap",
         "day": day.date().isoformat(),
@@ -181,6 +224,7 @@ def bench_recap(day="2021-07-15", n_jobs=160, sigma=0.15, max_hours=120, db=None
         "sigma": sigma,
         "modes": modes,
         "chase": CHASE,
+        "frontier": frontier,
         "hourly_vs_dispatch_only_pct": round(100.0 * (hourly["kgco2e"] / once["kgco2e"] - 1.0), 2),
         "targets": {
             "carbon_at_least_chase": hourly["carbon_pct"] is not None and hourly["carbon_pct"] <= CHASE["carbon_pct"],

@@ -58,20 +58,29 @@ class PowerTable:
         # which power-model version the options come from (registry) or that none did (fallback: true)
         self.model_info = dict(model_info or {"version": None, "source": source, "fallback": True})
         self._curves = _curves(profiles) if profiles is not None and len(profiles) else {}
+        self._models = dict(fleet.gpu_models)
         self._options: dict[str, list[PowerOption]] = {}
         for name, model in fleet.gpu_models.items():
             self._options[name] = self._build(model)
 
-    def _build(self, model) -> list[PowerOption]:
+    def _curve_rows(self, model) -> tuple[float, pd.DataFrame] | None:
+        """(average power at the default limit, the curve's rows below it that the GPU can be set to), or None
+        without a curve."""
         spec = map_gpu_type(model.name)
         curve = self._curves.get(spec.curve)
         if curve is None:
-            return [PowerOption(model.peak_w, 1.0, DEFAULT_UTILISATION * model.peak_w)]
-        p_default = curve["p0"] * model.peak_w
-        opts = [PowerOption(model.peak_w, 1.0, p_default)]
+            return None
         cand = curve["table"]
         settable = cand["frac"] * model.peak_w >= spec.min_limit_w - 1e-6  # e.g. a T4 cannot go below 60 W
-        ok = cand[(cand["frac"] < 0.999) & (cand["t"] <= 1.0 + self.max_slowdown) & settable]
+        return curve["p0"] * model.peak_w, cand[(cand["frac"] < 0.999) & settable]
+
+    def _build(self, model) -> list[PowerOption]:
+        rows = self._curve_rows(model)
+        if rows is None:
+            return [PowerOption(model.peak_w, 1.0, DEFAULT_UTILISATION * model.peak_w)]
+        p_default, settable = rows
+        opts = [PowerOption(model.peak_w, 1.0, p_default)]
+        ok = settable[settable["t"] <= 1.0 + self.max_slowdown]
         picks = []
         if len(ok):
             picks.append(ok.loc[ok["e"].idxmin()])
@@ -87,6 +96,19 @@ class PowerTable:
             t, e = float(row["t"]), float(row["e"])
             opts.append(PowerOption(round(frac * model.peak_w, 1), t, p_default * e / t))
         return opts
+
+    def curve_options(self, model_name: str) -> list[PowerOption]:
+        """Every limit of the GPU model's measured curve it can be set to (the default first), not only the
+        planner's picks: what the best hourly limit schedule could choose from (`bench-recap`'s frontier)."""
+        model = self._models[model_name]
+        rows = self._curve_rows(model)
+        if rows is None:
+            return self.options(model_name)
+        p_default, settable = rows
+        return [PowerOption(model.peak_w, 1.0, p_default)] + [
+            PowerOption(round(float(r.frac) * model.peak_w, 1), float(r.t), p_default * float(r.e) / float(r.t))
+            for r in settable.itertuples(index=False)
+        ]
 
     def options(self, model_name: str) -> list[PowerOption]:
         return self._options[model_name]
