@@ -101,6 +101,18 @@ def past_horizon(A: np.ndarray, rows: int) -> np.ndarray:
     return np.concatenate([A, A[H - day + np.arange(int(rows)) % day]], axis=0)
 
 
+def _deadline_dur(problem: PlanningProblem, dur: np.ndarray) -> np.ndarray:
+    """(N, K, C) the hours a start must leave before the planning deadline: the run time at the default limit;
+    at a slower limit max(run time, run time x option_margin - deadline_spare), so that a run that long still ends
+    by the job's own deadline."""
+    if problem.option_margin <= 1.0 or dur.shape[1] < 2:
+        return dur
+    spare = 0.0 if problem.deadline_spare is None else np.asarray(problem.deadline_spare, float)[:, None, None]
+    out = dur.copy()
+    out[:, 1:, :] = np.maximum(dur[:, 1:, :], problem.option_margin * dur[:, 1:, :] - spare)
+    return out
+
+
 BATCH_CELLS = 32_000  # candidate cells (jobs x options x start hours x clusters) per batch: temporaries stay in L2
 
 
@@ -141,7 +153,7 @@ class Evaluator:
         frac = np.where(never, 0.0, self._dur - self.whole_all)
         frac[frac < 1e-9] = 0.0
         self.frac_all = frac
-        self.latest_all = np.floor(problem.deadline_rel[:, None, None] - self._dur + 1e-9)
+        self.latest_all = np.floor(problem.deadline_rel[:, None, None] - _deadline_dur(problem, self._dur) + 1e-9)
         self.host_all = problem.allowed[:, None, :] & self._finite  # (N, K, C)
         self._now = None  # `start_now`'s per-plan table
         self.Pflat = None

@@ -127,6 +127,10 @@ class PlanningProblem:
     running: PlanningProblem | None = None
     runs_on: np.ndarray | None = None
     speed: np.ndarray | None = None  # (N, C) speed relative to a V100 at the default limit (None: not recorded)
+    # a power option below the default limit starts only where its run time x `option_margin` still ends by the
+    # job's deadline, which lies `deadline_spare` (N,) hours after `deadline_rel` (the reserve the plan keeps)
+    option_margin: float = 1.0
+    deadline_spare: np.ndarray | None = None
 
     @property
     def n_jobs(self) -> int:
@@ -176,9 +180,10 @@ class JobTable:
     than its estimate still ends in time; `deadline_h` is that planning deadline.
 
     `option_margin` (>= 1, default 1): a power option below the default limit is offered to a job only where its
-    run time times `option_margin` fits between the job's submission and its deadline, so that a job with little
-    spare is never slowed into a miss by a run that outlasts its estimate (the loop passes the run-time error's
-    high quantile; the simulator's runs are exact)."""
+    run time times `option_margin` fits between the job's submission and its deadline, and starts only where it
+    still fits between the start and the deadline (`Evaluator.latest_all`), so that a job with little spare is
+    never slowed into a miss by a run that outlasts its estimate (the loop passes the run-time error's high
+    quantile; the simulator's runs are exact)."""
 
     def __init__(
         self,
@@ -235,11 +240,14 @@ class JobTable:
             risky = self.dur * option_margin > spare
             risky[:, 0, :] = False  # the default limit is always offered
             self.dur = np.where(risky, np.inf, self.dur)
+        self.option_margin = float(option_margin)
+        self.deadline_spare = np.zeros(n)
         if deadline_reserve > 0:
             fastest = np.where(self.allowed, base, np.inf).min(axis=1)
             fastest = np.where(np.isfinite(fastest), fastest, 0.0)
             spare = np.maximum(self.deadline_h - self.submit_h - fastest, 0.0)
-            self.deadline_h = self.deadline_h - np.minimum(deadline_reserve * fastest, spare)
+            self.deadline_spare = np.minimum(deadline_reserve * fastest, spare)
+            self.deadline_h = self.deadline_h - self.deadline_spare
         self.n = n
         self.C = C
 
@@ -300,6 +308,8 @@ class JobTable:
             free_other=free_other,
             req_other=self.req_other[idx] if free_other is not None else None,
             speed=self.speed[idx],
+            option_margin=self.option_margin,
+            deadline_spare=self.deadline_spare[idx],
         )
 
 

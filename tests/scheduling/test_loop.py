@@ -24,7 +24,8 @@ from scheduling.executors.files import FilesExecutor
 from scheduling.executors.replay import ReplayExecutor
 from scheduling.output.plan_store import read_plan, table_digest
 from scheduling.output.schedules import tree_digest, verify_schedule_dir
-from scheduling.planning.problem import JobTable, abs_hours_float
+from scheduling.planning.candidates import Evaluator
+from scheduling.planning.problem import JobTable, abs_hours, abs_hours_float
 from scheduling.queue import store
 from scheduling.queue.frame import pending_job_frame
 from scheduling.queue.intake import submit_file
@@ -395,3 +396,24 @@ def test_slower_limits_are_offered_only_where_a_long_run_still_fits(tmp_warehous
     assert dropped.any() and (np.isfinite(margin.dur[:, 1:]) & np.isfinite(plain.dur[:, 1:])).any()
     with pytest.raises(ValueError, match="option_margin"):
         JobTable(jobs, fleet, data_dir=data_dir, option_margin=0.5)
+
+
+def test_a_slower_limit_starts_only_where_a_long_run_still_ends_by_the_deadline(tmp_warehouse, tmp_path, data_dir):
+    """The latest start of a limit below the default leaves its run time x the option margin before the job's own
+    deadline (not only before the planning deadline, which keeps the reserve); the default limit's leaves the run
+    time before the planning deadline."""
+    _submit_day(tmp_warehouse, tmp_path, data_dir)
+    fleet = plan_fleet(None, data_dir)
+    jobs = pending_job_frame(T, fleet, db_path=tmp_warehouse, data_dir=data_dir)
+    table = JobTable(jobs, fleet, data_dir=data_dir, deadline_reserve=0.2, option_margin=1.4)
+    idx = np.arange(len(jobs))
+    problem = table.problem(T, idx, np.full((48, len(fleet)), 10**9), np.full((48, len(fleet)), 100.0))
+    latest = Evaluator(problem).latest_all
+    dur = np.where(np.isfinite(table.dur), table.dur, 0.0)
+    deadline = (abs_hours_float(jobs["deadline"]) - abs_hours(T))[:, None, None]  # the job's own
+    planning = (table.deadline_h - abs_hours(T))[:, None, None]
+    np.testing.assert_array_equal(latest[:, 0], np.floor(planning[:, 0] - dur[:, 0] + 1e-9))
+    slow = np.floor(np.minimum(planning - dur, deadline - 1.4 * dur)[:, 1:] + 1e-9)
+    np.testing.assert_array_equal(latest[:, 1:], slow)
+    finite = np.isfinite(table.dur[:, 1:])
+    assert (latest[:, 1:][finite] < np.floor(planning - dur)[:, 1:][finite]).any()  # the margin moved some

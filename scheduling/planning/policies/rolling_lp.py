@@ -541,6 +541,8 @@ def _with_expected(p):
     if p.release_c is not None:
         per_job["release_c"] = np.concatenate([p.release_c, np.repeat(e.release[:, None], p.n_clusters, 1)])
     per_job["speed"] = np.concatenate([p.speed, e.speed]) if p.speed is not None and e.speed is not None else None
+    if p.deadline_spare is not None and e.deadline_spare is not None:
+        per_job["deadline_spare"] = np.concatenate([p.deadline_spare, e.deadline_spare])
     return dataclasses.replace(
         p, jobs=pd.concat([p.jobs, e.jobs], ignore_index=True), pods=None, expected=None, **per_job
     )
@@ -570,6 +572,8 @@ def _subset(p, idx: np.ndarray):
         per_job["pods"] = [p.pods[i] for i in idx]
     if p.speed is not None:
         per_job["speed"] = p.speed[idx]
+    if p.deadline_spare is not None:
+        per_job["deadline_spare"] = p.deadline_spare[idx]
     return dataclasses.replace(p, jobs=p.jobs.iloc[idx].reset_index(drop=True), **per_job)
 
 
