@@ -14,7 +14,8 @@ some limit still ends it by its deadline, and says which.
 The limit for the next hour is the first of the cheapest pair (limit for the next hour, limit for the rest) whose
 end at that quantile keeps the deadline: kgCO2e = draw (kW, PUE) x the forecast intensity integrated over the
 hours it runs at each. A change is made when the current limit no longer keeps the deadline (`at_risk`: the
-cheapest faster limit that keeps it for the whole rest, raised now, else the fastest limit) or, for carbon, when the
+cheapest pair with a faster limit for the rest that keeps it, that limit from now or after one more hour at the
+current one, which is then no change yet; else the fastest limit) or, for carbon, when the
 changed run still ends by its deadline at the `carbon_quantile` (p99), the change saves at least `min_saving` of
 the rest of the run's forecast carbon, the last change is `min_dwell_h` old and the run has changed fewer than
 `max_changes` times. Its counterfactual is the limit kept.
@@ -225,8 +226,10 @@ def recap_running(
         k_kg, k_h = cost_and_end(kc, kc, left)
         risk = k_h > deadline_h + 1e-9
         ok = valid & (hs <= deadline_h[:, None] + 1e-9)
-        # a run at risk is raised now, to one limit for the rest: waiting for the last hour leaves no margin
-        ok &= ~risk[:, None] | ((pairs_a == pairs_b) & (tf_safe[:, A] < tf_safe[rows_n, kc][:, None]))
+        # a run at risk gets a faster limit for the rest, from now or after one more hour at its limit (it may end
+        # within that hour; the next hour decides again), whichever keeps the deadline for less carbon
+        faster_rest = tf_safe[:, B] < tf_safe[rows_n, kc][:, None]
+        ok &= ~risk[:, None] | (faster_rest & ((pairs_a == pairs_b) | (pairs_a == kc[:, None])))
         take = open_ & ok.any(axis=1)
         if take.any():
             key = np.where(ok, kgs, np.inf)
@@ -255,14 +258,15 @@ def recap_running(
     reason = np.where(
         at_risk, "at_risk", np.where(~changed_pair, "keep", np.where(calm & saves & sure, "carbon", "keep"))
     )
-    act = followed & (reason != "keep") & changed_pair
+    acts = followed & (reason != "keep")  # where the chosen pair is the plan: changed now, or raised after an hour
     if not settings.enabled:
-        act[:] = False
+        acts[:] = False
     if "recap" in runs:  # seen, not acted on
-        act &= runs["recap"].astype(bool).to_numpy()
+        acts &= runs["recap"].astype(bool).to_numpy()
+    act = acts & changed_pair
     k_next = np.where(act, chosen_a, kc)
-    kg = np.where(act, kg, kept_kg)
-    h = np.where(act, h, kept_h)
+    kg = np.where(acts, kg, kept_kg)
+    h = np.where(acts, h, kept_h)
     median_h = left_at(q_low) * tf_safe[rows_n, k_next]
     reason = np.where(followed, reason, "no_options")
     # runs without options (or at a limit that is none of them): projected at the median at their limit

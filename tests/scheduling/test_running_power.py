@@ -176,6 +176,30 @@ def test_a_run_behind_its_plan_gets_the_limit_that_keeps_its_deadline():
     assert out["time_factor"] == pytest.approx({300.0: 1.0, 250.0: 1.05}[out["to_limit_w"]] / 1.25)
 
 
+def test_a_run_at_risk_waits_an_hour_where_raising_it_then_still_keeps_the_deadline():
+    # planned 10 h at 200 W (8 h of work), 4.8 h done: 3.2 h of work left, 4 h at 200 W; exact run times
+    exact = RunTimeError(mu=0.0, sigma=1e-6)
+    factor = {300.0: 1.0, 250.0: 1.05, 200.0: 1.25}
+    draw = {300.0: 0.3, 250.0: 0.24, 200.0: 0.18}
+
+    def pair(a, b):  # independent: hours and kWh running 1 h at a (or to the end), then the rest at b
+        first = min(1.0, 3.2 * factor[a])
+        rest = (3.2 - first / factor[a]) * factor[b]
+        return first + rest, draw[a] * first + draw[b] * rest
+
+    for deadline_h in (3.9, 3.45):
+        run = _run(limit=200.0, hours_planned=10.0, started_h=-6.0, deadline_h=deadline_h)
+        out = recap_running(run, _Fleet(), OPTIONS, np.full((48, 1), 100.0), T0, exact).iloc[0]
+        # at risk: a faster limit for the rest, from now (a = b) or after one more hour at 200 W (a = 200)
+        ok = {(a, b): pair(a, b) for a in factor for b in (300.0, 250.0) if a in (b, 200.0)}
+        ok = {k: v for k, v in ok.items() if v[0] <= deadline_h}
+        (a, b), (hours, kwh) = min(ok.items(), key=lambda kv: kv[1][1])
+        assert out["reason"] == "at_risk" and out["kgco2e"] == pytest.approx(kwh * 100 / 1000, rel=1e-4)
+        assert out["changed"] == (a != 200.0) and out["to_limit_w"] == a
+        assert out["projected_end"] <= out["deadline"] < out["projected_end_kept"]
+    assert (a, b) == (250.0, 250.0)  # 3.45 h: waiting no longer keeps it for less; 3.9 h waited (a = 200 W)
+
+
 def test_a_run_past_its_estimate_has_more_work_left_the_longer_it_runs():
     errors = RunTimeError(mu=0.0, sigma=0.15)
     lefts = []
