@@ -8,6 +8,8 @@ Python from the grid rows alone (marts.grid_hourly), hour by hour:
   the run starts;
 - the run-now counterfactual: the job started at submission in its home zone at the default limit's draw, for the
   planned run-now duration scaled by the attempt's actual / planned run time;
+- a run whose power limit changed mid-run: each stretch at its own limit's draw, and its run-now run time from its
+  hours at the dispatch limit (each stretch's hours over its run-time factor);
 - the saving: counterfactual - realized, over every attempt of the job.
 
 The inputs (GPU count, board power, PUE) are the test's own; the plan stores the draw as the planner does (GPUs x
@@ -22,8 +24,11 @@ import pandas as pd
 import pytest
 
 from scheduling.executors.events import load_events
+from scheduling.executors.power_log import record_decisions
+from scheduling.executors.replay import ReplayExecutor
 from scheduling.output.ledger import LEDGER_SELECT
 from scheduling.output.plan_store import StoredPlan, write_plan
+from tests.scheduling.executor_samples import plan_id_at
 from transforms.runner import build
 from warehouse.db import reader
 from warehouse.ingest import ingest
@@ -45,6 +50,13 @@ class Attempt:
 
 
 @dataclass(frozen=True)
+class PowerChange:
+    at: pd.Timestamp  # a plan hour: the plan that decided it
+    limit_w: int
+    time_factor: float  # run time at the new limit relative to the dispatch limit
+
+
+@dataclass(frozen=True)
 class Job:
     """One planned job: where and how it was planned, and its attempts."""
 
@@ -59,9 +71,17 @@ class Job:
     run_now_h: float  # the plan's run-now duration (hours, at home, default limit)
     transfer_kwh: float
     attempts: tuple[Attempt, ...]
+    changes: tuple[PowerChange, ...] = ()  # of the last attempt
 
-    def draw_kw(self) -> float:
-        return self.gpus * BOARD_KW[self.limit_w] * PUE[self.cluster]
+    def draw_kw(self, limit_w: int | None = None) -> float:
+        return self.gpus * BOARD_KW[limit_w or self.limit_w] * PUE[self.cluster]
+
+    def stretches(self, attempt: Attempt) -> list[tuple[pd.Timestamp, pd.Timestamp, int, float]]:
+        """(from, to, limit W, time factor) of an attempt: the dispatch limit, then each change."""
+        changes = self.changes if attempt is self.attempts[-1] else ()
+        starts = [(attempt.started, self.limit_w, 1.0)] + [(c.at, c.limit_w, c.time_factor) for c in changes]
+        ends = [c.at for c in changes] + [attempt.ended]
+        return [(a, b, w, f) for (a, w, f), b in zip(starts, ends)]
 
     def run_now_kw(self) -> float:
         return self.gpus * BOARD_KW[DEFAULT_LIMIT_W] * PUE[self.home]
@@ -77,6 +97,10 @@ JOBS = (
     # failed once, then finished: the ledger sums both attempts, the counterfactual takes the last one's run time
     Job("lab/retried", "fra-a100", "fra-a100", 1, 400, T0 - 10 * M, T0, 2.0, 2.0, 0.0,
         (Attempt(T0 + 5 * M, T0 + 35 * M, "failed"), Attempt(T0 + 50 * M, T0 + 2 * H + 20 * M, "finished"))),
+    # lowered to 300 W at 13:00 (10 % slower), raised back at 15:00: three stretches at two draws
+    Job("lab/recapped", "fra-a100", "fra-a100", 2, 400, T0 - 30 * M, T0, 3.0, 2.5, 0.0,
+        (Attempt(T0 + 10 * M, T0 + 3 * H + 25 * M, "finished"),),
+        (PowerChange(T0 + H, 300, 1.1), PowerChange(T0 + 3 * H, 400, 1.0))),
 )  # fmt: skip
 
 
@@ -99,8 +123,13 @@ def kg_at(ci: dict, zone: str, kwh_by_hour: dict[pd.Timestamp, float]) -> float:
     return sum(kwh * ci[(zone, hour)] for hour, kwh in kwh_by_hour.items()) / 1000.0
 
 
+def attempt_kwh_by_hour(job: Job, attempt: Attempt) -> list[dict[pd.Timestamp, float]]:
+    """kWh per hour of each stretch of an attempt, at its limit's draw."""
+    return [energy_by_hour(job.draw_kw(w), a, b) for a, b, w, _ in job.stretches(attempt)]
+
+
 def attempt_kg(ci: dict, job: Job, attempt: Attempt) -> float:
-    run = kg_at(ci, ZONE[job.cluster], energy_by_hour(job.draw_kw(), attempt.started, attempt.ended))
+    run = sum(kg_at(ci, ZONE[job.cluster], part) for part in attempt_kwh_by_hour(job, attempt))
     start_hour = attempt.started.floor("h")
     both_ends = 0.5 * (ci[(ZONE[job.home], start_hour)] + ci[(ZONE[job.cluster], start_hour)])
     return run + job.transfer_kwh * both_ends / 1000.0
@@ -108,7 +137,8 @@ def attempt_kg(ci: dict, job: Job, attempt: Attempt) -> float:
 
 def counterfactual_kg(ci: dict, job: Job) -> float:
     last = job.attempts[-1]
-    hours = job.run_now_h * ((last.ended - last.started) / H) / job.planned_h
+    at_dispatch_limit = sum(((b - a) / H) / f for a, b, _, f in job.stretches(last))
+    hours = job.run_now_h * at_dispatch_limit / job.planned_h
     end = job.submitted + pd.Timedelta(microseconds=round(hours * 3600e6))  # kept to the microsecond
     return kg_at(ci, ZONE[job.home], energy_by_hour(job.run_now_kw(), job.submitted, end))
 
@@ -152,8 +182,20 @@ def _events(plan_id: str) -> pd.DataFrame:
             base |= {"cluster": job.cluster, "node": "node-0", "executor_ref": f"{job_id}-{n}"}
             rows.append(base | {"event": "dispatched", "event_time": attempt.started})
             rows.append(base | {"event": "started", "event_time": attempt.started})
+            for change in job.changes if attempt is job.attempts[-1] else ():
+                rows.append(base | {"event": "power_changed", "event_time": change.at, "power_limit_w": change.limit_w})
             rows.append(base | {"event": attempt.outcome, "event_time": attempt.ended})
     return pd.DataFrame(rows)
+
+
+def _power_changes(run_plan_id: str, db: Path) -> None:
+    """plan.power_changes as the deciding plans record them (each at its plan hour)."""
+    for job in JOBS:
+        for change in job.changes:
+            row = {"job_id": job.job, "plan_id": run_plan_id, "attempt": len(job.attempts), "cluster": job.cluster,
+                   "to_limit_w": float(change.limit_w), "time_factor": change.time_factor,
+                   "draw_kw": job.draw_kw(change.limit_w), "reason": "carbon", "changed": True}  # fmt: skip
+            record_decisions(plan_id_at(change.at), pd.DataFrame([row]), {job.cluster: ReplayExecutor(db_path=db)}, db)
 
 
 @pytest.fixture(scope="module")
@@ -167,6 +209,7 @@ def ledger_warehouse(tmp_path_factory, data_dir) -> Path:
         _plan()
         with reader(db) as con:
             (plan_id,) = con.execute("SELECT plan_id FROM plan.plans").fetchone()
+        _power_changes(plan_id, db)
         load_events(_events(plan_id), "replay", T0, T0 + 8 * H, db_path=db)
         result = build(select=list(LEDGER_SELECT), warehouse_path=db, target_path=root / "target")
         assert result.ok, result.output[-3000:]
@@ -207,8 +250,8 @@ def test_each_attempt_is_valued_hour_by_hour_at_its_zone_with_the_transfer_at_bo
         for n, attempt in enumerate(job.attempts, start=1):
             outcome, source, kwh, kg = got[(job.job, n)]
             assert (outcome, source) == (attempt.outcome, "power_model")
-            by_hour = energy_by_hour(job.draw_kw(), attempt.started, attempt.ended)
-            assert kwh == pytest.approx(sum(by_hour.values()) + job.transfer_kwh, rel=1e-9), job.job
+            run_kwh = sum(sum(part.values()) for part in attempt_kwh_by_hour(job, attempt))
+            assert kwh == pytest.approx(run_kwh + job.transfer_kwh, rel=1e-9), job.job
             assert kg == pytest.approx(attempt_kg(ci, job, attempt), rel=1e-9), (job.job, n)
 
 
