@@ -102,15 +102,15 @@ def past_horizon(A: np.ndarray, rows: int) -> np.ndarray:
 
 
 def _deadline_dur(problem: PlanningProblem, dur: np.ndarray) -> np.ndarray:
-    """(N, K, C) the hours a start must leave before the planning deadline: the run time on the job's fastest
-    (cluster, limit); anywhere slower max(run time, run time x option_margin - deadline_spare), so that a run that
-    much longer than planned still ends by the job's own deadline (a job with little spare goes where it is fast)."""
-    if problem.option_margin <= 1.0:
+    """(N, K, C) the hours a start must leave before the planning deadline: the run time at the default limit;
+    at a slower limit max(run time, run time x option_margin - deadline_spare), so that a run that long still ends
+    by the job's own deadline."""
+    if problem.option_margin <= 1.0 or dur.shape[1] < 2:
         return dur
     spare = 0.0 if problem.deadline_spare is None else np.asarray(problem.deadline_spare, float)[:, None, None]
-    hosted = np.isfinite(problem.dur) & problem.allowed[:, None, :]
-    fastest = np.where(hosted, dur, np.inf).min(axis=(1, 2), initial=np.inf)[:, None, None]
-    return np.where(dur <= fastest + 1e-9, dur, np.maximum(dur, problem.option_margin * dur - spare))
+    out = dur.copy()
+    out[:, 1:, :] = np.maximum(dur[:, 1:, :], problem.option_margin * dur[:, 1:, :] - spare)
+    return out
 
 
 BATCH_CELLS = 32_000  # candidate cells (jobs x options x start hours x clusters) per batch: temporaries stay in L2

@@ -127,8 +127,8 @@ class PlanningProblem:
     running: PlanningProblem | None = None
     runs_on: np.ndarray | None = None
     speed: np.ndarray | None = None  # (N, C) speed relative to a V100 at the default limit (None: not recorded)
-    # a job starts anywhere slower than its fastest (cluster, limit) only where its run time x `option_margin` still
-    # ends by its deadline, which lies `deadline_spare` (N,) hours after `deadline_rel` (the reserve the plan keeps)
+    # a power option below the default limit starts only where its run time x `option_margin` still ends by the
+    # job's deadline, which lies `deadline_spare` (N,) hours after `deadline_rel` (the reserve the plan keeps)
     option_margin: float = 1.0
     deadline_spare: np.ndarray | None = None
 
@@ -180,11 +180,10 @@ class JobTable:
     than its estimate still ends in time; `deadline_h` is that planning deadline.
 
     `option_margin` (>= 1, default 1): a power option below the default limit is offered to a job only where its
-    run time times `option_margin` fits between the job's submission and its deadline, and the job starts on any
-    (cluster, limit) slower than its fastest only where its run time there times `option_margin` still fits between
-    the start and the deadline (`Evaluator.latest_all`), so that a job with little spare is never slowed into a
-    miss by a run that outlasts its estimate (the loop passes the run-time error's high quantile; the simulator's
-    runs are exact)."""
+    run time times `option_margin` fits between the job's submission and its deadline, and starts only where it
+    still fits between the start and the deadline (`Evaluator.latest_all`), so that a job with little spare is
+    never slowed into a miss by a run that outlasts its estimate (the loop passes the run-time error's high
+    quantile; the simulator's runs are exact)."""
 
     def __init__(
         self,
