@@ -675,12 +675,13 @@ def run_hour(as_of, **settings) -> HourResult:
 
 
 def run_hours(start, hours: int, progress=None, **settings) -> list[HourResult]:
-    """`run_hour` for `hours` consecutive hours from `start`; one fleet and one set of executors throughout."""
-    first = context(start, **settings)
-    settings = {**settings, "fleet": first.fleet, "executors": first.executors}
+    """`run_hour` for `hours` consecutive hours from `start`. A `fleet` (and `executors`) passed in serve every hour;
+    without one each hour reads the fleet file again, as every `plan_hourly` run does, so that a node drained or
+    removed while the hours run counts from the next hour on."""
+    plan_time = context(start, **settings).plan_time  # a bad setting fails here, before any hour runs
     results = []
     for h in range(int(hours)):
-        results.append(run_hour(first.plan_time + h * HOUR, **settings))
+        results.append(run_hour(plan_time + h * HOUR, **settings))
         if progress is not None:
             progress(results[-1])
     return results

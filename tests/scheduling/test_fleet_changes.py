@@ -267,3 +267,25 @@ def test_the_loop_plans_on_when_a_node_is_removed_or_drained_under_running_jobs(
         assert set(executor.running(T + h * HOUR)["job_id"]) == set(node_of)  # the jobs run on
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any(drained in m and "ops/one" in m and "drained" in m for m in warned)
+
+
+def test_hours_in_a_row_read_the_fleet_file_every_hour(tmp_warehouse, tmp_path, data_dir, monkeypatch):
+    """`loop.run_hours` (the command line's `loop --hours N`) sees a node removed between two of its hours."""
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(_spec([_node(n, gpus=4) for n in ("n1", "n2")]), sort_keys=False))
+    monkeypatch.setenv("FLEET_PATH", str(path))
+    report = submit_mappings([_job("whole", 4, T)], source="test", as_of=T, db_path=tmp_warehouse, data_dir=data_dir)
+    assert report.counts["accepted"] == 1, report.to_dict()
+    placed = {}
+
+    def remove_its_node(result):
+        if result.plan_time == T:
+            placed.update(zip(*ReplayExecutor(db_path=tmp_warehouse).running(T)[["job_id", "node"]].T.to_numpy()))
+            kept = [n for n in ("n1", "n2") if n != placed["ops/whole"]]
+            path.write_text(yaml.safe_dump(_spec([_node(n, gpus=4) for n in kept]), sort_keys=False))
+
+    settings = {"db_path": tmp_warehouse, "data_dir": data_dir, "schedule_root": tmp_path / "schedules"}
+    first, second = loop.run_hours(T, 2, progress=remove_its_node, **settings)
+    assert first.dispatch["sent"] == 1 and first.plan["running_off_fleet"] == []
+    off = [(e["node"], e["node_state"], e["jobs"]) for e in second.plan["running_off_fleet"]]
+    assert off == [(placed["ops/whole"], "removed", ["ops/whole"])]
