@@ -145,6 +145,32 @@ def test_one_gpu_mapping_for_power_model_fleet_and_planner(profiles, data_dir):
     assert min(o.limit_w for o in table.options("T4")) >= 60  # the T4 cannot be capped below 60 W
 
 
+def test_curve_options_are_every_settable_limit_of_the_measured_curve(profiles, data_dir):
+    """`curve_options` (the frontier's choice): the default first, then every limit of the GPU's Zeus curve it can be
+    set to, with the sweep's median time and energy; the planner's options are among them."""
+    from scheduling.domain.fleet import load_fleet
+    from scheduling.planning.power_options import PowerTable
+
+    fleet = load_fleet(data_dir=data_dir)
+    table = PowerTable(fleet, profiles)
+    v100 = profiles[profiles["gpu_type"].str.lower() == "v100"]
+    for name, m in fleet.gpu_models.items():
+        curve, planner = table.curve_options(name), table.options(name)
+        assert curve[0] == planner[0] and len(curve) >= len(planner)
+        assert {o.limit_w for o in planner} <= {o.limit_w for o in curve}
+        assert all(map_gpu_type(name).min_limit_w - 0.5 <= o.limit_w < m.peak_w for o in curve[1:])
+    # independent: a V100's relative time at 70 % of its limit is the median over the sweep's workloads
+    keys = [c for c in ("workload", "dataset", "network", "batch_size", "optimizer") if c in v100.columns]
+    rel = v100.groupby(keys).apply(
+        lambda g: (
+            float(g.loc[g["power_limit_w"] == 0.7 * g["max_power_limit_w"], "time_per_epoch_s"].mean())
+            / float(g.loc[g["power_limit_w"] == g["max_power_limit_w"], "time_per_epoch_s"].mean())
+        )
+    )
+    at_70 = next(o for o in table.curve_options("V100") if abs(o.limit_w - 0.7 * fleet.gpu_models["V100"].peak_w) < 1)
+    assert at_70.time_factor == pytest.approx(float(rel.median()), rel=1e-9)
+
+
 def test_fleet_file_cannot_name_a_curve(tmp_path, data_dir):
     from scheduling.domain.fleet import DEFAULT_FLEET_PATH, load_fleet
 
