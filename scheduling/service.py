@@ -243,6 +243,7 @@ def make_plan(
         deadline_reserve=info["deadline_reserve_used"],
         # plans that keep a reserve for runs longer than planned offer slower limits only where a long run still fits
         option_margin=errors.ratio(settings.option_quantile) if deadline_reserve > 0 else 1.0,
+        cluster_margin=errors.ratio(settings.cluster_quantile) if deadline_reserve > 0 else 1.0,
     )
     hp = HourlyPlanner(fleet, None, policy, forecasts, table=table, max_horizon=int(horizon_hours), data_dir=data_dir)
     if arrived is not None:

@@ -102,14 +102,21 @@ def past_horizon(A: np.ndarray, rows: int) -> np.ndarray:
 
 
 def _deadline_dur(problem: PlanningProblem, dur: np.ndarray) -> np.ndarray:
-    """(N, K, C) the hours a start must leave before the planning deadline: the run time at the default limit;
-    at a slower limit max(run time, run time x option_margin - deadline_spare), so that a run that long still ends
-    by the job's own deadline."""
-    if problem.option_margin <= 1.0 or dur.shape[1] < 2:
+    """(N, K, C) the hours a start must leave before the planning deadline: the run time on the job's fastest
+    cluster at the default limit; at a slower limit max(run time, run time x option_margin - deadline_spare), on a
+    slower cluster at the default limit the same with cluster_margin, so that a run that long still ends by the
+    job's own deadline."""
+    if problem.option_margin <= 1.0 and problem.cluster_margin <= 1.0:
         return dur
     spare = 0.0 if problem.deadline_spare is None else np.asarray(problem.deadline_spare, float)[:, None, None]
     out = dur.copy()
     out[:, 1:, :] = np.maximum(dur[:, 1:, :], problem.option_margin * dur[:, 1:, :] - spare)
+    if problem.cluster_margin > 1.0:
+        at_max = dur[:, :1, :]
+        hosted = np.isfinite(problem.dur[:, :1, :]) & problem.allowed[:, None, :]
+        fastest = np.where(hosted, at_max, np.inf).min(axis=2, keepdims=True, initial=np.inf)
+        slower = at_max > fastest + 1e-9
+        out[:, :1, :] = np.where(slower, np.maximum(at_max, problem.cluster_margin * at_max - spare), at_max)
     return out
 
 

@@ -66,6 +66,7 @@ class Recapping:
     carbon_quantile: float = 0.99
     top_quantile: float = 0.99  # the highest run-time quantile a run is planned at
     option_quantile: float = 0.99  # pending jobs: slower limits only where a run this long still fits
+    cluster_quantile: float = 0.9  # pending jobs: clusters slower than their fastest only where this one fits
     reserve_quantile: float = 0.9  # pending jobs: the deadline reserve is at least this quantile's overrun
     min_dwell_h: float = 2.0
     max_changes: int = 6

@@ -398,22 +398,35 @@ def test_slower_limits_are_offered_only_where_a_long_run_still_fits(tmp_warehous
         JobTable(jobs, fleet, data_dir=data_dir, option_margin=0.5)
 
 
-def test_a_slower_limit_starts_only_where_a_long_run_still_ends_by_the_deadline(tmp_warehouse, tmp_path, data_dir):
-    """The latest start of a limit below the default leaves its run time x the option margin before the job's own
-    deadline (not only before the planning deadline, which keeps the reserve); the default limit's leaves the run
-    time before the planning deadline."""
+def test_a_slower_limit_or_cluster_starts_only_where_a_long_run_still_ends_by_the_deadline(
+    tmp_warehouse, tmp_path, data_dir
+):
+    """The latest start at a limit below the default leaves its run time x the option margin before the job's own
+    deadline (not only before the planning deadline, which keeps the reserve); at the default limit on a cluster
+    slower than the job's fastest, its run time x the cluster margin; on the fastest, the run time before the
+    planning deadline."""
     _submit_day(tmp_warehouse, tmp_path, data_dir)
     fleet = plan_fleet(None, data_dir)
     jobs = pending_job_frame(T, fleet, db_path=tmp_warehouse, data_dir=data_dir)
-    table = JobTable(jobs, fleet, data_dir=data_dir, deadline_reserve=0.2, option_margin=1.4)
+    table = JobTable(jobs, fleet, data_dir=data_dir, deadline_reserve=0.2, option_margin=1.4, cluster_margin=1.2)
     idx = np.arange(len(jobs))
     problem = table.problem(T, idx, np.full((48, len(fleet)), 10**9), np.full((48, len(fleet)), 100.0))
     latest = Evaluator(problem).latest_all
     dur = np.where(np.isfinite(table.dur), table.dur, 0.0)
     deadline = (abs_hours_float(jobs["deadline"]) - abs_hours(T))[:, None, None]  # the job's own
     planning = (table.deadline_h - abs_hours(T))[:, None, None]
-    np.testing.assert_array_equal(latest[:, 0], np.floor(planning[:, 0] - dur[:, 0] + 1e-9))
+    hosted = np.isfinite(table.dur) & table.allowed[:, None, :]
+    fastest = np.array([table.dur[j, 0][hosted[j, 0]].min() for j in idx])[:, None]
+    slower_cluster = hosted[:, 0] & (dur[:, 0] > fastest + 1e-9)
+    expected_default = np.where(
+        slower_cluster,
+        np.minimum(planning[:, 0] - dur[:, 0], deadline[:, 0] - 1.2 * dur[:, 0]),
+        planning[:, 0] - dur[:, 0],
+    )
+    np.testing.assert_array_equal(latest[:, 0][hosted[:, 0]], np.floor(expected_default + 1e-9)[hosted[:, 0]])
     slow = np.floor(np.minimum(planning - dur, deadline - 1.4 * dur)[:, 1:] + 1e-9)
     np.testing.assert_array_equal(latest[:, 1:], slow)
     finite = np.isfinite(table.dur[:, 1:])
-    assert (latest[:, 1:][finite] < np.floor(planning - dur)[:, 1:][finite]).any()  # the margin moved some
+    assert (latest[:, 1:][finite] < np.floor(planning - dur)[:, 1:][finite]).any()  # the option margin moved some
+    moved = slower_cluster & (latest[:, 0] < np.floor(planning[:, 0] - dur[:, 0] + 1e-9))
+    assert moved.any()  # and the cluster margin
