@@ -166,12 +166,20 @@ class AirflowServer:
         add a scheduled run for the wall-clock hour (outside the 2020-2021 data) beside ours. Once the next run lies
         in the future (the scheduler would hold a run there until then), the run has no logical date. The planning
         time comes from `conf`."""
-        dag = self.wait_for_dag(dag_id)
-        run_after = dag.get("next_dagrun_run_after")
-        due = run_after is None or _utc(run_after) <= datetime.now(UTC)
-        body = {"logical_date": dag.get("next_dagrun_logical_date") if due else None, "conf": conf or {}}
-        reply = self.api("POST", f"/dags/{dag_id}/dagRuns", json=body)
-        assert reply.ok, reply.text
+        deadline = time.monotonic() + 120
+        while True:
+            dag = self.wait_for_dag(dag_id)
+            run_after = dag.get("next_dagrun_run_after")
+            due = run_after is None or _utc(run_after) <= datetime.now(UTC)
+            body = {"logical_date": dag.get("next_dagrun_logical_date") if due else None, "conf": conf or {}}
+            reply = self.api("POST", f"/dags/{dag_id}/dagRuns", json=body)
+            if reply.ok:
+                break
+            # at a wall-clock hour the scheduler creates the hour's runs: the metadata database may be busy for an
+            # instant (5xx), or the run of that logical date may exist now (409); read the DAG again and retry
+            retry = reply.status_code == 409 or reply.status_code >= 500
+            assert retry and time.monotonic() < deadline, reply.text
+            time.sleep(1)
         if dag.get("is_paused"):
             self.pause(dag_id, False)
         return reply.json()["dag_run_id"]
