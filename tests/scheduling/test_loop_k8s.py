@@ -99,7 +99,7 @@ def test_a_plans_power_change_reaches_the_running_pod_once(tmp_warehouse, tmp_pa
         executor = make_executor("kubernetes", {"host": api.url, "token_env": "K8S_TOKEN", "clock": CLOCK})
         executors = dict.fromkeys(fleet.names, executor)
         settings = dict(db_path=tmp_warehouse, data_dir=data_dir, schedule_root=tmp_path / "s", fleet=fleet)
-        for h in range(10):
+        for h in range(24):
             ctx = loop.context(T - H + h * H, executors=executors, **settings)
             loop.sync(ctx)
             plan, _, pending = loop.plan(ctx)
