@@ -13,10 +13,11 @@ from airflow.sdk import DAG, Param, get_current_context, task
 
 from dagutils.assets import FORECASTS, MARTS
 from dagutils.params import GRID_REGIONS, regions_param, targets_param, time_param
+from dagutils.schedules import time_schedule
 
 with DAG(
     dag_id="forecast_predict",
-    schedule="@hourly",
+    schedule=time_schedule("@hourly"),
     start_date=pendulum.datetime(2021, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,

@@ -12,10 +12,11 @@ from airflow.sdk import DAG, Param, get_current_context, task
 
 from dagutils.assets import MARTS
 from dagutils.params import GRID_REGIONS, regions_param, targets_param, time_param
+from dagutils.schedules import time_schedule
 
 with DAG(
     dag_id="forecast_train",
-    schedule="@daily",
+    schedule=time_schedule("@daily"),
     start_date=pendulum.datetime(2021, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,

@@ -15,6 +15,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from dagutils.assets import RAW_GRID
 from dagutils.publish import publish_loaded
+from dagutils.schedules import time_schedule
 from warehouse.orchestration import (
     ingest_group,
     ingest_live,
@@ -27,7 +28,7 @@ from warehouse.orchestration import (
 
 @dag(
     dag_id="ingest_grid",
-    schedule="@hourly",
+    schedule=time_schedule("@hourly"),
     start_date=pendulum.datetime(2021, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,

@@ -16,11 +16,12 @@ from airflow.sdk import DAG, get_current_context, task
 
 from dagutils.assets import JOB_EVENTS, MARTS, PLAN
 from dagutils.params import time_param
+from dagutils.schedules import time_schedule
 
 with DAG(
     dag_id="ledger",
     description="Daily carbon ledger: the ledger marts rebuilt from the loop's events, realized vs run-now kgCO2e",
-    schedule="@daily",
+    schedule=time_schedule("@daily"),
     start_date=pendulum.datetime(2021, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,

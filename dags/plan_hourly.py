@@ -17,11 +17,12 @@ from airflow.sdk import DAG, Param, get_current_context, task
 
 from dagutils.assets import FORECASTS, JOB_EVENTS, MARTS, MODELS, PLAN, QUEUE
 from dagutils.params import DEFAULT_POLICY, FLEET_REGIONS, POLICIES, regions_param, time_param
+from dagutils.schedules import time_schedule
 
 with DAG(
     dag_id="plan_hourly",
     description="Hourly loop: executors' events in, queued jobs planned (regions, hours, nodes), starts dispatched",
-    schedule="@hourly",
+    schedule=time_schedule("@hourly"),
     start_date=pendulum.datetime(2021, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,

@@ -12,10 +12,11 @@ from airflow.sdk import DAG, get_current_context, task
 
 from dagutils.assets import MARTS, MODELS
 from dagutils.params import time_param
+from dagutils.schedules import time_schedule
 
 with DAG(
     dag_id="predictor",
-    schedule="@weekly",
+    schedule=time_schedule("@weekly"),
     start_date=pendulum.datetime(2021, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,

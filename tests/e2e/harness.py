@@ -138,6 +138,11 @@ class AirflowServer:
             time.sleep(2)
         raise TimeoutError(f"DAG {dag_id} not parsed in {timeout_s} s: {self.log_tail()}")
 
+    def dag_ids(self) -> list[str]:
+        reply = self.api("GET", "/dags", params={"limit": 100})
+        assert reply.ok, reply.text
+        return sorted(d["dag_id"] for d in reply.json()["dags"])
+
     def wait_for_parsing(self, quiet_s: float = 8, timeout_s: float = 180) -> list[str]:
         """The DAG ids, once no new DAG has appeared for `quiet_s`: the DAG processor's first pass over the folder
         is done, so it no longer writes to the metadata database (on SQLite, each of its writes can make a

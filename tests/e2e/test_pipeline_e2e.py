@@ -8,6 +8,7 @@ Reliability checks on the way:
 - two DAGs writing the warehouse at the same time (ingest_cluster, ingest_energy) both succeed;
 - clearing a finished run (ingest_energy, then plan_hourly) runs it again and leaves the warehouse identical, table
   by table (row count and an order-independent hash of the rows), and the schedule files byte-identical;
+- the server runs with TIME_SCHEDULES=off, so every run is one the test started (none for the wall-clock hour);
 - afterwards no process the server started is left.
 A failing run's assertion message carries the failed tasks' logs.
 """
@@ -35,22 +36,16 @@ def _ok(server: AirflowServer, dag_id: str, run_id: str, timeout_s: float = 600,
 
 
 def _run(server: AirflowServer, dag_id: str, conf: dict) -> str:
-    """Trigger and wait for success; then pause the DAG again, so that a wall-clock hour passing later in the test
-    starts no scheduled run of it (its logical date would lie outside the data, and an ingest_grid run would start
-    another transform)."""
     run_id = server.trigger(dag_id, conf)
     _ok(server, dag_id, run_id)
-    server.pause(dag_id)
     return run_id
 
 
 def _rerun_and_compare(server: AirflowServer, dag_id: str, run_id: str, warehouse: Path, files: Path | None = None):
     """Clear the finished run, wait until it has succeeded again, and check nothing changed."""
     before = _warehouse_hashes(warehouse), _file_hashes(files)
-    server.pause(dag_id, False)  # the scheduler runs nothing of a paused DAG
     ended = server.clear(dag_id, run_id)
     _ok(server, dag_id, run_id, not_ended_at=ended)
-    server.pause(dag_id)
     after = _warehouse_hashes(warehouse), _file_hashes(files)
     changed = sorted(t for t in set(before[0]) | set(after[0]) if before[0].get(t) != after[0].get(t))
     assert not changed, f"re-running {dag_id} changed {changed}"
@@ -120,6 +115,8 @@ def test_ingest_transform_forecast_plan_through_rest_api(tmp_path, data_dir):
             "DATA_DIR": str(data_dir),
             "AIRFLOW__CORE__PARALLELISM": "2",
             "LIVE_GRID_REGIONS": "",
+            # Every run is one the test triggers, for a time inside the data: a wall-clock hour passing adds none.
+            "TIME_SCHEDULES": "off",
         },  # no live feeds: no network, and fetch_live skips
     ).start()
     timings = {}
@@ -176,6 +173,9 @@ def test_ingest_transform_forecast_plan_through_rest_api(tmp_path, data_dir):
         timings["plan_hourly next hour"] = time.monotonic() - t
         # Exactly one transform run: no other Asset event (a skipped task, a re-run while paused) started one.
         assert len(server.runs("transform")) == 1, server.runs("transform")
+        # ...and no run the test did not start: no time schedule fired.
+        kinds = {d: sorted({r["run_type"] for r in server.runs(d)}) for d in server.dag_ids()}
+        assert all(set(k) <= {"manual", "asset_triggered"} for k in kinds.values()), kinds
     finally:
         server.stop()
         timings["total"] = time.monotonic() - t0
