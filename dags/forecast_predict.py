@@ -37,7 +37,7 @@ with DAG(
     def validate_params(params=None) -> dict:
         from forecasting.tasks import validate
 
-        return validate(dict(params), get_current_context()["data_interval_end"])
+        return validate(dict(params), get_current_context().get("data_interval_end"))
 
     @task(pool="warehouse", inlets=[MARTS], outlets=[FORECASTS])
     def predict(choice: dict) -> dict:

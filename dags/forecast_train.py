@@ -36,7 +36,7 @@ with DAG(
     def validate_params(params=None) -> dict:
         from forecasting.tasks import validate
 
-        return validate(dict(params), get_current_context()["data_interval_end"])
+        return validate(dict(params), get_current_context().get("data_interval_end"))
 
     @task(pool="warehouse", inlets=[MARTS], execution_timeout=pendulum.duration(hours=2))
     def train(choice: dict) -> list[dict]:

@@ -31,7 +31,7 @@ with DAG(
     def validate_params(params=None) -> str:
         from scheduling.tasks import resolve_model_run
 
-        return resolve_model_run(params["as_of"], get_current_context()["data_interval_end"])
+        return resolve_model_run(params["as_of"], get_current_context().get("data_interval_end"))
 
     @task(pool="warehouse", inlets=[MARTS], outlets=[MODELS])
     def train_and_register(as_of: str) -> dict:
