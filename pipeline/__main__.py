@@ -127,8 +127,9 @@ def operate(args: argparse.Namespace, forecast_models=None) -> int:
     power = {
         k: sum(h.plan.get("power", {}).get(k, 0) for h in demo.hours) for k in ("raised_at_risk", "changed_for_carbon")
     }
+    paused = sum(h.plan.get("preempted", {}).get("decided", 0) for h in demo.hours)
     print(f"   power limits of running jobs changed: {power['raised_at_risk']} raised at risk, "
-          f"{power['changed_for_carbon']} for carbon")  # fmt: skip
+          f"{power['changed_for_carbon']} for carbon; {paused} runs preempted at a checkpoint for carbon")  # fmt: skip
     if "region" in demo.ledger.rollups:
         print("\n   per region")
         print(tabulate(demo.ledger.rollups["region"], headers="keys", showindex=False, floatfmt=".3f"))

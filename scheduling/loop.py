@@ -39,9 +39,11 @@ from scheduling.executors.events import TABLE as EVENTS
 from scheduling.executors.events import load_events, window_start
 from scheduling.executors.items import dispatch_items
 from scheduling.executors.power_log import apply_power_changes, read_changes, record_decisions
+from scheduling.executors.preempt_log import apply_preemptions, read_preemptions, record_preemptions
 from scheduling.executors.registry import make_executor
 from scheduling.executors.runs import ASSIGNMENTS
 from scheduling.output.plan_store import plan_id_for, read_plan
+from scheduling.planning.pausing import Pausing
 from scheduling.planning.policies.registry import DEFAULT_POLICY
 from scheduling.planning.recap import Recapping
 from scheduling.queue import store
@@ -55,7 +57,7 @@ from scheduling.service import (
     validate_inputs,
     write_plan,
 )
-from warehouse.db import reader, session, table_exists
+from warehouse.db import reader, session, table_exists, writer
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +69,15 @@ LIVE_STATES = ("dispatched", "running")
 WAITING_STATES = ("queued", "planned")
 HANDED_ON_STATES = ("dispatched", "running", "finished", "failed", "cancelled")
 # what an event means for the job's state (failed: queued again while retries are left)
-EVENT_STATE = {"started": "running", "finished": "finished", "cancelled": "cancelled", "failed": "failed"}
+# (preempted: queued again at once, resuming from the checkpoint `queue.checkpoints` keeps)
+EVENT_STATE = {
+    "started": "running",
+    "resumed": "running",
+    "finished": "finished",
+    "cancelled": "cancelled",
+    "failed": "failed",
+    "preempted": "preempted",
+}
 
 
 @dataclass
@@ -85,6 +95,7 @@ class LoopContext:
     schedule_root: object = None
     explainer: object = None
     recapping: Recapping | None = None  # the hourly power limits of running jobs (None: the defaults)
+    pausing: Pausing | None = None  # the hourly preemptions of running jobs for carbon (None: the defaults)
 
     @property
     def plan_id(self) -> str:
@@ -135,6 +146,7 @@ def context(
     fleet=None,
     executors: dict[str, Executor] | None = None,
     recapping: Recapping | None = None,
+    pausing: Pausing | None = None,
 ) -> LoopContext:
     """The hour's context; ValueError naming a bad setting before any work."""
     checked = validate_inputs(as_of, policy, regions, horizon_hours, deadline_reserve)
@@ -151,6 +163,7 @@ def context(
         schedule_root=schedule_root,
         explainer=explainer,
         recapping=recapping,
+        pausing=pausing,
     )
 
 
@@ -209,7 +222,7 @@ def apply_events(events: pd.DataFrame, ctx: LoopContext) -> dict[str, int]:
         for t, j, st, a, m in zip(live["tenant"], live["job_id"], live["state"], live["attempts"], live["max_retries"])
     }
     entered: dict[str, int] = {}
-    changes = []
+    changes, checkpoints = [], []
     ordered = events.sort_values(["event_time", "planner_job_id", "event"], kind="mergesort")
     for event in ordered.itertuples(index=False):
         key = (event.tenant, event.job_id)
@@ -226,12 +239,47 @@ def apply_events(events: pd.DataFrame, ctx: LoopContext) -> dict[str, int]:
         reason = f"{event.executor}: {event.event} ({event.plan_id}, attempt {event.attempt})"
         changes.append((key, target, event.event_time, reason))
         entered[target] = entered.get(target, 0) + 1
+        if target == "preempted":
+            changes.append((key, "queued", event.event_time, reason))
+            checkpoints.append((*key, int(event.attempt), event.event_time, event.plan_id, event.executor))
+            target = "queued"
         if target in LIVE_STATES or target in WAITING_STATES:
             row["state"] = target
         else:
             del current[key]
-    store.apply_changes(changes, source="loop:sync", db_path=ctx.db_path)
+    kept = _kept_shares(checkpoints, ctx)
+    with writer(ctx.db_path) as con:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            store.apply_changes(changes, source="loop:sync", con=con)
+            store.record_checkpoints(con, kept)
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
     return entered
+
+
+def _kept_shares(checkpoints: list[tuple], ctx: LoopContext) -> list[tuple]:
+    """`store.record_checkpoints` rows of the preempted attempts `checkpoints` ((tenant, job_id, attempt, time,
+    run plan id, executor) each): the share of the job the plan that preempted it expected the checkpoint to keep
+    (`plan.preemptions`), else (a run stopped by someone else) the share its previous checkpoint kept."""
+    if not checkpoints:
+        return []
+    jobs = [f"{t}/{j}" for t, j, *_ in checkpoints]
+    decided = read_preemptions(db_path=ctx.db_path, job_ids=jobs)
+    expected = {
+        (r.job_id, r.run_plan_id, int(r.attempt)): float(r.work_done)
+        for r in decided.itertuples(index=False)
+        if r.status == "sent"
+    }
+    live = store.load_specs(LIVE_STATES, db_path=ctx.db_path)
+    loaded = {f"{r['tenant']}/{r['job_id']}": float(r["work_done"]) for _, r in live}
+    out = []
+    for (tenant, job_id, attempt, at, plan_id, executor), job in zip(checkpoints, jobs):
+        share = expected.get((job, plan_id, attempt), loaded.get(job, 0.0))
+        out.append((tenant, job_id, attempt, at, share, plan_id, executor))
+    return out
 
 
 def _latest_starts(jobs: list[str], ctx: LoopContext) -> dict[str, pd.Timestamp]:
@@ -401,13 +449,24 @@ def _running(executor: Executor, T) -> pd.DataFrame:
 
 def _resources(running: pd.DataFrame, db_path) -> pd.DataFrame:
     """CPU milli-cores and memory MiB of the running jobs, by planner id, from the queue: a run holds them however
-    long ago its job was submitted (the recent arrivals do not list a job running for more than a day)."""
+    long ago its job was submitted (the recent arrivals do not list a job running for more than a day); whether the
+    job checkpoints, the share of it done before this run and its preemptions so far (`queue.checkpoints`)."""
     keys = [store.split_id(j) for j in running["job_id"]]
     with reader(db_path) as con:
         rows = store.fetch(con, keys)
+        kept = store.checkpoint_shares(con, keys)
     frame = pd.DataFrame(
-        [(f"{t}/{j}", r["cpu_milli"], r["memory_mib"]) for (t, j), r in rows.items()],
-        columns=["job_id", "cpu_milli", "memory_mib"],
+        [
+            (
+                f"{t}/{j}",
+                r["cpu_milli"],
+                r["memory_mib"],
+                r["checkpoint_interval_min"] is not None,
+                *kept.get((t, j), (0.0, 0)),
+            )
+            for (t, j), r in rows.items()
+        ],
+        columns=["job_id", "cpu_milli", "memory_mib", "checkpointing", "work_done", "preemptions"],
     )
     return frame.set_index("job_id")
 
@@ -435,6 +494,8 @@ def inputs(ctx: LoopContext) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     running = running[~running["job_id"].isin(mine)]
     running = running.join(_resources(running, db), on="job_id")
     running[["cpu_milli", "memory_mib"]] = running[["cpu_milli", "memory_mib"]].fillna(0).astype("int64")
+    running["checkpointing"] = running["checkpointing"].fillna(False).astype(bool)
+    running[["work_done", "preemptions"]] = running[["work_done", "preemptions"]].fillna(0)
     running = running.rename(columns={"gpu_count": "num_gpu"})
     running["gpu_devices"] = running["gpu_devices"].fillna("")
     running = _run_details(running.reset_index(drop=True), ctx)
@@ -476,6 +537,8 @@ def _run_details(running: pd.DataFrame, ctx: LoopContext) -> pd.DataFrame:
     ]
     can = {c: e.changes_power_limits for c, e in ctx.executors.items()}
     out["recap"] = out["cluster"].map(can).fillna(False).astype(bool)
+    stops = {c: e.preempts for c, e in ctx.executors.items()}
+    out["preempt"] = out["cluster"].map(stops).fillna(False).astype(bool)
     return out
 
 
@@ -496,6 +559,7 @@ def plan(ctx: LoopContext, *, dry_run: bool = False, created_from: str = "loop")
         db_path=ctx.db_path,
         data_dir=ctx.data_dir,
         recapping=ctx.recapping,
+        pausing=ctx.pausing,
     )
     summary = write_plan(
         result,
@@ -515,6 +579,10 @@ def plan(ctx: LoopContext, *, dry_run: bool = False, created_from: str = "loop")
         if recaps is not None and len(recaps):
             changed = recaps[recaps["changed"].astype(bool)]
             summary["power"]["logged"] = record_decisions(summary["plan_id"], changed, ctx.executors, ctx.db_path)
+        pauses = info.get("pauses")
+        summary["preempted"] = {"decided": 0 if pauses is None else int(len(pauses))}
+        if pauses is not None and len(pauses):
+            summary["preempted"]["logged"] = record_preemptions(summary["plan_id"], pauses, ctx.executors, ctx.db_path)
     if not dry_run and len(result.assignments):
         later = result.assignments.loc[result.assignments["status"] != "dispatched", "job_id"]
         queued = set(pending.loc[pending["state"] == "queued", "job_id"]) & _waiting_now(_queue_now(later, ctx))
@@ -556,6 +624,7 @@ def dispatch_plan(ctx: LoopContext, result: Plan | None = None, pending: pd.Data
     totals = {"plan_id": ctx.plan_id, "sent": 0, "skipped": 0, "reconciled": 0, "failed": {}}
     totals["unreachable"] = adopt_imports(ctx)
     totals["power"] = change_power_limits(ctx)
+    totals["preempted"] = preempt_running(ctx)
     starting = result.dispatched()
     if starting.empty:
         return totals
@@ -610,11 +679,22 @@ def dispatch_plan(ctx: LoopContext, result: Plan | None = None, pending: pd.Data
 def change_power_limits(ctx: LoopContext) -> dict:
     """The hour's logged power-limit changes of running jobs, to their executors, exactly once
     (`scheduling.executors.power_log`); an executor that fails leaves its jobs at their limits (fail-open)."""
+    return _carry_out(ctx, read_changes, apply_power_changes)
+
+
+def preempt_running(ctx: LoopContext) -> dict:
+    """The hour's logged preemptions of running jobs, to their executors, exactly once
+    (`scheduling.executors.preempt_log`); an executor that fails lets its jobs run on (fail-open)."""
+    return _carry_out(ctx, read_preemptions, apply_preemptions)
+
+
+def _carry_out(ctx: LoopContext, read, apply) -> dict:
+    """The counts of carrying out one action log's rows of the hour (`action_log.ActionLog.carry_out`)."""
     out = {"sent": 0, "reconciled": 0, "skipped": 0, "no_run": 0, "failed": {}}
-    if read_changes(ctx.plan_id, ctx.db_path).empty:
+    if read(ctx.plan_id, ctx.db_path).empty:
         return out
     for executor in ctx.distinct_executors():
-        done = apply_power_changes(ctx.plan_id, executor, ctx.db_path)
+        done = apply(ctx.plan_id, executor, ctx.db_path)
         for key in ("sent", "reconciled", "skipped", "no_run"):
             out[key] += len(done[key])
         out["failed"].update(done["failed"])

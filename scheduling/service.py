@@ -57,6 +57,7 @@ from scheduling.models.registered import PREDICTOR_NAME, predictor_speed_table, 
 from scheduling.output import plan_store, schedules
 from scheduling.output.plan_store import plan_id_for
 from scheduling.planning.forecasts import GridSeries, make_forecasts
+from scheduling.planning.pausing import PAUSE_COLUMNS, Pausing, pause_running
 from scheduling.planning.policies.registry import DEFAULT_POLICY, POLICY_NAMES
 from scheduling.planning.power_options import load_power_table, option_arrays
 from scheduling.planning.problem import JobTable, abs_hours
@@ -184,6 +185,7 @@ def make_plan(
     db_path=None,
     data_dir=None,
     recapping: Recapping | None = None,
+    pausing: Pausing | None = None,
 ):
     """(Plan, info) for the planning hour `as_of`, without writing anything.
 
@@ -195,7 +197,9 @@ def make_plan(
     `recapping.reserve_quantile` over the estimate when that is larger (0 keeps plans to the estimate). Running
     jobs that carry their run's details (planned_start, planned_end, dispatch_limit_w, deadline, changes; recap:
     whether its executor can change the limit) get their progress and next power limit
-    (`scheduling.planning.recap`, settings `recapping`): `info["recaps"]`, one row per such job."""
+    (`scheduling.planning.recap`, settings `recapping`): `info["recaps"]`, one row per such job. Those that also
+    carry checkpointing, preemptions, work_done and preempt (whether the executor can) may be paused through a
+    dirty stretch (`scheduling.planning.pausing`, settings `pausing`): `info["pauses"]`; their GPUs are free now."""
     plan_time = utc(as_of).floor("h")
     # a drained node (FleetCluster.drained) takes no new job: the plan's nodes and capacity leave it out
     fleet = (fleet if fleet is not None else plan_fleet(regions, data_dir)).schedulable()
@@ -221,11 +225,12 @@ def make_plan(
         if deadline_reserve > 0
         else 0.0
     )
-    info["recaps"] = recaps = _recaps(
-        running, fleet, power_table, forecasts, plan_time, horizon_hours, settings, errors
+    info["recaps"], info["pauses"] = recaps, pauses = _recaps(
+        running, fleet, power_table, forecasts, plan_time, horizon_hours, settings, errors, pausing or Pausing()
     )
     if len(recaps):  # a run holds its GPUs until its projected end (at the median), not the plan's first estimate
         ends = dict(zip(recaps["job_id"], recaps["expected_end"]))
+        ends.update(dict.fromkeys(pauses["job_id"], plan_time))  # a paused run frees its GPUs now
         running = running.copy()
         projected = pd.to_datetime(running["job_id"].map(ends), utc=True)
         running["end_time"] = projected.where(projected.notna(), pd.to_datetime(running["end_time"], utc=True))
@@ -262,6 +267,7 @@ def make_plan(
 
 
 RUN_DETAILS = ("planned_start", "planned_end", "dispatch_limit_w", "deadline", "changes")
+PAUSE_DETAILS = ("checkpointing", "preemptions", "work_done", "preempt")
 
 
 def _run_time_error(plan_time, settings: Recapping, db_path) -> RunTimeError:
@@ -275,18 +281,24 @@ def _run_time_error(plan_time, settings: Recapping, db_path) -> RunTimeError:
     return RunTimeError.fit(ratios, settings)
 
 
-def _recaps(running, fleet, power_table, forecasts, plan_time, horizon_h, settings, errors) -> pd.DataFrame:
-    """`recap_running` for the running jobs with their run's details (the others: none)."""
+def _recaps(
+    running, fleet, power_table, forecasts, plan_time, horizon_h, settings, errors, pausing
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(`recap_running`, `pause_running`) for the running jobs with their run's details (the others: none)."""
+    none = pd.DataFrame(columns=list(RECAP_COLUMNS)), pd.DataFrame(columns=list(PAUSE_COLUMNS))
     if running is None or running.empty or not set(RUN_DETAILS).issubset(running.columns):
-        return pd.DataFrame(columns=list(RECAP_COLUMNS))
+        return none
     runs = running[running["planned_start"].notna() & running["deadline"].notna()]
     if runs.empty:
-        return pd.DataFrame(columns=list(RECAP_COLUMNS))
+        return none
     zones = {z: i for i, z in enumerate(forecasts.zones)}
     F, _, _ = forecasts.at(plan_time, int(horizon_h))
     F = F[:, [zones[z] for z in fleet.cluster_zones]]
     options = option_arrays(fleet, power_table, power_aware=True)
-    return recap_running(runs, fleet, options, F, plan_time, errors, settings)
+    recaps = recap_running(runs, fleet, options, F, plan_time, errors, settings)
+    if not set(PAUSE_DETAILS).issubset(runs.columns):
+        return recaps, none[1]
+    return recaps, pause_running(recaps, runs, fleet, options, F, plan_time, errors, pausing)
 
 
 def _model_ref(info: dict) -> dict:

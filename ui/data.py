@@ -32,7 +32,9 @@ from common.timeutil import utc
 from scheduling.domain.fleet import load_fleet
 from scheduling.domain.fleet_file import fleet_path
 from scheduling.executors.power_log import TABLE as POWER_CHANGES
+from scheduling.executors.preempt_log import TABLE as PREEMPTIONS
 from scheduling.output.ledger import LEDGER_TABLES, read_ledger
+from scheduling.planning.pausing import explain_pause
 from scheduling.planning.recap import explain_change
 from scheduling.queue.store import HISTORY, JOBS, UnknownJob, job_document
 from warehouse.db import WarehouseLockTimeout, reader, table_exists
@@ -341,4 +343,12 @@ def job_page(con, tenant: str, job_id: str) -> dict:
             f"SELECT * FROM {POWER_CHANGES} WHERE job_id = ? ORDER BY changed_at", [f"{tenant}/{job_id}"]
         ).df()
         power = [{**row, "text": explain_change(row)} for row in _rows(found)]
-    return {"found": True, **doc, "runs": runs, "ledger": ledger_row, "power_changes": power}
+    preemptions = []
+    if _has(con, PREEMPTIONS):
+        found = con.execute(
+            f"SELECT * FROM {PREEMPTIONS} WHERE job_id = ? ORDER BY preempt_at", [f"{tenant}/{job_id}"]
+        ).df()
+        preemptions = [{**row, "text": explain_pause(row)} for row in _rows(found)]
+    return {
+        "found": True, **doc, "runs": runs, "ledger": ledger_row, "power_changes": power, "preemptions": preemptions,
+    }  # fmt: skip

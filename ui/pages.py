@@ -303,6 +303,25 @@ def power_timeline(runs: list[dict], changes: list[dict]) -> str:
     )
 
 
+def preemption_list(preemptions: list[dict]) -> str:
+    """The job's preemptions at a checkpoint, each with its explanation card (its counterfactual: keep running);
+    its attempts, the partial runs among them, are in "Planned against actual"."""
+    if not preemptions:
+        return ""
+    rows = [
+        {"at": p["preempt_at"], "attempt": p.get("attempt"), "cluster": p.get("cluster"), "reason": p["reason"],
+         "work_done": p["work_done"], "resume_at": p.get("resume_at"), "status": p["status"]}
+        for p in preemptions
+    ]  # fmt: skip
+    cards = "".join(f'<div class="card preemption"><p>{esc(p["text"])}</p></div>' for p in preemptions)
+    columns = ["at", "attempt", "cluster", "reason", "work_done", "resume_at", "status"]
+    return (
+        f"<h2>Preemptions ({len(rows)})</h2>"
+        + table(rows, columns, ("cluster", "reason", "status")).replace("<table>", '<table id="preemptions">', 1)
+        + cards
+    )
+
+
 def job_page(doc: dict, base: str) -> str:
     title = f"Job {doc['job']}"
     if not doc.get("found"):
@@ -337,6 +356,7 @@ def job_page(doc: dict, base: str) -> str:
             ("cluster", "outcome"),
         ),
         power_timeline(doc.get("runs") or [], doc.get("power_changes") or []),
+        preemption_list(doc.get("preemptions") or []),
         f"<h2>Decisions ({len(decisions)})</h2>",
     ]
     if decisions:

@@ -36,7 +36,7 @@ from common.timeutil import HOUR, utc
 from scheduling import loop
 from scheduling.cli.bench_loop import copy_warehouse
 from scheduling.cli.compare_loop import OPEN_STATES
-from scheduling.domain.progress import Segment, work_done_h
+from scheduling.domain.execution import Segment, work_done_h
 from scheduling.evaluation.recap_frontier import FrontierRun, frontier_kg
 from scheduling.executors.replay import ReplayExecutor
 from scheduling.planning.forecasts import GridSeries

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from scheduling.evaluation.ablations import ReplayPlan
-from scheduling.evaluation.scenario import Scenario
+from scheduling.evaluation.scenario_record import Scenario
 from scheduling.evaluation.simulator import by_cluster, simulate
 from scheduling.planning.lp import solve_lp, solve_preemptive_lp
 from scheduling.planning.problem import abs_hours

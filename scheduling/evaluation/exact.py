@@ -24,7 +24,7 @@ import numpy as np
 from scipy import sparse
 
 from scheduling.evaluation.bounds import optimum_problem
-from scheduling.evaluation.scenario import Scenario
+from scheduling.evaluation.scenario_record import Scenario
 from scheduling.planning.lp import assignment, candidates, held_in_horizon, solve_binary
 
 _STATUS = {0: "optimal", 1: "time_limit", 2: "infeasible", 3: "unbounded", 4: "numerical"}

@@ -21,7 +21,8 @@ from scheduling.evaluation.ablations import PERFECT_INFORMATION, REFERENCE_RUNS,
 from scheduling.evaluation.bounds import PER_JOB_KEY, BoundNotSolved, gap_by_job_shape, solve_optimum
 from scheduling.evaluation.exact import EXACT_KEYS, solve_node_optimum
 from scheduling.evaluation.exact_report import exact_instances, exact_markdown
-from scheduling.evaluation.scenario import Scenario, demand_gpu_hours
+from scheduling.evaluation.scenario import demand_gpu_hours
+from scheduling.evaluation.scenario_record import Scenario
 from scheduling.evaluation.simulator import BASELINE, simulate
 from scheduling.planning.forecasts import SIGNAL
 from scheduling.planning.policies.registry import ONLINE_POLICIES

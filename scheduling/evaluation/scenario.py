@@ -11,8 +11,6 @@ share the device (`device-share`: an 810-milli job holds the whole device, since
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import pandas as pd
 
@@ -20,45 +18,15 @@ from common.timeutil import utc
 from scheduling.domain.fleet import Fleet, load_fleet
 from scheduling.domain.jobs import SpeedModel, generate_jobs
 from scheduling.evaluation.load import DEFAULT_LOAD_BASIS, job_gpus, placed_load
+from scheduling.evaluation.scenario_record import DEFAULT_TAIL_DAYS, Scenario
 from scheduling.evaluation.simulator import BASELINE, simulate
 from scheduling.planning.agents import default_workload, job_pods
-from scheduling.planning.forecasts import BACKTEST, ForecastProvider, GridSeries, make_forecasts
+from scheduling.planning.forecasts import BACKTEST, GridSeries, make_forecasts
 from scheduling.planning.power_options import load_power_table
-from scheduling.planning.problem import JobTable, abs_hours
+from scheduling.planning.problem import JobTable
 
 HOUR = pd.Timedelta(hours=1)
-DEFAULT_TAIL_DAYS = 10  # days simulated after the last arrival, for the last jobs to start and finish
 CALIBRATION_TOLERANCE = 0.02  # a measured placed load this close to the target ends the calibration
-
-
-@dataclass
-class Scenario:
-    """Everything one evaluation replays: the period (`start`, `hours` of arrivals, then `tail_hours` for the last
-    jobs to finish), the fleet, the job trace and its `table`, the grid actuals, the forecast provider the policies
-    plan from, the FGD target `workload` and the `config` reported with the results."""
-
-    start: pd.Timestamp
-    hours: int  # arrival window (the period)
-    fleet: Fleet
-    jobs: pd.DataFrame
-    table: JobTable
-    grid: GridSeries
-    forecasts: ForecastProvider
-    load: float | None
-    config: dict = field(default_factory=dict)
-    workload: object = None
-    tail_hours: int = DEFAULT_TAIL_DAYS * 24
-
-    @property
-    def zone_col(self) -> np.ndarray:
-        """(C,) each cluster's column in the grid's zones."""
-        pos = {z: i for i, z in enumerate(self.grid.zones)}
-        return np.array([pos[z] for z in self.fleet.cluster_zones], dtype=np.int64)
-
-    def actual(self, what: str = "ci") -> tuple[int, np.ndarray]:
-        """(first absolute hour, (T, C) actual values per cluster) over the grid axis."""
-        arr = self.grid.ci if what == "ci" else self.grid.renewable
-        return abs_hours(self.grid.t0), arr[:, self.zone_col]
 
 
 def demand_gpu_hours(jobs: pd.DataFrame, table: JobTable, on: str = "fleet", basis: str = DEFAULT_LOAD_BASIS) -> float:

@@ -20,20 +20,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
+from scheduling.domain.execution import run_wall_h
 from scheduling.evaluation.load import placed_load
+from scheduling.evaluation.scenario_record import Scenario
 from scheduling.planning.forecasts import ForecastProvider
 from scheduling.planning.policies.base import PlacementPolicy
 from scheduling.planning.policies.registry import DEFAULT_POLICY, make_policy
 from scheduling.planning.problem import PriorityWeights, abs_hours
 from scheduling.planning.session import HourlyPlanner
-
-if TYPE_CHECKING:  # annotations only: scenario.py imports simulate (its load calibration runs the baseline)
-    from scheduling.evaluation.scenario import Scenario
 
 BASELINE = "performance-first"  # the reference: load calibration, reductions and shares are measured against it
 
@@ -68,14 +66,14 @@ def execute(
     start_h: np.ndarray,
     k: np.ndarray,
     c: np.ndarray,
-    work: np.ndarray | None = None,
+    run_h: np.ndarray | None = None,
     preempted: list | None = None,
 ) -> dict[str, np.ndarray]:
-    """Actual carbon, energy and renewable energy of jobs started at absolute hours `start_h` on clusters `c`
-    with power option `k` (arrays over all jobs; -1 = never started) and run to the end of `work` (share of the
-    job's work left at that start, default 1), plus the runs that ended in a preemption (`preempted`: [(job, start
-    hour, hours run, option, cluster)], in order). Data is transferred (and charged) when a run is on another
-    cluster than the job's previous run (the first: its home cluster; no charge within the home region)."""
+    """Actual carbon, energy and renewable energy of jobs started at absolute hours `start_h` on clusters `c` with
+    power option `k` (arrays over all jobs; -1 = never started) and run for `run_h` hours (default: the whole job's
+    run time there; a resumed job: `execution.run_wall_h`), plus the runs that ended in a preemption (`preempted`:
+    [(job, start hour, hours run, option, cluster)], in order). Data is transferred (and charged) when a run is on
+    another cluster than the job's previous run (the first: its home cluster; no charge within the home region)."""
     tbl = sc.table
     n = tbl.n
     out = {"kg": np.zeros(n), "kwh": np.zeros(n), "renew_kwh": np.zeros(n), "dur_h": np.zeros(n)}
@@ -87,8 +85,8 @@ def execute(
     ss = np.array([r[1] for r in runs] + start_h[idx].tolist(), dtype=np.int64)
     kk = np.array([r[3] for r in runs] + k[idx].tolist(), dtype=np.int64)
     cc = np.array([r[4] for r in runs] + c[idx].tolist(), dtype=np.int64)
-    left = np.ones(len(idx)) if work is None else np.asarray(work, dtype=float)[idx]
-    dur = np.concatenate([np.array([float(r[2]) for r in runs]), tbl.dur[idx, k[idx], c[idx]] * left])
+    last = tbl.dur[idx, k[idx], c[idx]] if run_h is None else np.asarray(run_h, dtype=float)[idx]
+    dur = np.concatenate([np.array([float(r[2]) for r in runs]), last])
     # the cluster each run comes from: the job's previous run (in time order), else home
     prev = np.where(tbl.home[job] >= 0, tbl.home[job], cc)
     seen: dict[int, int] = {}
@@ -175,11 +173,11 @@ def simulate(
             break
     if progress is not None and t + 1 < T_max:
         progress.update(T_max - t - 1)
-    work = 1.0 - hp.work_done
-    ex = execute(sc, np.where(hp.started, hp.start_h, -1), hp.k, hp.c, work, hp.preempted_runs)
+    full = tbl.dur[np.arange(n), np.maximum(hp.k, 0), np.maximum(hp.c, 0)]
+    last_run = np.where(hp.started, run_wall_h(full, hp.work_done, tbl.checkpoint_h), 0.0)
+    ex = execute(sc, np.where(hp.started, hp.start_h, -1), hp.k, hp.c, last_run, hp.preempted_runs)
     jobs = sc.jobs
     submit_h = tbl.submit_h
-    last_run = np.where(hp.started, tbl.dur[np.arange(n), np.maximum(hp.k, 0), np.maximum(hp.c, 0)] * work, 0.0)
     end_h = np.where(hp.started, hp.start_h + last_run, np.nan)
     first_h = np.where(hp.started, hp.first_start_h, 0)
     met = hp.started & (end_h <= tbl.deadline_h + 1e-6)

@@ -22,6 +22,12 @@ it asks the executor (`running`), and what happened becomes data through `sync` 
   dispatch limit: what `replay` advances the run at; a real executor lets the GPU decide.
   ``power_change_ref(plan_id, job_id)`` answers whether that change reached the executor (the action log asks
   after a crash).
+* ``preempt(job_id, at, plan_id=, save_h=) -> ref | None`` (optional, `preempts`): stop the job's live run at
+  `at` at a checkpoint: the job is told `save_h` hours before and writes its checkpoint meanwhile
+  (`scheduling.domain.execution`); a ``preempted`` event at `at` reports it, the plan id is the idempotency key,
+  None when the job has no live run at `at`. A later dispatch of the job (its `work_done` > 0) resumes from the
+  checkpoint and reports ``resumed`` where a first run reports ``started``. ``preemption_ref(plan_id, job_id)``
+  answers whether that preemption reached the executor.
 * ``imports(now)`` / ``adopt(latest_starts, now, plan_id=, cluster=)`` / ``drop_import(job_id, now)`` (optional):
   jobs users submitted to the executor itself for carbon-aware planning, handed to the queue, then started by their
   latest timely start unless a plan moves them (such a run is attempt 0 of the adopting plan: no ``dispatched``
@@ -45,17 +51,22 @@ from scheduling.output.plan_store import parse_plan_id
 
 # Event types of raw.job_events. `unconfirmed`: the planned start passed and the executor cannot say whether the
 # job started (an executor that went silent is reported, not assumed).
-# `power_changed`: the run's GPU power limit (`power_limit_w`) changed at `event_time`.
-EVENT_TYPES = ("dispatched", "started", "finished", "failed", "cancelled", "unconfirmed", "power_changed")
+# `power_changed`: the run's GPU power limit (`power_limit_w`) changed at `event_time`. `preempted`: the run stopped
+# at a checkpoint; `resumed`: a run that goes on from the job's checkpoint started.
+EVENT_TYPES = (
+    "dispatched", "started", "finished", "failed", "cancelled", "unconfirmed", "power_changed", "preempted", "resumed",
+)  # fmt: skip
 # Order of events at the same instant (a run is dispatched before it starts, and starts before it ends).
 EVENT_RANK = {
     "dispatched": 0,
     "started": 1,
+    "resumed": 1,
     "unconfirmed": 1,
     "power_changed": 2,
     "finished": 3,
     "failed": 3,
     "cancelled": 3,
+    "preempted": 3,
 }
 
 # Events as executors return them (raw.job_events without the loader's _source/_batch_id/_loaded_at).
@@ -197,6 +208,8 @@ class Executor(ABC):
     job_files: tuple[str, ...] = ("k8s", "slurm")
     # whether `set_power_limit` changes a running job's limit (the planner decides changes only for those jobs)
     changes_power_limits: bool = False
+    # whether `preempt` stops a running job at a checkpoint (the planner preempts only those executors' jobs)
+    preempts: bool = False
 
     def __init__(self, name: str | None = None):
         self.name = str(name or self.kind)
@@ -228,6 +241,15 @@ class Executor(ABC):
 
     def power_change_ref(self, plan_id: str, job_id: str) -> str | None:
         """The ref of the power change plan `plan_id` made to `job_id`, or None when none reached the executor."""
+        return None
+
+    def preempt(self, job_id: str, at, *, plan_id: str, save_h: float) -> str | None:
+        """Stop `job_id`'s live run at `at` at a checkpoint (see the module doc). UnsupportedAction where the
+        executor cannot."""
+        raise UnsupportedAction(f"executor {self.name!r} ({self.kind}) cannot preempt a running job")
+
+    def preemption_ref(self, plan_id: str, job_id: str) -> str | None:
+        """The ref of the preemption plan `plan_id` made of `job_id`, or None when none reached the executor."""
         return None
 
     def imports(self, now) -> list[dict]:

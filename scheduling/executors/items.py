@@ -6,11 +6,12 @@
 Columns: those of `Plan.assignments` (job_id = the planner's id ``tenant/job_id``, cluster, region, node,
 gpu_devices, gpu_milli, gpu_count, start_time, end_time, power_limit_w, expected_energy_kwh, expected_kgco2e,
 priority, and extras such as cpu_milli, memory_mib) and `PAYLOAD_COLUMNS`: tenant, queue_job_id, image, command,
-script, checkpoint_interval_min, max_retries, attempt, est_duration_h (the run-time estimate the plan used).
+script, checkpoint_interval_min, max_retries, attempt, est_duration_h (the run-time estimate the plan used: of the
+work still to do), work_done (the share of the job the plan takes as done at a checkpoint the run resumes from).
 
 Defaults where the jobs frame has no value: tenant and queue_job_id split from the planner id (``tenant/job_id``;
 an id without ``/`` has no tenant and is its own queue id), attempt 1, est_duration_h the planned duration
-(end_time - start_time), the payload fields NULL.
+(end_time - start_time), work_done 0, the payload fields NULL.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ PAYLOAD_COLUMNS = (
     "max_retries",
     "attempt",
     "est_duration_h",
+    "work_done",
 )
 _TEXT = ("tenant", "queue_job_id", "image", "command", "script")
 _INT = ("checkpoint_interval_min", "max_retries", "attempt")
@@ -89,6 +91,7 @@ def check_items(items: pd.DataFrame) -> pd.DataFrame:
         "queue_job_id": pd.Series(queue_ids, index=out.index, dtype=object),
         "tenant": pd.Series(tenants, index=out.index, dtype=object),
         "attempt": pd.Series(1, index=out.index, dtype=object),
+        "work_done": pd.Series(0.0, index=out.index, dtype=object),
         "est_duration_h": (pd.to_datetime(out["end_time"], utc=True) - pd.to_datetime(out["start_time"], utc=True))
         .dt.total_seconds()
         .div(3600.0)
@@ -109,6 +112,13 @@ def check_items(items: pd.DataFrame) -> pd.DataFrame:
         raise ValueError(
             f"dispatch item {row['job_id']!r}: field 'est_duration_h' must be a positive number of hours, "
             f"got {row['est_duration_h']}"
+        )
+    out["work_done"] = _numbers(out, "work_done").astype("float64")
+    bad = ~((out["work_done"] >= 0) & (out["work_done"] < 1))
+    if bad.any():
+        row = out[bad].iloc[0]
+        raise ValueError(
+            f"dispatch item {row['job_id']!r}: field 'work_done' must be in [0, 1), got {row['work_done']}"
         )
     if (out["attempt"] < 0).any():
         row = out[out["attempt"] < 0].iloc[0]

@@ -11,10 +11,10 @@ run is the executor's promise). Its true run time:
 * settings ``truth``: a CSV with columns ``job_id, true_duration_h`` (demos write it from the trace); `job_id` is
   matched against the planner id (``tenant/job_id``) first, then the queue's id. Jobs it does not list, and every
   job without the setting, get
-* the plan's estimate (`est_duration_h`) x a noise factor ``exp(sigma * z)``, z standard normal drawn from a
-  generator seeded by (seed, job_id): lognormal with median 1 and spread `sigma` (default 0.15: about 68 % of runs
-  within x0.86..x1.16 of the estimate; the mean factor is exp(sigma^2/2) = 1.011). The factor belongs to the job,
-  so every attempt of it takes as long.
+* the plan's estimate of the whole job (`est_duration_h` less a resumed run's restore, over 1 - `work_done`) x a noise
+  factor ``exp(sigma * z)``, z standard normal drawn from a generator seeded by (seed, job_id): lognormal with median
+  1 and spread `sigma` (default 0.15: about 68 % of runs within x0.86..x1.16 of the estimate; the mean factor is
+  exp(sigma^2/2) = 1.011). The factor belongs to the job, so every attempt of it takes as long.
 
 Failures: with probability ``failure_rate`` (default 0.02) a run fails, drawn per (seed, job_id, attempt); it fails
 after a fraction of its true run time drawn uniformly in (0, 1) from the same generator. Otherwise it finishes
@@ -22,14 +22,20 @@ after the true run time. `true_end` is when the run ends (its finish or its fail
 
 Power limits: `set_power_limit` records a change in `executor.replay_power_changes` (one per deciding plan and
 job) and the run advances from then on at the change's `time_factor` (run time relative to its dispatch limit), as
-the one execution model `scheduling.domain.progress` computes: the true run time is work done at the dispatch
+the one execution model `scheduling.domain.execution` computes: the true run time is work done at the dispatch
 limit, a failure strikes after its fraction of that work, and `true_end` follows every change.
 
-Events of a run: ``dispatched`` at the plan time, ``started`` at start_time, ``power_changed`` at each change, then
-``finished`` / ``failed`` at true_end, or ``cancelled`` at the cancel time when `cancel` came first (a run cancelled
-before its start never starts). `sync(now, since)` is a pure function of the stored runs and the window
-[since, now). Run `sync` for a window after that hour's dispatches, cancels and power changes: their events at
-`now` itself belong to the window starting at `now`.
+Preemption: `preempt` stops a live run at a checkpoint (`executor.replay_preemptions`, one per deciding plan and
+job): the run keeps the work done by the checkpoint signal `save_h` before the stop (`kept_share` of the whole job,
+`scheduling.domain.execution.kept_work_h`). The job's next run, on this or another replay executor of the
+warehouse, resumes from that checkpoint: it first restores it for as long as it took to write (`restore_h`), then
+does the rest of the job's true run time (`work_done` = the share kept).
+
+Events of a run: ``dispatched`` at the plan time, ``started`` at start_time (``resumed`` for a run that resumes from a
+checkpoint), ``power_changed`` at each change, then ``finished`` / ``failed`` at true_end, or ``cancelled`` /
+``preempted`` at that time when `cancel` / `preempt` came first (a run cancelled before its start never starts).
+`sync(now, since)` is a pure function of the stored runs and the window [since, now). Run `sync` for a window after that
+hour's dispatches, cancels and power changes: their events at `now` itself belong to the window starting at `now`.
 
 `running(now)` reports what a real executor knows, not the truth: the runs with start_time <= now < end, with the
 limit in force and the plan's expected end (or, for a run that has outlived it, the next full hour after `now`,
@@ -46,7 +52,7 @@ import numpy as np
 import pandas as pd
 
 from common.timeutil import utc
-from scheduling.domain.progress import Segment, end_time
+from scheduling.domain.execution import Segment, end_time, failure_work_h, kept_work_h, resume_segments
 from scheduling.executors.base import (
     EVENT_COLUMNS,
     RECORD_COLUMNS,
@@ -82,12 +88,17 @@ RUN_COLUMNS: dict[str, str] = {
     "start_time": "TIMESTAMPTZ NOT NULL",
     "est_end": "TIMESTAMPTZ NOT NULL",  # the plan's end_time
     "est_duration_h": "DOUBLE NOT NULL",  # the estimate the plan used
-    "true_duration_h": "DOUBLE NOT NULL",  # run time to finish: truth file, or estimate x noise
+    "true_duration_h": "DOUBLE NOT NULL",  # the whole job's run time here: truth file, or estimate x noise
     "duration_source": "VARCHAR NOT NULL",  # truth | noise
     "outcome": "VARCHAR NOT NULL",  # finished | failed
     "true_end": "TIMESTAMPTZ NOT NULL",  # end of the run when not cancelled: the finish or the failure
     "work_h": "DOUBLE",  # hours at the dispatch limit the run does until true_end (all of it, or until it fails)
     "cancelled_at": "TIMESTAMPTZ",
+    "work_done": "DOUBLE",  # share of the job done before this run (the checkpoint it resumes from; 0: a first run)
+    "restore_h": "DOUBLE",  # hours reading that checkpoint at the start (no progress)
+    "preempted_at": "TIMESTAMPTZ",
+    "kept_share": "DOUBLE",  # share of the job done at the checkpoint its preemption wrote
+    "checkpoint_h": "DOUBLE",  # hours the job had to write that checkpoint (and needs to read it back)
     "expected_energy_kwh": "DOUBLE",
     "expected_kgco2e": "DOUBLE",
 }
@@ -109,8 +120,28 @@ CHANGE_COLUMNS: dict[str, str] = {
     "time_factor": "DOUBLE NOT NULL",  # run time at this limit relative to the run's dispatch limit
     "change_ref": "VARCHAR NOT NULL",
 }
+DDL += "".join(
+    f"ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS {name} {RUN_COLUMNS[name]};\n"
+    for name in ("work_h", "work_done", "restore_h", "preempted_at", "kept_share", "checkpoint_h")
+)
+PREEMPTIONS = "executor.replay_preemptions"
+PREEMPTION_COLUMNS: dict[str, str] = {
+    "executor": "VARCHAR NOT NULL",
+    "preempt_plan_id": "VARCHAR NOT NULL",  # the plan that decided it (its idempotency key with job_id)
+    "job_id": "VARCHAR NOT NULL",
+    "plan_id": "VARCHAR NOT NULL",  # the run's: the plan that dispatched it
+    "preempted_at": "TIMESTAMPTZ NOT NULL",
+    "save_h": "DOUBLE NOT NULL",
+    "kept_share": "DOUBLE NOT NULL",
+    "preempt_ref": "VARCHAR NOT NULL",
+}
 DDL += f"""
-ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS work_h DOUBLE;
+CREATE TABLE IF NOT EXISTS {PREEMPTIONS} (
+    {", ".join(f"{name} {kind}" for name, kind in PREEMPTION_COLUMNS.items())},
+    PRIMARY KEY (executor, preempt_plan_id, job_id)
+);
+"""
+DDL += f"""
 CREATE TABLE IF NOT EXISTS {CHANGES} (
     {", ".join(f"{name} {kind}" for name, kind in CHANGE_COLUMNS.items())},
     PRIMARY KEY (executor, change_plan_id, job_id)
@@ -171,6 +202,7 @@ class ReplayExecutor(Executor):
     kind = "replay"
     job_files = ()  # it runs the dispatch items; no Pod manifests or batch scripts to read
     changes_power_limits = True
+    preempts = True
     SETTINGS = ("name", "truth", "sigma", "failure_rate", "seed")
 
     def __init__(
@@ -200,8 +232,12 @@ class ReplayExecutor(Executor):
     def run_ref(self, plan_id: str, job_id: str) -> str:
         return f"{self.name}:{plan_id}:{job_id}"
 
-    def plan_runs(self, plan_id: str, items: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-        """The runs `items` would get (RUN_COLUMNS) and one record per job; pure (no warehouse access)."""
+    def plan_runs(
+        self, plan_id: str, items: pd.DataFrame, checkpoints: dict[str, tuple[float, float]] | None = None
+    ) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """The runs `items` would get (RUN_COLUMNS) and one record per job; pure (no warehouse access).
+        `checkpoints`: job -> (share done, hours to restore) of the checkpoint a job resumes from."""
+        checkpoints = checkpoints or {}
         dispatched_at = plan_time_of(plan_id)
         items = check_items(items)
         runs, records = [], []
@@ -211,13 +247,16 @@ class ReplayExecutor(Executor):
                 error = f"start_time {row['start_time']} is before the plan's time {dispatched_at}"
                 records.append({"job_id": job, "executor_ref": None, "error": error})
                 continue
+            done, restore_h = checkpoints.get(job, (0.0, 0.0))
             truth = self.truth.get(job, self.truth.get(str(row["queue_job_id"])))
             if truth is not None:
                 hours, source = truth, "truth"
-            else:
-                hours, source = float(row["est_duration_h"]) * noise_factor(job, self.sigma, self.seed), "noise"
+            else:  # the plan's estimate of the whole job: its run less the restore, over the share it takes as left
+                work_est_h = max(float(row["est_duration_h"]) - restore_h, 1e-9)
+                whole_h = work_est_h / (1.0 - float(row["work_done"]))
+                hours, source = whole_h * noise_factor(job, self.sigma, self.seed), "noise"
             fraction = failure_draw(job, int(row["attempt"]), self.failure_rate, self.seed)
-            ran_h = hours if fraction is None else hours * fraction
+            ran_h = failure_work_h(hours * (1.0 - done), fraction)
             ref = self.run_ref(plan_id, job)
             runs.append(
                 {
@@ -230,9 +269,11 @@ class ReplayExecutor(Executor):
                     "true_duration_h": hours,
                     "duration_source": source,
                     "outcome": "finished" if fraction is None else "failed",
-                    "true_end": row["start_time"] + pd.Timedelta(seconds=round(ran_h * 3600.0, 3)),
+                    "true_end": end_time(resume_segments(row["start_time"], restore_h), ran_h),
                     "work_h": ran_h,
                     "cancelled_at": None,
+                    "work_done": done,
+                    "restore_h": restore_h,
                 }
             )
             records.append({"job_id": job, "executor_ref": ref, "error": None})
@@ -241,11 +282,11 @@ class ReplayExecutor(Executor):
 
     def dispatch(self, plan_id: str, items: pd.DataFrame) -> pd.DataFrame:
         """Record a run per item in one transaction; DuplicateDispatchError when one of them has a run already."""
-        runs, records = self.plan_runs(plan_id, items)
-        if runs.empty:
-            return records
         with writer(self.db_path) as con:
             create_tables(con, DDL)
+            runs, records = self.plan_runs(plan_id, items, _checkpoints(con, items["job_id"]))
+            if runs.empty:
+                return records
             con.execute("BEGIN TRANSACTION")
             try:
                 con.register("_runs", runs)
@@ -266,12 +307,16 @@ class ReplayExecutor(Executor):
         return records
 
     def lookup(self, plan_id: str, job_id: str) -> str | None:
+        return self._ref(TABLE, "run_ref", "plan_id", plan_id, job_id)
+
+    def _ref(self, table: str, ref: str, by_plan: str, plan_id: str, job_id: str) -> str | None:
+        """Column `ref` of this executor's row of `table` keyed by (`by_plan` = plan_id, job_id), or None."""
         try:
             with reader(self.db_path) as con:
-                if not table_exists(con, TABLE):
+                if not table_exists(con, table):
                     return None
                 row = con.execute(
-                    f"SELECT run_ref FROM {TABLE} WHERE executor = ? AND plan_id = ? AND job_id = ?",
+                    f"SELECT {ref} FROM {table} WHERE executor = ? AND {by_plan} = ? AND job_id = ?",
                     [self.name, plan_id, str(job_id)],
                 ).fetchone()
         except FileNotFoundError:
@@ -287,7 +332,7 @@ class ReplayExecutor(Executor):
             sql += " AND dispatched_at <= ?"
             params.append(utc(now).to_pydatetime())
         if since is not None:
-            sql += " AND coalesce(least(cancelled_at, true_end), true_end) >= ?"
+            sql += " AND least(cancelled_at, preempted_at, true_end) >= ?"
             params.append(utc(since).to_pydatetime())
         try:
             with reader(self.db_path) as con:
@@ -296,7 +341,7 @@ class ReplayExecutor(Executor):
                 frame = con.execute(sql + " ORDER BY plan_id, job_id", params).df()
         except FileNotFoundError:
             return typed_frame([], {k: v.split()[0] for k, v in RUN_COLUMNS.items()})
-        for col in ("dispatched_at", "start_time", "est_end", "true_end", "cancelled_at"):
+        for col in ("dispatched_at", "start_time", "est_end", "true_end", "cancelled_at", "preempted_at"):
             frame[col] = pd.to_datetime(frame[col], utc=True)
         return frame
 
@@ -322,20 +367,17 @@ class ReplayExecutor(Executor):
         by_run = _changes_by_run(self.changes(runs["job_id"]) if len(runs) else None)
         events = []
         for run in runs.to_dict(orient="records"):
-            cancelled = run["cancelled_at"] if pd.notna(run["cancelled_at"]) else None
-            end = cancelled if cancelled is not None and cancelled < run["true_end"] else run["true_end"]
+            end, how = run_end(run)
             stream = [("dispatched", run["dispatched_at"], run["power_limit_w"])]
-            if cancelled is None or cancelled > run["start_time"]:
-                stream.append(("started", run["start_time"], run["power_limit_w"]))
+            if how != "cancelled" or end > run["start_time"]:
+                resumed = pd.notna(run.get("work_done")) and run["work_done"] > 0
+                stream.append(("resumed" if resumed else "started", run["start_time"], run["power_limit_w"]))
             limit = run["power_limit_w"]
             for change in by_run.get((run["plan_id"], run["job_id"]), []):
                 if change["changed_at"] < end:
                     limit = change["power_limit_w"]
                     stream.append(("power_changed", change["changed_at"], limit))
-            if cancelled is not None and cancelled < run["true_end"]:
-                stream.append(("cancelled", cancelled, limit))
-            else:
-                stream.append((run["outcome"], run["true_end"], limit))
+            stream.append((how, end, limit))
             for event, at, watts in stream:
                 events.append({**self._event_fields(run), "event": event, "event_time": at, "power_limit_w": watts})
         frame = typed_frame(events, EVENT_COLUMNS)
@@ -362,9 +404,8 @@ class ReplayExecutor(Executor):
     def running(self, now) -> pd.DataFrame:
         now = utc(now)
         runs = self.runs(now=now, since=now)  # dispatched by now, not ended before now
-        ended = runs["cancelled_at"].where(runs["cancelled_at"].notna() & (runs["cancelled_at"] < runs["true_end"]))
-        ended = ended.fillna(runs["true_end"])
-        runs = runs[(runs["start_time"] <= now) & (ended > now)]
+        ended = pd.Series([run_end(r)[0] for r in runs.to_dict(orient="records")], index=runs.index, dtype=object)
+        runs = runs[(runs["start_time"] <= now) & (pd.to_datetime(ended, utc=True) > now)]
         by_run = _changes_by_run(self.changes(runs["job_id"]) if len(runs) else None)
         limits = [
             next(
@@ -415,33 +456,41 @@ class ReplayExecutor(Executor):
             raise ValueError(f"job {job_id}: power limit must be a positive number of watts, got {watts!r}")
         if not (math.isfinite(float(time_factor)) and float(time_factor) > 0):
             raise ValueError(f"job {job_id}: time_factor must be a positive number, got {time_factor!r}")
+        job_id, watts, time_factor = str(job_id), float(watts), float(time_factor)
+        return self._once(
+            (CHANGES, "change_ref", "change_plan_id"),
+            job_id,
+            at,
+            plan_id,
+            lambda con, live: self._record_change(con, live, job_id, watts, at, plan_id, time_factor),
+        )
+
+    def _once(self, key: tuple[str, str, str], job_id: str, at, plan_id: str, act) -> str | None:
+        """In one transaction: the ref of the action plan `plan_id` took on `job_id` already (`key`: its table, ref
+        column and deciding-plan column), else `act(con, live)` on the job's run live at `at` (`_live_run`); None
+        when it has none."""
+        table, ref, by_plan = key
         with writer(self.db_path) as con:
             create_tables(con, DDL)
             con.execute("BEGIN TRANSACTION")
             try:
-                ref = self._record_change(con, str(job_id), float(watts), at, plan_id, float(time_factor))
+                done = con.execute(
+                    f"SELECT {ref} FROM {table} WHERE executor = ? AND {by_plan} = ? AND job_id = ?",
+                    [self.name, plan_id, job_id],
+                ).fetchone()
+                if done is not None:
+                    out = str(done[0])
+                else:
+                    live = self._live_run(con, job_id, at)
+                    out = None if live is None else act(con, live)
                 con.execute("COMMIT")
             except BaseException:
                 con.execute("ROLLBACK")
                 raise
-        return ref
+        return out
 
-    def _record_change(self, con, job_id: str, watts: float, at, plan_id: str, time_factor: float) -> str | None:
-        done = con.execute(
-            f"SELECT change_ref FROM {CHANGES} WHERE executor = ? AND change_plan_id = ? AND job_id = ?",
-            [self.name, plan_id, job_id],
-        ).fetchone()
-        if done is not None:
-            return str(done[0])
-        live = con.execute(
-            f"SELECT plan_id, start_time, coalesce(work_h, epoch(true_end - start_time) / 3600.0) FROM {TABLE} "
-            "WHERE executor = ? AND job_id = ? AND start_time <= ? AND true_end > ? "
-            "AND (cancelled_at IS NULL OR cancelled_at > ?) ORDER BY start_time DESC LIMIT 1",
-            [self.name, job_id, *[at.to_pydatetime()] * 3],
-        ).fetchone()
-        if live is None:
-            return None
-        run_plan, start, work_h = live[0], utc(live[1]), float(live[2])
+    def _record_change(self, con, live: tuple, job_id: str, watts: float, at, plan_id: str, time_factor: float) -> str:
+        run_plan, start, work_h, restore_h = live[0], utc(live[1]), float(live[2]), float(live[3])
         earlier = con.execute(
             f"SELECT changed_at, time_factor FROM {CHANGES} WHERE executor = ? AND plan_id = ? AND job_id = ? "
             "ORDER BY changed_at",
@@ -449,7 +498,7 @@ class ReplayExecutor(Executor):
         ).fetchall()
         if earlier and utc(earlier[-1][0]) > at:
             raise ValueError(f"job {job_id}: a power change at {at} comes before the last one ({earlier[-1][0]})")
-        segments = [Segment(start, 1.0), *(Segment(utc(t), f) for t, f in earlier), Segment(at, time_factor)]
+        segments = self._segments(start, restore_h, [*earlier, (at, time_factor)])
         ref = self.change_ref(plan_id, job_id)
         con.execute(
             f"INSERT INTO {CHANGES} VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -461,18 +510,68 @@ class ReplayExecutor(Executor):
         )
         return ref
 
+    def _live_run(self, con, job_id: str, at) -> tuple | None:
+        """(plan_id, start_time, work_h, restore_h, true_duration_h, work_done) of the job's run live at `at`."""
+        return con.execute(
+            f"SELECT plan_id, start_time, coalesce(work_h, epoch(true_end - start_time) / 3600.0), "
+            f"coalesce(restore_h, 0), true_duration_h, coalesce(work_done, 0) FROM {TABLE} "
+            "WHERE executor = ? AND job_id = ? AND start_time <= ? AND least(cancelled_at, preempted_at, true_end) > ? "
+            "ORDER BY start_time DESC LIMIT 1",
+            [self.name, job_id, *[at.to_pydatetime()] * 2],
+        ).fetchone()
+
+    @staticmethod
+    def _segments(start, restore_h: float, changes) -> list[Segment]:
+        """The run's segments (`execution.resume_segments`): restore, then its limits' time factors."""
+        return resume_segments(start, restore_h, [Segment(utc(t), float(f)) for t, f in changes])
+
     def power_change_ref(self, plan_id: str, job_id: str) -> str | None:
-        try:
-            with reader(self.db_path) as con:
-                if not table_exists(con, CHANGES):
-                    return None
-                row = con.execute(
-                    f"SELECT change_ref FROM {CHANGES} WHERE executor = ? AND change_plan_id = ? AND job_id = ?",
-                    [self.name, plan_id, str(job_id)],
-                ).fetchone()
-        except FileNotFoundError:
-            return None
-        return None if row is None else str(row[0])
+        return self._ref(CHANGES, "change_ref", "change_plan_id", plan_id, job_id)
+
+    # ------------------------------------------------------------------------------------------- preemption
+
+    def preempt_ref(self, plan_id: str, job_id: str) -> str:
+        return f"{self.name}:{plan_id}:{job_id}:preempt"
+
+    def preempt(self, job_id: str, at, *, plan_id: str, save_h: float) -> str | None:
+        """Stop the job's live run at `at`, keeping the work done by the checkpoint signal `save_h` earlier
+        (`execution.kept_work_h` over the run's restore and limits); the job's next run resumes from it. The same
+        (plan_id, job_id) again returns the first preemption's ref and changes nothing. None when the job has no
+        live run at `at`."""
+        at = utc(at)
+        if not (math.isfinite(float(save_h)) and float(save_h) >= 0):
+            raise ValueError(f"job {job_id}: save_h must be a non-negative number of hours, got {save_h!r}")
+        return self._once(
+            (PREEMPTIONS, "preempt_ref", "preempt_plan_id"),
+            str(job_id),
+            at,
+            plan_id,
+            lambda con, live: self._record_preemption(con, live, str(job_id), at, plan_id, float(save_h)),
+        )
+
+    def _record_preemption(self, con, live: tuple, job_id: str, at, plan_id: str, save_h: float) -> str:
+        run_plan, start, _, restore_h, whole_h, work_done = live
+        changes = con.execute(
+            f"SELECT changed_at, time_factor FROM {CHANGES} WHERE executor = ? AND plan_id = ? AND job_id = ? "
+            "AND changed_at < ? ORDER BY changed_at",
+            [self.name, run_plan, job_id, at.to_pydatetime()],
+        ).fetchall()
+        kept_h = kept_work_h(self._segments(utc(start), float(restore_h), changes), at, save_h)
+        kept = min(float(work_done) + kept_h / float(whole_h), 1.0)
+        ref = self.preempt_ref(plan_id, job_id)
+        con.execute(
+            f"INSERT INTO {PREEMPTIONS} VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [self.name, plan_id, job_id, run_plan, at.to_pydatetime(), save_h, kept, ref],
+        )
+        con.execute(
+            f"UPDATE {TABLE} SET preempted_at = ?, kept_share = ?, checkpoint_h = ? "
+            "WHERE executor = ? AND plan_id = ? AND job_id = ?",
+            [at.to_pydatetime(), kept, save_h, self.name, run_plan, job_id],
+        )
+        return ref
+
+    def preemption_ref(self, plan_id: str, job_id: str) -> str | None:
+        return self._ref(PREEMPTIONS, "preempt_ref", "preempt_plan_id", plan_id, job_id)
 
     # ------------------------------------------------------------------------------------------- cancel
 
@@ -483,10 +582,36 @@ class ReplayExecutor(Executor):
             create_tables(con, DDL)
             n = con.execute(
                 f"UPDATE {TABLE} SET cancelled_at = ? WHERE executor = ? AND job_id = ? AND dispatched_at <= ? "
-                "AND cancelled_at IS NULL AND true_end > ? RETURNING job_id",
+                "AND cancelled_at IS NULL AND least(preempted_at, true_end) > ? RETURNING job_id",
                 [now.to_pydatetime(), self.name, str(job_id), now.to_pydatetime(), now.to_pydatetime()],
             ).fetchall()
         return bool(n)
+
+
+def run_end(run: dict) -> tuple[pd.Timestamp, str]:
+    """(when, how) a stored run ends: its finish or failure (`true_end`, `outcome`), or an earlier cancel or
+    preemption."""
+    end, how = run["true_end"], run["outcome"]
+    for column, event in (("cancelled_at", "cancelled"), ("preempted_at", "preempted")):
+        at = run.get(column)
+        if at is not None and pd.notna(at) and at < end:
+            end, how = at, event
+    return end, how
+
+
+def _checkpoints(con, job_ids) -> dict[str, tuple[float, float]]:
+    """job -> (share done, hours to restore) of the checkpoint its latest preempted run (on any replay executor
+    of the warehouse: a job moved between clusters takes its checkpoint along) left."""
+    if not table_exists(con, TABLE):
+        return {}
+    con.register("_jobs", pd.DataFrame({"job_id": pd.Series(job_ids, dtype=str)}))
+    rows = con.execute(
+        f"SELECT r.job_id, r.kept_share, r.checkpoint_h FROM {TABLE} AS r JOIN _jobs USING (job_id) "
+        "WHERE r.preempted_at IS NOT NULL QUALIFY row_number() OVER (PARTITION BY r.job_id ORDER BY r.preempted_at "
+        "DESC) = 1"
+    ).fetchall()
+    con.unregister("_jobs")
+    return {str(j): (float(k), float(c)) for j, k, c in rows}
 
 
 def _changes_by_run(changes: pd.DataFrame | None) -> dict[tuple[str, str], list[dict]]:

@@ -4,7 +4,7 @@ feedback the plan service gives the predictor's refiner (`scheduling.models.perf
     runs = finished_runs("2021-07-15T12:00Z")       # finished before T, newest `per_key` per job type x GPU model
 
 One row per attempt that ended `finished` before `as_of` (`raw.job_events`: started -> finished; a run whose power
-limit the plans changed counts its stretches at the dispatch limit's speed, `scheduling.domain.progress`, so that
+limit the plans changed counts its stretches at the dispatch limit's speed, `scheduling.domain.execution`, so that
 `actual_h` is comparable with `planned_h`), joined with
 its assignment in the plan that dispatched it (`plan.assignments`: planned start/end, GPU model and the `speed` the
 plan assumed) and its job (`queue.jobs`: the job type). Failed and cancelled attempts are no observation; nor are
@@ -19,7 +19,7 @@ from __future__ import annotations
 import pandas as pd
 
 from common.timeutil import utc
-from scheduling.domain.progress import Segment, work_done_h
+from scheduling.domain.execution import Segment, work_done_h
 from scheduling.executors.events import TABLE as EVENTS
 from scheduling.executors.power_log import TABLE as CHANGES
 from scheduling.models.performance.runs import FEEDBACK_RUNS_PER_KEY, RUN_COLUMNS

@@ -153,7 +153,7 @@ class PlanOutcome:
                     "home_cluster": np.array(p.clusters, dtype=object)[home],
                     "home_zone": np.array(p.zones, dtype=object)[home],
                     "run_now_kw": p.kw[sel, 0, home],
-                    "run_now_duration_h": p.dur[sel, 0, home],
+                    "run_now_duration_h": (p.dur[:, 0] if p.run_now_dur is None else p.run_now_dur)[sel, home],
                     "speed": p.speed[sel, cc] if p.speed is not None else np.full(len(sel), np.nan),
                 }
             )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from scheduling.domain.execution import DEFAULT_CHECKPOINT_MIN, run_wall_h
 from scheduling.domain.jobs import SpeedModel, hostable
 from scheduling.planning.power_options import PowerTable, load_power_table, option_arrays
 
@@ -22,17 +23,16 @@ HOUR_NS = 3_600_000_000_000
 
 @dataclass(frozen=True)
 class Preemption:
-    """When a policy may preempt running checkpointing jobs (the trace's `checkpointing` flag) to start a job that is
-    due now, and what a preemption costs. A preempted job stops at the hour boundary, loses `overhead_h` hours of
-    work (since its last checkpoint, plus the restart), and is pending again from the next hour with the rest of its
-    work; it is evictable only while, resumed an hour later on its current cluster, it would still finish by its
-    deadline with `slack_factor` x its remaining run time plus `slack_h` hours to spare, and at most `max_per_job`
-    times. `restart_others`: jobs without checkpoints may be preempted too (Kubernetes' default: the pod is killed
-    and starts again), losing all the work of the run, under the same slack rule for the whole job. `for_carbon`:
-    an evictable job is also stopped when resuming it later (on capacity the plan leaves free) emits at least
-    `min_saving` less than running on, overhead included (forecast)."""
+    """When a policy may preempt running checkpointing jobs (the trace's `checkpointing` flag) to start a job that
+    is due now. A preempted job stops at the hour boundary, keeps the work it had done when told to checkpoint (its
+    `checkpoint_h` before the stop), and is pending again from the next hour with the rest of its work plus the
+    restore of its checkpoint (`scheduling.domain.execution`); it is evictable only while, resumed an hour later on
+    its current cluster, it would still finish by its deadline with `slack_factor` x its remaining run time plus
+    `slack_h` hours to spare, and at most `max_per_job` times. `restart_others`: jobs without checkpoints may be
+    preempted too (Kubernetes' default: the pod is killed and starts again), losing all the work of the run, under
+    the same slack rule for the whole job. `for_carbon`: an evictable job is also stopped when resuming it later (on
+    capacity the plan leaves free) emits at least `min_saving` less than running on, overhead included (forecast)."""
 
-    overhead_h: float = 0.25
     slack_factor: float = 1.1
     slack_h: float = 1.0
     max_per_job: int = 2
@@ -133,6 +133,9 @@ class PlanningProblem:
     deadline_spare: np.ndarray | None = None
     # likewise at the default limit on a cluster slower than the job's fastest, with `cluster_margin`
     cluster_margin: float = 1.0
+    # (N, C) the whole job's run time at the default limit (None: `dur`'s), where `dur` holds only what a resumed
+    # job has left: the run-now counterfactual runs the whole job
+    run_now_dur: np.ndarray | None = None
 
     @property
     def n_jobs(self) -> int:
@@ -227,6 +230,10 @@ class JobTable:
             [self.jobs["cpu_milli"].to_numpy(np.int64), self.jobs["memory_mib"].to_numpy(np.int64)], axis=1
         )  # (N, 2)
         self.requests = np.concatenate([self.gpu_total[:, None], self.req_other], axis=1)  # (N, 3)
+        # hours to write (and to restore) a checkpoint: what each preemption costs the job, twice
+        minutes = self.jobs.get("checkpoint_overhead_min")
+        minutes = np.full(n, DEFAULT_CHECKPOINT_MIN) if minutes is None else minutes.to_numpy(float)
+        self.checkpoint_h = np.where(np.isfinite(minutes), minutes, DEFAULT_CHECKPOINT_MIN) / 60.0
         names = {nm: i for i, nm in enumerate(fleet.names)}
         regions = np.array(fleet.cluster_regions, dtype=object)
         home = np.array([names.get(h, -1) for h in self.jobs["home_cluster"]], dtype=np.int64)
@@ -274,8 +281,8 @@ class JobTable:
     ) -> PlanningProblem:
         """The problem for jobs `idx` at hour `now`: `forecast` is (H, C) over the plan horizon; `free` is (H, C)
         free GPU-milli, or (3, H, C) free GPU-milli, CPU milli-cores and memory MiB. `work_left` (per job of
-        `idx`, default 1): the share of each job's work still to do (a preempted job resumes from its checkpoint),
-        which scales its run times."""
+        `idx`, default 1): the share of each job's work still to do (a preempted job resumes from its checkpoint):
+        its run times are the restore of the checkpoint and the work left (`execution.run_wall_h`)."""
         now = pd.Timestamp(now)
         now_h = abs_hours(now)
         idx = np.asarray(idx, dtype=np.int64)
@@ -286,7 +293,8 @@ class JobTable:
         jobs = self.jobs.iloc[idx].reset_index(drop=True)
         dur = self.dur[idx, :K]
         if work_left is not None:
-            dur = dur * np.asarray(work_left, dtype=float)[:, None, None]
+            done = 1.0 - np.asarray(work_left, dtype=float)[:, None, None]
+            dur = run_wall_h(dur, done, self.checkpoint_h[idx][:, None, None])
         free = np.asarray(free, dtype=np.int64)
         free_other = None
         if free.ndim == 3:
@@ -319,6 +327,7 @@ class JobTable:
             option_margin=self.option_margin,
             cluster_margin=self.cluster_margin,
             deadline_spare=self.deadline_spare[idx],
+            run_now_dur=self.dur[idx, 0] if work_left is not None else None,
         )
 
 

@@ -1,6 +1,6 @@
 """Every hour, the progress of each running job and the GPU power limit it runs at next (`recap_running`).
 
-Progress (`scheduling.domain.progress`): a run's work is its planned run time at its dispatch limit, in hours at
+Progress (`scheduling.domain.execution`): a run's work is its planned run time at its dispatch limit, in hours at
 the GPU's maximum limit (`work_h` = planned hours / the dispatch limit's time factor); the limits it ran at since
 its start give the work done, the run-time error quantile the work left.
 
@@ -31,7 +31,7 @@ import pandas as pd
 from scipy.special import ndtr, ndtri
 
 from common.timeutil import utc
-from scheduling.domain.progress import Segment, work_done_h
+from scheduling.domain.execution import Segment, work_done_h
 
 QUANTILES = (0.99, 0.95, 0.9, 0.75, 0.5)
 RECAP_COLUMNS = (
@@ -115,7 +115,7 @@ class RunTimeError:
 _NORMAL = NormalDist()
 
 
-class _Cumulatives:
+class Cumulatives:
     """∫ intensity dt from hour 0 to t per cluster, for hourly series (H, C); the last hour's value holds beyond."""
 
     def __init__(self, ci: np.ndarray):
@@ -162,8 +162,8 @@ def recap_running(
     tf_safe = np.where(has, tf, 1.0)
     share = runs["num_gpu"].to_numpy(float) * runs["gpu_milli"].fillna(1000).to_numpy(float) / 1000.0
     kw = share[:, None] * np.where(has, pw_all[:, c].T, 0.0) / 1000.0 * np.asarray(fleet.pue, float)[c][:, None]
-    k_dispatch = _option_of(runs["dispatch_limit_w"].to_numpy(float), lw, has)
-    k_cur = _option_of(runs["power_limit_w"].to_numpy(float), lw, has)
+    k_dispatch = option_of(runs["dispatch_limit_w"].to_numpy(float), lw, has)
+    k_cur = option_of(runs["power_limit_w"].to_numpy(float), lw, has)
     rows_n = np.arange(len(runs))
     tf_dispatch = np.where(k_dispatch >= 0, tf_safe[rows_n, np.maximum(k_dispatch, 0)], 1.0)
     hour = pd.Timedelta(hours=1)
@@ -180,13 +180,13 @@ def recap_running(
         t0 = start.iloc[i]
         if h:  # the limits it ran at: the one execution model
             segments = [Segment(t0, tf_dispatch[i])]
-            segments += [Segment(utc(t), _factor_of(w, lw[i], tf_safe[i])) for t, w in h]
+            segments += [Segment(utc(t), factor_of(w, lw[i], tf_safe[i])) for t, w in h]
             done[i] = work_done_h(segments, max(now, t0))
         else:
             done[i] = max((now - t0) / pd.Timedelta(hours=1), 0.0) / tf_dispatch[i]
         last_change[i] = (now - (utc(h[-1][0]) if h else t0)) / pd.Timedelta(hours=1)
     n_changes = np.array([len(h) for h in history])
-    cum = _Cumulatives(np.asarray(forecast, dtype=float))
+    cum = Cumulatives(np.asarray(forecast, dtype=float))
     K = tf.shape[1]
     A, B = np.repeat(np.arange(K), K), np.tile(np.arange(K), K)  # every (next hour, rest) pair of options
     valid = has[:, A] & has[:, B]  # (N, P)
@@ -271,7 +271,7 @@ def recap_running(
     median_h = left_at(q_low) * tf_safe[rows_n, k_next]
     reason = np.where(followed, reason, "no_options")
     # runs without options (or at a limit that is none of them): projected at the median at their limit
-    cur_factor = np.array([_factor_of(w, lw[i], tf_safe[i]) for i, w in enumerate(runs["power_limit_w"])])
+    cur_factor = np.array([factor_of(w, lw[i], tf_safe[i]) for i, w in enumerate(runs["power_limit_w"])])
     plain_h = left_at(q_low) * cur_factor
     h = np.where(followed, h, plain_h)
     median_h = np.where(followed, median_h, plain_h)
@@ -304,13 +304,13 @@ def recap_running(
     return out[list(RECAP_COLUMNS)]
 
 
-def _option_of(limits: np.ndarray, lw: np.ndarray, has: np.ndarray) -> np.ndarray:
+def option_of(limits: np.ndarray, lw: np.ndarray, has: np.ndarray) -> np.ndarray:
     """(N,) the option whose limit is each run's `limits` (within 0.5 W), -1 where none is."""
     hit = has & (np.abs(lw - np.nan_to_num(limits, nan=-1e9)[:, None]) <= 0.5)
     return np.where(hit.any(axis=1), np.argmax(hit, axis=1), -1)
 
 
-def _factor_of(limit_w, lw: np.ndarray, tf: np.ndarray) -> float:
+def factor_of(limit_w, lw: np.ndarray, tf: np.ndarray) -> float:
     """The time factor (against the maximum limit) of the option whose limit is `limit_w` (1 when none is)."""
     if limit_w is None or pd.isna(limit_w):
         return 1.0

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from common.timeutil import utc
+from scheduling.domain.execution import kept_share, run_wall_h
 from scheduling.domain.fleet import load_fleet
 from scheduling.domain.plan import Plan
 from scheduling.packing import Pod
@@ -78,10 +79,11 @@ class HourlyPlanner:
         self.gpus: list = [None] * n
         # preemption (policies with `preemption` set): share of each job's work done before its current run, the
         # first start, the runs that ended in a preemption [(job, start hour, hours run, option, cluster)]
-        self.work_done = np.zeros(n)
+        # a queued job preempted in an earlier hour (the queue's `work_done`, `preemptions`) resumes from its checkpoint
+        self.work_done = _column(table.jobs, "work_done", 0.0, float)
         self.first_start_h = np.full(n, -1, dtype=np.int64)
         self.preempted_runs: list[tuple[int, int, int, int, int]] = []
-        self.preemptions = np.zeros(n, dtype=np.int64)
+        self.preemptions = _column(table.jobs, "preemptions", 0, np.int64)
         self.index = {pid: j for j, pid in enumerate(self.table.jobs["job_id"].astype(str))}
         self.forecast_versions: list[str] = []
         self.fallback_shares: list[float] = []
@@ -204,8 +206,9 @@ class HourlyPlanner:
         return out
 
     def run_hours(self, j: int) -> float:
-        """Hours job j's current run takes: the work left at its start, on its option and cluster."""
-        return float(self.table.dur[j, self.k[j], self.c[j]] * (1.0 - self.work_done[j]))
+        """Hours job j's current run takes: the restore of its checkpoint (when resumed) and the work left at its
+        start, on its option and cluster (`execution.run_wall_h`)."""
+        return float(run_wall_h(self.table.dur[j, self.k[j], self.c[j]], self.work_done[j], self.table.checkpoint_h[j]))
 
     def evictable(self, now_h: int) -> dict[str, float] | None:
         """The running jobs the policy may preempt now (`Preemption`): checkpointing (or any, `restart_others`),
@@ -226,28 +229,31 @@ class HourlyPlanner:
         )
         full = tbl.dur[run, self.k[run], self.c[run]]
         done = self._done_if_stopped(run, now_h)
-        left_h = full * (1.0 - done)
+        left_h = run_wall_h(full, done, tbl.checkpoint_h[run])
         lost = (now_h - self.start_h[run]) - full * (done - self.work_done[run])
         ok = now_h + 1 + pre.slack_factor * left_h + pre.slack_h <= tbl.deadline_h[run]
         ids = tbl.jobs["job_id"].astype(str).to_numpy()[run]
         return {str(i): float(v) for i, v in zip(ids[ok], (tbl.gpu_total[run] * (left_h + lost))[ok])}
 
     def _done_if_stopped(self, idx: np.ndarray, now_h: int) -> np.ndarray:
-        """Share of their work jobs `idx` (running) keep if stopped at `now_h`: a checkpointing job what it did less
-        the preemption's overhead, another one nothing of this run."""
-        pre = self.policy.preemption
-        full = self.table.dur[idx, self.k[idx], self.c[idx]]
-        ran = (now_h - self.start_h[idx]).astype(float)
-        kept = np.maximum(ran - pre.overhead_h, 0.0) / full
-        ck = self.table.jobs["checkpointing"].to_numpy(bool)[idx]
-        return np.minimum(self.work_done[idx] + np.where(ck, kept, 0.0), 0.999)
+        """Share of their work jobs `idx` (running) keep if stopped at `now_h` (`execution.kept_share`): a
+        checkpointing job what it had done when told to checkpoint, another one nothing of this run."""
+        tbl = self.table
+        ck_h = tbl.checkpoint_h[idx]
+        return kept_share(
+            (now_h - self.start_h[idx]).astype(float),
+            tbl.dur[idx, self.k[idx], self.c[idx]],
+            self.work_done[idx],
+            ck_h,
+            ck_h,
+            tbl.jobs["checkpointing"].to_numpy(bool)[idx],
+        )
 
     def _running_problem(self, prob, now, now_h: int, free, F) -> None:
         """`prob.running` / `prob.runs_on` for the evictable jobs (see PlanningProblem)."""
         ridx = np.array([self.index[i] for i in prob.evictable], dtype=np.int64)
-        left_h = self.table.dur[ridx, self.k[ridx], self.c[ridx]] * (1.0 - self.work_done[ridx]) - (
-            now_h - self.start_h[ridx]
-        )
+        full = self.table.dur[ridx, self.k[ridx], self.c[ridx]]
+        left_h = run_wall_h(full, self.work_done[ridx], self.table.checkpoint_h[ridx]) - (now_h - self.start_h[ridx])
         prob.running = self.table.problem(
             now,
             ridx,
@@ -327,6 +333,13 @@ class HourlyPlanner:
         if out is None:
             return Plan(plan_time=utc(now).floor("h"), policy=self.policy.name, forecast_version=None)
         return out.to_plan()
+
+
+def _column(jobs: pd.DataFrame, name: str, default, dtype) -> np.ndarray:
+    """A numeric column of the job frame, `default` where the frame has none or a value is missing."""
+    if name not in jobs.columns:
+        return np.full(len(jobs), default, dtype=dtype)
+    return pd.to_numeric(jobs[name], errors="coerce").fillna(default).to_numpy(dtype)
 
 
 def plan_hour(

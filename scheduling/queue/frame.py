@@ -17,7 +17,8 @@ Planner columns, per job (derivations in `scheduling.queue.estimate`):
 
 Executor columns: `tenant`, `queue_job_id`, `submitted_at` (exact), `job_type_submitted`, `priority_class`,
 `max_retries`, `attempts`, `state`, `checkpoint_interval_min`, `image`, `command` (JSON text, as submitted),
-`script`, `flags` ('|'-joined).
+`script`, `flags` ('|'-joined), `work_done` (the share of the job its latest checkpoint keeps: a preempted job
+resumes from it) and `preemptions` (its checkpoints so far).
 
 A job no cluster of `fleet` can host (the service may plan on part of the fleet) is listed in
 `frame.attrs["unhostable"]`; the planner reports it unplaced (`no_hostable_cluster`).
@@ -52,6 +53,8 @@ EXECUTOR_COLUMNS = (
     "command",
     "script",
     "flags",
+    "work_done",
+    "preemptions",
 )
 FRAME_COLUMNS = tuple(JOB_COLUMNS) + EXECUTOR_COLUMNS
 
@@ -109,6 +112,8 @@ def job_frame(
             "command": [_command_json(s.command) for s in specs],
             "script": [s.script for s in specs],
             "flags": ["|".join(s.flags) for s in specs],
+            "work_done": np.array([float(r.get("work_done", 0.0) or 0.0) for r in rows], dtype=float),
+            "preemptions": np.array([int(r.get("preemptions", 0) or 0) for r in rows], dtype=np.int64),
         }
     )
     frame.attrs["unhostable"] = [s.planner_id for s, ok in zip(specs, derived["hostable_any"]) if not ok]

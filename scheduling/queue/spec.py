@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, date, datetime
 
 WORKLOAD_CLASSES = ("language", "vision", "rl", "recommendation")
-STATES = ("queued", "planned", "dispatched", "running", "finished", "failed", "cancelled")
+STATES = ("queued", "planned", "dispatched", "running", "preempted", "finished", "failed", "cancelled")
 TERMINAL_STATES = ("finished", "failed", "cancelled")
 SYSTEM_COLUMNS = (
     "state",

@@ -9,7 +9,9 @@
     store.show_job("job-00001", tenant="demo")                           # spec, history, plan decisions
     store.cancel_job("job-00001", tenant="demo", at=now)
 
-States (the system owns them): queued -> planned -> dispatched -> running -> finished | failed | cancelled.
+States (the system owns them): queued -> planned -> dispatched -> running -> finished | failed | cancelled; a run
+stopped at a checkpoint goes running -> preempted -> queued at once, and `queue.checkpoints` keeps the share of the
+job done (`record_checkpoints`; the planner's job frame reads it back as `work_done`, `preemptions`).
 `ALLOWED_TRANSITIONS` lists every move; anything else raises `InvalidTransition`. A move to the state a job is
 already in is a no-op (an hourly re-plan of a planned job writes nothing). A queued or planned job goes straight
 to `running` only when an executor started an adopted import itself (its attempt 0). Entering `dispatched` counts
@@ -49,6 +51,7 @@ SCHEMA = "queue"
 JOBS = "queue.jobs"
 HISTORY = "queue.job_history"
 SUBMISSIONS = "queue.submissions"
+CHECKPOINTS = "queue.checkpoints"  # one row per preempted attempt: the share of the job its checkpoint keeps
 
 # user columns: the DuckDB type in queue.jobs (NOT NULL where the spec always has a value) and in the staging table
 USER_COLUMNS: dict[str, str] = {
@@ -105,6 +108,16 @@ CREATE TABLE IF NOT EXISTS {HISTORY} (
     source VARCHAR,
     PRIMARY KEY (tenant, job_id, seq)
 );
+CREATE TABLE IF NOT EXISTS {CHECKPOINTS} (
+    tenant VARCHAR NOT NULL,
+    job_id VARCHAR NOT NULL,
+    attempt INTEGER NOT NULL,
+    preempted_at TIMESTAMPTZ NOT NULL,
+    work_done DOUBLE NOT NULL,
+    plan_id VARCHAR,
+    executor VARCHAR,
+    PRIMARY KEY (tenant, job_id, attempt)
+);
 CREATE TABLE IF NOT EXISTS {SUBMISSIONS} (
     {", ".join(f"{c} {t.replace(' NOT NULL', '')}" for c, t in USER_COLUMNS.items())}
 );
@@ -115,7 +128,9 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     "queued": frozenset({"planned", "dispatched", "running", "cancelled", "failed"}),
     "planned": frozenset({"queued", "dispatched", "running", "cancelled", "failed"}),
     "dispatched": frozenset({"running", "finished", "failed", "cancelled", "queued"}),
-    "running": frozenset({"finished", "failed", "cancelled", "queued"}),
+    "running": frozenset({"finished", "failed", "cancelled", "queued", "preempted"}),
+    # stopped at a checkpoint: queued again at once (`queue.checkpoints` keeps the work done), never a retry
+    "preempted": frozenset({"queued", "cancelled", "failed"}),
     **{s: frozenset() for s in TERMINAL_STATES},
 }
 
@@ -449,7 +464,8 @@ def list_jobs(state: str | None = None, tenant: str | None = None, db_path=None)
 def load_specs(
     states: Iterable[str], as_of=None, db_path=None, *, since=None, or_ids: Iterable[str] = ()
 ) -> list[tuple[JobSpec, dict]]:
-    """(spec, stored row) of every job in `states`, submitted at or before `as_of` when given, and at or after
+    """(spec, stored row with `work_done` and `preemptions` from its checkpoints) of every job in `states`,
+    submitted at or before `as_of` when given, and at or after
     `since` when given unless its planner id is one of `or_ids`; a stored row that no longer parses raises
     JobSpecError naming it (the intake never stores one). `since` keeps an hourly caller from parsing every job
     the queue ever finished."""
@@ -457,22 +473,22 @@ def load_specs(
     bad = [s for s in states if s not in STATES]
     if bad:
         raise ValueError(f"unknown state(s) {bad}; states: {', '.join(STATES)}")
-    sql = f"SELECT * FROM {JOBS} WHERE state IN ({', '.join('?' for _ in states)})"
+    where = f"state IN ({', '.join('?' for _ in states)})"
     params: list = list(states)
     if as_of is not None:
-        sql += " AND submitted_at <= ?"
+        where += " AND submitted_at <= ?"
         params.append(utc(as_of).to_pydatetime())
     if since is not None:
         ids = sorted(set(or_ids))
         named = f" OR tenant || '/' || job_id IN ({', '.join('?' for _ in ids)})" if ids else ""
-        sql += f" AND (submitted_at >= ?{named})"
+        where += f" AND (submitted_at >= ?{named})"
         params += [utc(since).to_pydatetime(), *ids]
-    sql += " ORDER BY submitted_at, tenant, job_id"
     try:
         with reader(db_path) as con:
             if not table_exists(con, JOBS):
                 return []
-            rows = _records(con.execute(sql, params))
+            rows = _records(con.execute(f"{_with_checkpoints(con)} WHERE {where} "
+                                        "ORDER BY submitted_at, tenant, job_id", params))  # fmt: skip
     except FileNotFoundError:
         return []
     return [(spec_of(r), r) for r in rows]
@@ -518,6 +534,51 @@ def job_document(con, job: str, tenant: str | None = None) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ staging
+def _with_checkpoints(con) -> str:
+    """SELECT of queue.jobs rows with `work_done` (the share the latest checkpoint keeps, 0 without one) and
+    `preemptions` (the checkpoints so far)."""
+    if not table_exists(con, CHECKPOINTS):  # a warehouse no run was preempted in yet
+        return f"SELECT *, 0.0 AS work_done, 0 AS preemptions FROM {JOBS}"
+    return (
+        f"SELECT j.*, coalesce(c.work_done, 0.0) AS work_done, coalesce(c.preemptions, 0) AS preemptions "
+        f"FROM {JOBS} AS j LEFT JOIN (SELECT tenant, job_id, arg_max(work_done, preempted_at) AS work_done, "
+        f"count(*) AS preemptions FROM {CHECKPOINTS} GROUP BY tenant, job_id) AS c USING (tenant, job_id)"
+    )
+
+
+def checkpoint_shares(con, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], tuple[float, int]]:
+    """(tenant, job_id) -> (the share of the job its latest checkpoint keeps, its checkpoints so far), for the
+    jobs of `keys` that have one."""
+    keys = list(dict.fromkeys(keys))
+    if not keys or not table_exists(con, CHECKPOINTS):
+        return {}
+    con.register("_checkpoint_keys", pd.DataFrame(keys, columns=["tenant", "job_id"]).astype(object))
+    try:
+        rows = con.execute(
+            f"SELECT c.tenant, c.job_id, arg_max(c.work_done, c.preempted_at), count(*) FROM {CHECKPOINTS} AS c "
+            "JOIN _checkpoint_keys USING (tenant, job_id) GROUP BY c.tenant, c.job_id"
+        ).fetchall()
+    finally:
+        con.unregister("_checkpoint_keys")
+    return {(t, j): (float(w), int(n)) for t, j, w, n in rows}
+
+
+def record_checkpoints(con, rows: list[tuple]) -> None:
+    """Checkpoints of preempted attempts, (tenant, job_id, attempt, preempted_at, work_done, plan_id, executor)
+    each; an attempt recorded already keeps its row (a re-run of the hour writes nothing new)."""
+    if not rows:
+        return
+    ensure(con)
+    frame = pd.DataFrame(
+        rows, columns=["tenant", "job_id", "attempt", "preempted_at", "work_done", "plan_id", "executor"]
+    )
+    con.register("_checkpoints", frame)
+    try:
+        con.execute(f"INSERT OR IGNORE INTO {CHECKPOINTS} SELECT * FROM _checkpoints")
+    finally:
+        con.unregister("_checkpoints")
+
+
 def read_submissions(con) -> list[tuple[int, dict]]:
     """(rowid, user values) of every queue.submissions row, in insertion order; `command` decoded from JSON."""
     if not table_exists(con, SUBMISSIONS):

@@ -76,10 +76,10 @@ def test_the_ledger_values_the_loops_runs_as_the_simulator_would(compared, data_
     c = runs["cluster"].map({name: i for i, name in enumerate(fleet.names)}).to_numpy()
     k = np.nanargmin(np.abs(tbl.limit_w[:, c] - runs["power_limit_w"].to_numpy()[None, :]), axis=0)
     n = tbl.n
-    start_h, kk, cc, work = np.full(n, -1), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), np.ones(n)
+    start_h, kk, cc, run_h = np.full(n, -1), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), np.zeros(n)
     start_h[j] = abs_hours(pd.to_datetime(runs["started_at"], utc=True))
     kk[j], cc[j] = k, c
-    work[j] = runs["actual_runtime_h"].to_numpy() / tbl.dur[j, k, c]
-    simulated = execute(sc, start_h, kk, cc, work)["kg"][j]
+    run_h[j] = runs["actual_runtime_h"].to_numpy()
+    simulated = execute(sc, start_h, kk, cc, run_h)["kg"][j]
     # (rtol: the intake rounds input_gb to the megabyte, the trace frame does not)
     np.testing.assert_allclose(runs["realized_kgco2e"].to_numpy(), simulated, rtol=1e-4, atol=1e-9)

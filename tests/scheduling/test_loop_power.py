@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from scheduling import loop
-from scheduling.domain.progress import Segment, end_time
+from scheduling.domain.execution import Segment, end_time
 from scheduling.executors.power_log import apply_power_changes, read_changes
 from scheduling.executors.replay import ReplayExecutor
 from scheduling.executors.runs import finished_runs

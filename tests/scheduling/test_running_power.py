@@ -1,4 +1,4 @@
-"""Running jobs' power limits: the execution model (`scheduling.domain.progress`) against hand-computed segments;
+"""Running jobs' power limits: the execution model (`scheduling.domain.execution`) against hand-computed segments;
 the replay executor advancing a run at a changed limit, reporting `power_changed`, idempotent per deciding plan;
 the exactly-once power log through a crash between the executor's change and its mark; the hourly decision
 (`scheduling.planning.recap`) raising a run at risk, lowering one in a dirty hour, keeping a calm one."""
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scheduling.domain.progress import Segment, end_time, work_done_h
+from scheduling.domain.execution import Segment, end_time, work_done_h
 from scheduling.executors.dispatch_log import dispatch
 from scheduling.executors.power_log import apply_power_changes, read_changes, record_decisions
 from scheduling.executors.replay import ReplayExecutor

@@ -539,9 +539,10 @@ def test_cli_preemption_bound_is_below_the_bound_and_reports_shares_against_both
 
 
 def test_a_preempted_job_resumes_with_the_work_left_and_both_runs_are_charged(scenario):
-    """HourlyPlanner.preempt keeps the work done less the overhead, makes the job pending again with its run times
-    scaled to the work left; execute charges the run before the preemption and the one after (and the data moved
-    between two clusters) from the actual intensity."""
+    """HourlyPlanner.preempt keeps the work done by the checkpoint signal (the job's checkpoint time before the
+    stop), makes the job pending again with run times of the restore plus the work left; execute charges the run
+    before the preemption and the one after (and the data moved between two clusters) from the actual intensity."""
+    from scheduling.domain.execution import DEFAULT_CHECKPOINT_MIN
     from scheduling.evaluation.ablations import Preempting
     from scheduling.evaluation.simulator import execute
     from scheduling.planning.problem import Preemption
@@ -552,7 +553,7 @@ def test_a_preempted_job_resumes_with_the_work_left_and_both_runs_are_charged(sc
     hp = HourlyPlanner(
         sc.fleet,
         table=tbl,
-        policy=Preempting(Preemption(overhead_h=0.25)),
+        policy=Preempting(Preemption()),
         forecasts=sc.forecasts,
         workload=sc.workload,
         explain=False,
@@ -572,22 +573,23 @@ def test_a_preempted_job_resumes_with_the_work_left_and_both_runs_are_charged(sc
     hp.end_occ_h[j] = T + int(np.ceil(tbl.dur[j, 0, c1]))
     assert str(tbl.jobs["job_id"].iat[j]) in hp.evictable(T + 2)
     hp.preempt(j, T + 2)
-    done = (2 - 0.25) / tbl.dur[j, 0, c1]
+    ck_h = DEFAULT_CHECKPOINT_MIN / 60.0  # the trace sets no checkpoint_overhead_min: save and restore take 5 min
+    done = (2 - ck_h) / tbl.dur[j, 0, c1]
     assert hp.work_done[j] == pytest.approx(done) and j in hp.pending(T + 2) and hp.preemptions[j] == 1
     prob = tbl.problem(
         sc.start, [j], np.zeros((24, len(sc.fleet)), np.int64), np.zeros((24, len(sc.fleet))), work_left=[1 - done]
     )
-    assert prob.dur[0, 0, c2] == pytest.approx(tbl.dur[j, 0, c2] * (1 - done))
+    assert prob.dur[0, 0, c2] == pytest.approx(ck_h + tbl.dur[j, 0, c2] * (1 - done))
     start = np.full(tbl.n, -1)
     start[j] = T + 5
     k = np.zeros(tbl.n, np.int64)
     c = np.zeros(tbl.n, np.int64)
     c[j] = c2
-    work = np.ones(tbl.n)
-    work[j] = 1 - done
-    ex = execute(sc, start, k, c, work, hp.preempted_runs)
+    d2 = ck_h + tbl.dur[j, 0, c2] * (1 - done)
+    run_h = np.zeros(tbl.n)
+    run_h[j] = d2
+    ex = execute(sc, start, k, c, run_h, hp.preempted_runs)
     t0, ci = sc.actual("ci")
-    d2 = tbl.dur[j, 0, c2] * (1 - done)
     whole = int(np.floor(d2))
     s2 = T + 5 - t0
     home = tbl.home[j]

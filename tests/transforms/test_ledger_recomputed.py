@@ -10,6 +10,8 @@ Python from the grid rows alone (marts.grid_hourly), hour by hour:
   planned run-now duration scaled by the attempt's actual / planned run time;
 - a run whose power limit changed mid-run: each stretch at its own limit's draw, and its run-now run time from its
   hours at the dispatch limit (each stretch's hours over its run-time factor);
+- a job preempted at a checkpoint and resumed: each attempt a partial run over its own hours (the resumed one
+  reports `resumed`, not `started`), the counterfactual from the last one, as for a retried job;
 - the saving: counterfactual - realized, over every attempt of the job.
 
 The inputs (GPU count, board power, PUE) are the test's own; the plan stores the draw as the planner does (GPUs x
@@ -46,7 +48,7 @@ DEFAULT_LIMIT_W = 400
 class Attempt:
     started: pd.Timestamp
     ended: pd.Timestamp
-    outcome: str  # finished, failed
+    outcome: str  # finished, failed, preempted
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,9 @@ JOBS = (
     Job("lab/recapped", "fra-a100", "fra-a100", 2, 400, T0 - 30 * M, T0, 3.0, 2.5, 0.0,
         (Attempt(T0 + 10 * M, T0 + 3 * H + 25 * M, "finished"),),
         (PowerChange(T0 + H, 300, 1.1), PowerChange(T0 + 3 * H, 400, 1.0))),
+    # stopped at a checkpoint at 13:20, resumed from it at 15:00: two partial runs, two hours apart
+    Job("lab/paused", "fra-a100", "fra-a100", 2, 400, T0 - 20 * M, T0, 2.0, 3.0, 0.0,
+        (Attempt(T0 + 10 * M, T0 + H + 20 * M, "preempted"), Attempt(T0 + 3 * H, T0 + 5 * H, "finished"))),
 )  # fmt: skip
 
 
@@ -181,7 +186,8 @@ def _events(plan_id: str) -> pd.DataFrame:
             base = {"tenant": tenant, "job_id": job_id, "planner_job_id": job.job, "plan_id": plan_id, "attempt": n}
             base |= {"cluster": job.cluster, "node": "node-0", "executor_ref": f"{job_id}-{n}"}
             rows.append(base | {"event": "dispatched", "event_time": attempt.started})
-            rows.append(base | {"event": "started", "event_time": attempt.started})
+            resumed = n > 1 and job.attempts[n - 2].outcome == "preempted"
+            rows.append(base | {"event": "resumed" if resumed else "started", "event_time": attempt.started})
             for change in job.changes if attempt is job.attempts[-1] else ():
                 rows.append(base | {"event": "power_changed", "event_time": change.at, "power_limit_w": change.limit_w})
             rows.append(base | {"event": attempt.outcome, "event_time": attempt.ended})

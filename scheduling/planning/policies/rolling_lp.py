@@ -543,6 +543,9 @@ def _with_expected(p):
     per_job["speed"] = np.concatenate([p.speed, e.speed]) if p.speed is not None and e.speed is not None else None
     if p.deadline_spare is not None and e.deadline_spare is not None:
         per_job["deadline_spare"] = np.concatenate([p.deadline_spare, e.deadline_spare])
+    if p.run_now_dur is not None:
+        e_whole = e.run_now_dur if e.run_now_dur is not None else e.dur[:, 0]
+        per_job["run_now_dur"] = np.concatenate([p.run_now_dur, e_whole])
     return dataclasses.replace(
         p, jobs=pd.concat([p.jobs, e.jobs], ignore_index=True), pods=None, expected=None, **per_job
     )
@@ -574,6 +577,8 @@ def _subset(p, idx: np.ndarray):
         per_job["speed"] = p.speed[idx]
     if p.deadline_spare is not None:
         per_job["deadline_spare"] = p.deadline_spare[idx]
+    if p.run_now_dur is not None:
+        per_job["run_now_dur"] = p.run_now_dur[idx]
     return dataclasses.replace(p, jobs=p.jobs.iloc[idx].reset_index(drop=True), **per_job)
 
 

@@ -2,7 +2,7 @@
 -- end, outcome, measured energy; else the energy the job metered itself, int_jobs__metered_energy) beside what the
 -- plan that dispatched it expected (window, draw, zone, deadline, the run-now counterfactual's inputs). An attempt
 -- with no terminal event yet has outcome 'running' (started) or 'dispatched'; 'unconfirmed' when the executor cannot
--- say (a hand-off through files).
+-- say (a hand-off through files). A preempted attempt is a partial run: the job's next attempt resumes its work.
 with events as (
     select * from {{ ref('stg_jobs__events') }}
 ),
@@ -19,12 +19,15 @@ reported as (
         max(node) as node,
         -- the limit the run started at (later power_changed events: int_jobs__power_segments)
         arg_min(power_limit_w, event_time) filter (
-            where event in ('dispatched', 'started') and power_limit_w is not null
+            where event in ('dispatched', 'started', 'resumed') and power_limit_w is not null
         ) as reported_power_limit_w,
         count(*) filter (where event = 'power_changed') as power_changes,
-        min(event_time) filter (where event = 'started') as started_at,
-        max(event_time) filter (where event in ('finished', 'failed', 'cancelled')) as ended_at,
-        arg_max(event, event_time) filter (where event in ('finished', 'failed', 'cancelled')) as terminal_event,
+        -- resumed: a run that goes on from the job's checkpoint; preempted: one stopped at a checkpoint
+        min(event_time) filter (where event in ('started', 'resumed')) as started_at,
+        max(event_time) filter (where event in ('finished', 'failed', 'cancelled', 'preempted')) as ended_at,
+        arg_max(event, event_time) filter (
+            where event in ('finished', 'failed', 'cancelled', 'preempted')
+        ) as terminal_event,
         bool_or(event = 'unconfirmed') as unconfirmed,
         {{ fixed_order_sum('energy_kwh') }} as measured_energy_kwh
     from events

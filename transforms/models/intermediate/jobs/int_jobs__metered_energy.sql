@@ -25,7 +25,7 @@ attempts as (
         planner_job_id,
         plan_id,
         attempt,
-        min(event_time) filter (where event = 'started') as started_at
+        min(event_time) filter (where event in ('started', 'resumed')) as started_at
     from {{ ref('stg_jobs__events') }}
     group by tenant, job_id, planner_job_id, plan_id, attempt
 ),

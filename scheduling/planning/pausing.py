@@ -1,0 +1,150 @@
+"""Every hour, which running checkpointing jobs to stop at a checkpoint through a dirty stretch (`pause_running`):
+preemption for carbon.
+
+A run is paused when stopping it now and resuming it at a later hour emits at least `min_saving` less than running
+on, by the forecast, the pause's cost included (`scheduling.domain.execution`): the work done since the checkpoint
+signal (`save_h` before the stop) is lost and done again, and the resumed run first restores the checkpoint for
+`save_h`, at its draw. Both sides run the rest at the limit the hour's recap chose, and its median run time
+(`recap.RunTimeError`, given the share already done). The resumed run must still end by the deadline at the p99
+run time x `slack_factor` plus `slack_h`, resumed at that hour: the resume hour is the cleanest such one. Only
+runs the recap does not raise (at risk), of jobs that checkpoint, on executors that can preempt, preempted fewer
+than `max_preemptions` times, are paused. Its counterfactual is "keep running".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from common.timeutil import utc
+from scheduling.domain.execution import DEFAULT_CHECKPOINT_MIN
+from scheduling.planning.recap import QUANTILES, Cumulatives, RunTimeError, option_of
+
+PAUSE_COLUMNS = (
+    "job_id",
+    "plan_id",  # the run's (its dispatch plan)
+    "attempt",
+    "cluster",
+    "reason",  # carbon
+    "save_h",  # hours the job takes to write its checkpoint (and to read it back)
+    "work_done",  # share of the whole job the checkpoint is expected to keep
+    "kgco2e_kept",  # the rest of the run kept running, forecast intensity (median run time)
+    "kgco2e",  # stopped now and resumed at `resume_at`, the lost work and the restore included
+    "resume_at",
+)
+
+
+@dataclass(frozen=True)
+class Pausing:
+    """Settings of `pause_running` (see the module doc)."""
+
+    enabled: bool = True
+    min_saving: float = 0.10
+    slack_factor: float = 1.1
+    slack_h: float = 1.0
+    max_preemptions: int = 2
+    save_h: float = DEFAULT_CHECKPOINT_MIN / 60.0
+    deadline_quantile: float = QUANTILES[0]
+
+
+def pause_running(
+    recaps: pd.DataFrame,
+    runs: pd.DataFrame,
+    fleet,
+    options: tuple[np.ndarray, np.ndarray, np.ndarray],
+    forecast: np.ndarray,
+    now,
+    errors: RunTimeError,
+    settings: Pausing = Pausing(),
+) -> pd.DataFrame:
+    """PAUSE_COLUMNS rows of the runs to stop now, for carbon. `recaps`: the hour's `recap.recap_running` rows;
+    `runs`: the running jobs (job_id, num_gpu, gpu_milli, checkpointing, preemptions, work_done (share of the job
+    done before this run), preempt (whether the executor can)); `options` and `forecast` as `recap_running`'s."""
+    now = utc(now)
+    empty = pd.DataFrame(columns=list(PAUSE_COLUMNS))
+    if not settings.enabled or recaps is None or recaps.empty or runs is None or runs.empty:
+        return empty
+    names = {n: i for i, n in enumerate(fleet.names)}
+    r = recaps.merge(runs[["job_id", "num_gpu", "gpu_milli", *_FLAGS]], on="job_id", how="inner")
+    r = r[r["cluster"].isin(names)]
+    r = r[
+        (r["reason"] != "at_risk")
+        & r["checkpointing"].fillna(False).astype(bool)
+        & r["preempt"].fillna(False).astype(bool)
+        & (r["preemptions"].fillna(0) < settings.max_preemptions)
+        & (r["work_done_h"] > 0)
+    ].reset_index(drop=True)
+    if r.empty:
+        return empty
+    tf_all, pw_all, lw_all = (np.asarray(a, dtype=float) for a in options)
+    c = r["cluster"].map(names).to_numpy(np.int64)
+    tf, lw = tf_all[:, c].T, lw_all[:, c].T
+    has = np.isfinite(tf)
+    k = option_of(r["to_limit_w"].to_numpy(float), lw, has)
+    r, c, k = r[k >= 0].reset_index(drop=True), c[k >= 0], k[k >= 0]
+    if r.empty:
+        return empty
+    n = np.arange(len(r))
+    tf_run = tf_all[k, c]
+    share = r["num_gpu"].to_numpy(float) * r["gpu_milli"].fillna(1000).to_numpy(float) / 1000.0
+    kw = share * pw_all[k, c] / 1000.0 * np.asarray(fleet.pue, float)[c]
+    work_h, done = r["work_h"].to_numpy(float), r["work_done_h"].to_numpy(float)
+    share_done = done / np.maximum(work_h, 1e-12)
+
+    def left(q):
+        return np.maximum(work_h * errors.ratios(q, share_done) - done, 0.0)
+
+    lost = np.minimum(settings.save_h / tf_run, done)  # reference hours since the checkpoint signal
+    cum = Cumulatives(np.asarray(forecast, dtype=float))
+    keep_kg = kw * cum.to(c, left(0.5) * tf_run) / 1000.0
+    pause_h = settings.save_h + (left(0.5) + lost) * tf_run  # restore, then the rest and the lost work
+    sure_h = settings.save_h + settings.slack_factor * (left(settings.deadline_quantile) + lost) * tf_run
+    deadline_h = ((pd.to_datetime(r["deadline"], utc=True) - now) / pd.Timedelta(hours=1)).to_numpy(float)
+    hours = np.arange(1, max(int(np.asarray(forecast).shape[0]), 2), dtype=float)  # resume hours from now
+    resume = np.broadcast_to(hours, (len(r), len(hours)))
+    kg = kw[:, None] * (cum.to(c, resume + pause_h[:, None]) - cum.to(c, resume)) / 1000.0
+    ok = hours[None, :] + sure_h[:, None] + settings.slack_h <= deadline_h[:, None]
+    best = np.argmin(np.where(ok, kg, np.inf), axis=1)
+    best_kg = np.where(ok.any(axis=1), kg[n, best], np.inf)
+    pause = best_kg <= (1.0 - settings.min_saving) * keep_kg
+    if not pause.any():
+        return empty
+    before = r["work_done"].fillna(0.0).to_numpy(float)
+    kept = before + (1.0 - before) * np.maximum(done - lost, 0.0) / np.maximum(work_h, 1e-12)
+    out = pd.DataFrame(
+        {
+            "job_id": r["job_id"],
+            "plan_id": r["plan_id"],
+            "attempt": r["attempt"],
+            "cluster": r["cluster"],
+            "reason": "carbon",
+            "save_h": settings.save_h,
+            "work_done": np.minimum(kept, 0.999),
+            "kgco2e_kept": keep_kg,
+            "kgco2e": best_kg,
+            "resume_at": now + pd.to_timedelta(hours[best], unit="h"),
+        }
+    )
+    return out[pause].reset_index(drop=True)[list(PAUSE_COLUMNS)]
+
+
+_FLAGS = ("checkpointing", "preemptions", "work_done", "preempt")
+
+
+def explain_pause(pause: dict) -> str:
+    """The explanation card's text of one preemption (a PAUSE_COLUMNS or plan.preemptions row), against its
+    counterfactual, keep running."""
+
+    def kg(value) -> str:
+        return "?" if value is None or pd.isna(value) else f"{float(value):.3f} kgCO2e"
+
+    resume = pause.get("resume_at")
+    when = "?" if resume is None or pd.isna(resume) else utc(resume).strftime("%Y-%m-%d %H:%M")
+    return (
+        f"Preempted at a checkpoint for carbon: stopped now and resumed from {when}, the rest of the run emits "
+        f"{kg(pause.get('kgco2e'))} at the forecast intensity, with {60 * float(pause['save_h']):.0f} min to write "
+        f"and as long to read the checkpoint, and the work since the checkpoint done again; it keeps "
+        f"{100 * float(pause['work_done']):.1f} % of the job. Kept running: {kg(pause.get('kgco2e_kept'))}."
+    )

@@ -1,0 +1,86 @@
+"""Preemption for carbon (`scheduling.planning.pausing`) against hand-computed runs: one cluster, one 300 W
+option, a forecast dirty for 6 hours and clean after; a 10-hour run 4 hours in is paused until the clean hours
+when its deadline allows, and kept running when it does not, when the grid is flat, when its job does not
+checkpoint, when the recap raised it, when it has been preempted enough, or when its executor cannot preempt."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from scheduling.planning.pausing import Pausing, pause_running
+from scheduling.planning.recap import RunTimeError
+
+NOW = pd.Timestamp("2021-07-15T12:00Z")
+FLEET = SimpleNamespace(names=["c0"], pue=[1.0])
+OPTIONS = (np.array([[1.0]]), np.array([[300.0]]), np.array([[300.0]]))  # time factor, W per GPU, limit W
+EXACT = RunTimeError(0.0, 1e-9, 100)  # run times as planned
+DIRTY_THEN_CLEAN = np.array([[500.0]] * 6 + [[100.0]] * 42)
+
+
+def _case(deadline_h=40.0, reason="keep", **flags):
+    recaps = pd.DataFrame(
+        {
+            "job_id": ["t/a"], "plan_id": ["p@1"], "attempt": [1], "cluster": ["c0"],
+            "deadline": [NOW + pd.Timedelta(hours=deadline_h)], "to_limit_w": [300.0], "reason": [reason],
+            "work_h": [10.0], "work_done_h": [4.0],
+        }
+    )  # fmt: skip
+    runs = pd.DataFrame(
+        {"job_id": ["t/a"], "num_gpu": [2], "gpu_milli": [1000], "checkpointing": [True], "preemptions": [0],
+         "work_done": [0.0], "preempt": [True]}
+    )  # fmt: skip
+    for key, value in flags.items():
+        runs[key] = [value]
+    return recaps, runs
+
+
+def _pause(recaps, runs, forecast=DIRTY_THEN_CLEAN):
+    return pause_running(recaps, runs, FLEET, OPTIONS, forecast, NOW, EXACT, Pausing(save_h=0.25))
+
+
+def test_a_run_in_a_dirty_stretch_waits_for_the_clean_hours():
+    out = _pause(*_case())
+    assert len(out) == 1
+    row = out.iloc[0]
+    # 0.6 kW; kept: 6 h at 500 g = 1.8 kg; paused: restore 0.25 h + 6 h left + 0.25 h lost, at 100 g from +6 h
+    assert row["kgco2e_kept"] == pytest.approx(0.6 * 6 * 500 / 1000)
+    assert row["kgco2e"] == pytest.approx(0.6 * 6.5 * 100 / 1000)
+    assert row["resume_at"] == NOW + pd.Timedelta(hours=6)
+    assert row["work_done"] == pytest.approx((4 - 0.25) / 10) and row["reason"] == "carbon"
+
+
+def test_the_resumed_run_must_keep_its_deadline_with_slack():
+    # resumed at +r h it must end by the deadline at r + 0.25 + 1.1 x 6.25 h, plus 1 h of slack: r <= D - 8.125
+    early = _pause(*_case(deadline_h=14.0)).iloc[0]  # r <= 5.875: +5, one dirty hour then 5.5 clean ones
+    assert early["resume_at"] == NOW + pd.Timedelta(hours=5)
+    assert early["kgco2e"] == pytest.approx(0.6 * (1 * 500 + 5.5 * 100) / 1000)
+    first = _pause(*_case(deadline_h=9.2)).iloc[0]  # r <= 1.075: +1, still 11.7 % below running on
+    assert first["kgco2e"] == pytest.approx(0.6 * (5 * 500 + 1.5 * 100) / 1000)
+    assert _pause(*_case(deadline_h=9.0)).empty  # no hour to resume at
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        {"reason": "at_risk"},
+        {"checkpointing": False},
+        {"preemptions": 2},
+        {"preempt": False},
+    ],
+)
+def test_runs_that_may_not_pause_keep_running(case):
+    reason = case.pop("reason", "keep")
+    assert _pause(*_case(reason=reason, **case)).empty
+
+
+def test_a_flat_grid_pays_nothing_for_the_overhead():
+    assert _pause(*_case(), forecast=np.full((48, 1), 300.0)).empty
+
+
+def test_a_resumed_job_keeps_the_share_it_had_before():
+    recaps, runs = _case(work_done=0.5)  # this run is the second half of the job
+    assert _pause(recaps, runs).iloc[0]["work_done"] == pytest.approx(0.5 + 0.5 * (4 - 0.25) / 10)
