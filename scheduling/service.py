@@ -298,7 +298,9 @@ def _recaps(
     recaps = recap_running(runs, fleet, options, F, plan_time, errors, settings)
     if not set(PAUSE_DETAILS).issubset(runs.columns):
         return recaps, none[1]
-    return recaps, pause_running(recaps, runs, fleet, options, F, plan_time, errors, pausing)
+    drained = off_fleet_running(fleet, runs)
+    drained = frozenset(drained.loc[drained["node_state"] == "drained", "job_id"])
+    return recaps, pause_running(recaps, runs, fleet, options, F, plan_time, errors, pausing, drained)
 
 
 def _model_ref(info: dict) -> dict:

@@ -9,6 +9,10 @@ signal (`save_h` before the stop) is lost and done again, and the resumed run fi
 run time x `slack_factor` plus `slack_h`, resumed at that hour: the resume hour is the cleanest such one. Only
 runs the recap does not raise (at risk), of jobs that checkpoint, on executors that can preempt, preempted fewer
 than `max_preemptions` times, are paused. Its counterfactual is "keep running".
+
+A run on a drained node (`drained`: the operator or the resource manager empties it) is handed to migration the
+same way, whatever the carbon: stopped now when, resumed from the next hour, it still keeps its deadline by that
+rule (reason `drained`; the next hour's plan places it on a schedulable node). Otherwise it runs on there.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ PAUSE_COLUMNS = (
     "plan_id",  # the run's (its dispatch plan)
     "attempt",
     "cluster",
-    "reason",  # carbon
+    "reason",  # carbon | drained
     "save_h",  # hours the job takes to write its checkpoint (and to read it back)
     "work_done",  # share of the whole job the checkpoint is expected to keep
     "kgco2e_kept",  # the rest of the run kept running, forecast intensity (median run time)
@@ -58,10 +62,12 @@ def pause_running(
     now,
     errors: RunTimeError,
     settings: Pausing = Pausing(),
+    drained: frozenset[str] = frozenset(),
 ) -> pd.DataFrame:
-    """PAUSE_COLUMNS rows of the runs to stop now, for carbon. `recaps`: the hour's `recap.recap_running` rows;
-    `runs`: the running jobs (job_id, num_gpu, gpu_milli, checkpointing, preemptions, work_done (share of the job
-    done before this run), preempt (whether the executor can)); `options` and `forecast` as `recap_running`'s."""
+    """PAUSE_COLUMNS rows of the runs to stop now, for carbon or because their node is drained (job ids
+    `drained`). `recaps`: the hour's `recap.recap_running` rows; `runs`: the running jobs (job_id, num_gpu,
+    gpu_milli, checkpointing, preemptions, work_done (share of the job done before this run), preempt (whether the
+    executor can)); `options` and `forecast` as `recap_running`'s."""
     now = utc(now)
     empty = pd.DataFrame(columns=list(PAUSE_COLUMNS))
     if not settings.enabled or recaps is None or recaps.empty or runs is None or runs.empty:
@@ -106,9 +112,11 @@ def pause_running(
     resume = np.broadcast_to(hours, (len(r), len(hours)))
     kg = kw[:, None] * (cum.to(c, resume + pause_h[:, None]) - cum.to(c, resume)) / 1000.0
     ok = hours[None, :] + sure_h[:, None] + settings.slack_h <= deadline_h[:, None]
+    moving = r["job_id"].isin(drained).to_numpy()
+    ok[moving, 1:] = False  # a drained node's job resumes as soon as it can, elsewhere
     best = np.argmin(np.where(ok, kg, np.inf), axis=1)
     best_kg = np.where(ok.any(axis=1), kg[n, best], np.inf)
-    pause = best_kg <= (1.0 - settings.min_saving) * keep_kg
+    pause = (best_kg <= (1.0 - settings.min_saving) * keep_kg) | (moving & ok[:, 0])
     if not pause.any():
         return empty
     before = r["work_done"].fillna(0.0).to_numpy(float)
@@ -119,7 +127,7 @@ def pause_running(
             "plan_id": r["plan_id"],
             "attempt": r["attempt"],
             "cluster": r["cluster"],
-            "reason": "carbon",
+            "reason": np.where(moving, "drained", "carbon"),
             "save_h": settings.save_h,
             "work_done": np.minimum(kept, 0.999),
             "kgco2e_kept": keep_kg,
@@ -142,8 +150,9 @@ def explain_pause(pause: dict) -> str:
 
     resume = pause.get("resume_at")
     when = "?" if resume is None or pd.isna(resume) else utc(resume).strftime("%Y-%m-%d %H:%M")
+    why = "its node is drained" if pause.get("reason") == "drained" else "for carbon"
     return (
-        f"Preempted at a checkpoint for carbon: stopped now and resumed from {when}, the rest of the run emits "
+        f"Preempted at a checkpoint, {why}: stopped now and resumed from {when}, the rest of the run emits "
         f"{kg(pause.get('kgco2e'))} at the forecast intensity, with {60 * float(pause['save_h']):.0f} min to write "
         f"and as long to read the checkpoint, and the work since the checkpoint done again; it keeps "
         f"{100 * float(pause['work_done']):.1f} % of the job. Kept running: {kg(pause.get('kgco2e_kept'))}."

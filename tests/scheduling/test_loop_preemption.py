@@ -166,3 +166,33 @@ def test_the_ledger_has_a_partial_run_per_attempt_and_the_job_page_a_card(operat
     assert len(doc["preemptions"]) == 1 and "Kept running" in doc["preemptions"][0]["text"]
     html = pages.job_page(doc, "")
     assert "Preemptions (1)" in html and html.count('class="card preemption"') == 1
+
+
+def test_a_drained_nodes_checkpointing_job_moves_to_another_node(tmp_path, data_dir):
+    """The job's node is drained while it runs: the next hour stops it at a checkpoint (reason drained), and it
+    resumes from the checkpoint on another node, its work kept."""
+    db = tmp_path / "warehouse.duckdb"
+    (tmp_path / "jobs.yaml").write_text(SPEC)
+    assert not submit_file(tmp_path / "jobs.yaml", db_path=db, data_dir=data_dir).rejected
+    fleet = plan_fleet(None, data_dir)
+    executor = ReplayExecutor(db_path=db, sigma=0.0, failure_rate=0.0)
+    settings = dict(db_path=db, data_dir=data_dir, schedule_root=tmp_path / "s",
+                    executors=dict.fromkeys(fleet.names, executor))  # fmt: skip
+    hour = DAY
+    while executor.running(hour).empty:  # until the job runs
+        loop.run_hour(hour, fleet=fleet, **settings)
+        hour += H
+        assert hour < DAY + 24 * H, "the job never started"
+    run = executor.running(hour).iloc[0]
+    drained = fleet.with_drained({run["cluster"]: {run["node"]: "maintenance"}})
+    loop.run_hour(hour, fleet=drained, **settings)
+    (pause,) = read_preemptions(db_path=db).itertuples()
+    assert (pause.reason, pause.status, pd.Timestamp(pause.preempt_at)) == ("drained", "sent", hour)
+    for _ in range(48):
+        hour += H
+        loop.run_hour(hour, fleet=drained, **settings)
+        if len(executor.runs()) == 2 and executor.running(hour).empty:
+            break
+    first, second = executor.runs().sort_values("start_time").itertuples()
+    assert second.node != first.node and first.kept_share > 0 and second.work_done == pytest.approx(first.kept_share)
+    assert second.start_time >= first.preempted_at + H and second.true_end <= pd.Timestamp("2021-07-18T00:00Z")

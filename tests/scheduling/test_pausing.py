@@ -84,3 +84,18 @@ def test_a_flat_grid_pays_nothing_for_the_overhead():
 def test_a_resumed_job_keeps_the_share_it_had_before():
     recaps, runs = _case(work_done=0.5)  # this run is the second half of the job
     assert _pause(recaps, runs).iloc[0]["work_done"] == pytest.approx(0.5 + 0.5 * (4 - 0.25) / 10)
+
+
+def test_a_run_on_a_drained_node_moves_from_the_next_hour_whatever_the_carbon():
+    recaps, runs = _case()
+    out = pause_running(
+        recaps, runs, FLEET, OPTIONS, np.full((48, 1), 300.0), NOW, EXACT, Pausing(save_h=0.25), frozenset({"t/a"})
+    )
+    assert len(out) == 1 and out.iloc[0]["reason"] == "drained"
+    assert out.iloc[0]["resume_at"] == NOW + pd.Timedelta(hours=1)
+    # kept running: 6 h at 300 g; moved: restore + the rest + the lost work from +1 h, 6.5 h at 300 g
+    assert out.iloc[0]["kgco2e"] == pytest.approx(0.6 * 6.5 * 300 / 1000)
+    # resumed at +1 h it must still end by the deadline: 1 + 7.125 + 1 h
+    late = _case(deadline_h=9.0)
+    assert pause_running(*late, FLEET, OPTIONS, DIRTY_THEN_CLEAN, NOW, EXACT, Pausing(save_h=0.25),
+                         frozenset({"t/a"})).empty  # fmt: skip
