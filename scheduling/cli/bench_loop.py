@@ -10,7 +10,8 @@ dispatches to a real executor):
 * the running set: a `performance-first` plan (earliest start) of 2 x `--running` trace jobs of two days before T
   is made in memory at T-1h; `--running` of the jobs it starts at once and whose replay run outlasts T are
   submitted, and that plan, restricted to them, is written and dispatched by `loop.dispatch_plan`; the bench checks
-  that the executor reports exactly that many running at T;
+  that the executor reports exactly that many running at T; with --checkpointing every one of them checkpoints
+  (the hour then also decides which to preempt, `scheduling.planning.pausing`);
 * the queue: `--queued` trace jobs arriving over the 24 hours before T (T is a midnight by default), submitted
   after that, so that all of them are queued at T.
 
@@ -46,10 +47,11 @@ from scheduling.executors.items import dispatch_items
 from scheduling.executors.replay import ReplayExecutor
 from scheduling.output.plan_store import plan_id_for
 from scheduling.planning.policies.registry import DEFAULT_POLICY, POLICY_NAMES
+from scheduling.queue import store
 from scheduling.queue.frame import job_frame
 from scheduling.queue.intake import submit_mappings
 from scheduling.queue.spec import parse_job
-from scheduling.queue.trace import trace_jobs
+from scheduling.queue.trace import CHECKPOINT_INTERVAL_MIN, trace_jobs
 from scheduling.service import DEFAULT_HORIZON_H, make_plan, plan_fleet, validate_inputs, write_plan
 from warehouse.config import warehouse_path
 from warehouse.db import reader, table_exists, warehouse_lock, writer
@@ -82,6 +84,11 @@ def register(subparsers) -> None:
     )
     b.add_argument("--db", default=None, help="warehouse to copy (default WAREHOUSE_PATH); never written")
     b.add_argument("--data-dir", default=None)
+    b.add_argument(
+        "--checkpointing",
+        action="store_true",
+        help="every running job checkpoints: the hour also decides which of them to preempt",
+    )
     b.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     b.set_defaults(func=cmd_bench_loop)
 
@@ -140,7 +147,7 @@ def _queue_counts(db: Path, T) -> dict[str, int]:
     return {s: int(n) for s, n in rows}
 
 
-def _dispatch_running_set(n: int, T, settings: dict, executor: ReplayExecutor) -> int:
+def _dispatch_running_set(n: int, T, settings: dict, executor: ReplayExecutor, checkpointing: bool = False) -> int:
     """Dispatch `n` trace jobs at T-1h that still run at T; returns how many the plan of the candidates started.
 
     The candidates (2n + 20 trace jobs of the day before the planning day) are planned in memory with PREP_POLICY
@@ -151,6 +158,8 @@ def _dispatch_running_set(n: int, T, settings: dict, executor: ReplayExecutor) -
     prep = T - HOUR
     day = T.floor("D") - pd.Timedelta(days=2)
     candidates = trace_jobs(day, 2 * n + 20, fleet, data_dir=data_dir)
+    if checkpointing:
+        candidates = [{**j, "checkpoint_interval_min": CHECKPOINT_INTERVAL_MIN} for j in candidates]
     frame = job_frame([parse_job(j, where=f"trace job {j['job_id']}") for j in candidates], fleet, data_dir=data_dir)
     trial, info = make_plan(prep, jobs=frame, policy=PREP_POLICY, fleet=fleet, db_path=db, data_dir=data_dir)
     items = dispatch_items(trial, frame.assign(attempt=1))
@@ -190,6 +199,7 @@ def prepare(
     fleet_gpus: int,
     schedule_root: Path,
     data_dir=None,
+    checkpointing: bool = False,
 ) -> dict:
     """Build the state the measured hour T starts from in the warehouse copy `db` (see the module doc)."""
     fleet = bench_fleet(fleet_gpus, data_dir)
@@ -201,7 +211,7 @@ def prepare(
         "fleet": fleet,
         "executors": dict.fromkeys(fleet.names, executor),
     }
-    started = _dispatch_running_set(running, T, settings, executor) if running else 0
+    started = _dispatch_running_set(running, T, settings, executor, checkpointing) if running else 0
     reported = executor.running(T)
     if len(reported) != running:
         raise ValueError(f"the replay executor reports {len(reported)} jobs running at {iso_z(T)}, not {running}")
@@ -255,6 +265,8 @@ def measure_hour(spec: dict) -> dict:
         "assigned": int(summary["n_assigned"]),
         "unplaced": int(summary["n_unplaced"]),
         "dispatched": int(sent["sent"] + sent["reconciled"]),
+        "preempted": int(summary.get("preempted", {}).get("decided", 0)),
+        "running_checkpointing": int(running_checkpointing_jobs(spec["db"], spec["as_of"])),
         "forecast_source": summary["forecast_source"],
     }
 
@@ -278,6 +290,7 @@ def bench_loop(
     fleet_gpus: int = 2000,
     db=None,
     data_dir=None,
+    checkpointing: bool = False,
 ) -> dict:
     """Prepare the state once, measure the hour `repeats` times; the JSON document of the command."""
     if min(queued, running, fleet_gpus) < 0 or repeats < 1:
@@ -300,6 +313,7 @@ def bench_loop(
             fleet_gpus=fleet_gpus,
             schedule_root=tmp / "schedules-prep",
             data_dir=data_dir,
+            checkpointing=checkpointing,
         )
         prepare_s = time.perf_counter() - t0
         hours = []
@@ -333,6 +347,8 @@ def bench_loop(
         "assigned": last["assigned"],
         "unplaced": last["unplaced"],
         "dispatched": last["dispatched"],
+        "preempted": last["preempted"],
+        "running_checkpointing": last["running_checkpointing"],
         "events": last["events"],
         "entered": last["entered"],
         **median,
@@ -366,6 +382,16 @@ def bench_loop(
     }
 
 
+def running_checkpointing_jobs(db, as_of) -> int:
+    """The running jobs at `as_of` whose job checkpoints (read after the hour: its jobs that are running now)."""
+    with reader(db) as con:
+        return int(
+            con.execute(
+                f"SELECT count(*) FROM {store.JOBS} WHERE state = 'running' AND checkpoint_interval_min IS NOT NULL"
+            ).fetchone()[0]
+        )
+
+
 def cmd_bench_loop(args: argparse.Namespace) -> int:
     try:
         out = bench_loop(
@@ -378,6 +404,7 @@ def cmd_bench_loop(args: argparse.Namespace) -> int:
             fleet_gpus=args.fleet_gpus,
             db=args.db,
             data_dir=args.data_dir,
+            checkpointing=args.checkpointing,
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -388,6 +415,7 @@ def cmd_bench_loop(args: argparse.Namespace) -> int:
     rows = [
         ("queued / running at T", f"{out['queued']} / {out['running']}"),
         ("events loaded / dispatched", f"{out['events']} / {out['dispatched']}"),
+        ("running checkpointing / preempted", f"{out['running_checkpointing']} / {out['preempted']}"),
         ("loop hour (median)", f"{out['loop_hour_s']:.2f} s  (target < {TARGETS['loop_hour_s']:g} s)"),
         ("  sync / plan / dispatch", f"{out['sync_s']:.2f} / {out['plan_s']:.2f} / {out['dispatch_s']:.2f} s"),
         ("process peak RSS", f"{out['process_peak_rss_mb']:.0f} MB  (target < {TARGETS['peak_mb']:g} MB)"),

@@ -47,6 +47,20 @@ def test_bench_loop_measures_the_asked_state_on_a_copy(tmp_warehouse, data_dir):
     assert store.table_digest(db_path=tmp_warehouse) == before
 
 
+def test_bench_loop_with_checkpointing_running_jobs(tmp_warehouse):
+    cmd = [sys.executable, "-m", "scheduling", "bench-loop", "--queued", "20", "--running", "10", "--repeats", "1"]
+    out = subprocess.run(
+        [*cmd, "--checkpointing", "--db", str(tmp_warehouse), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO_ROOT,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    doc = json.loads(out.stdout)
+    assert doc["running"] == doc["running_checkpointing"] == 10  # every running job checkpoints
+
+
 def test_bench_loop_refuses_bad_sizes():
     out = subprocess.run(
         [sys.executable, "-m", "scheduling", "bench-loop", "--repeats", "0"],
