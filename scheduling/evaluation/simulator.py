@@ -28,6 +28,7 @@ from scheduling.domain.execution import run_wall_h
 from scheduling.evaluation.load import placed_load
 from scheduling.evaluation.scenario_record import Scenario
 from scheduling.planning.forecasts import ForecastProvider
+from scheduling.planning.pausing import Pausing
 from scheduling.planning.policies.base import PlacementPolicy
 from scheduling.planning.policies.registry import DEFAULT_POLICY, make_policy
 from scheduling.planning.problem import PriorityWeights, abs_hours
@@ -124,11 +125,13 @@ def simulate(
     forecasts: ForecastProvider | None = None,
     postpone_margin_h: float = 1.0,
     reserve_nodes: bool = False,
+    pausing: Pausing | None = None,
 ) -> SimResult:
     """Replay the scenario's trace with one online policy (a registered name or a policy object; see the module
     docstring). `forecasts`: plan from these instead of the scenario's. `postpone_margin_h`: a job may be postponed
     only to a start that leaves this many hours before its latest timely start. `reserve_nodes`: the planner's
-    backfill reservations (`HourlyPlanner.reserve_nodes_for`)."""
+    backfill reservations (`HourlyPlanner.reserve_nodes_for`). `pausing`: each hour, stop running checkpointing jobs
+    through dirty stretches as the loop does (`HourlyPlanner.pause_running`)."""
     t_run = time.perf_counter()
     tbl = sc.table
     n = tbl.n
@@ -149,6 +152,7 @@ def simulate(
         seed=seed,
         postpone_margin_h=postpone_margin_h,
         reserve_nodes=reserve_nodes,
+        pausing=pausing,
     )
     C = len(sc.fleet)
     alloc = np.zeros((sc.hours, C), dtype=np.int64)
@@ -158,6 +162,8 @@ def simulate(
     for t in range(T0, T_max):
         now = pd.Timestamp(t * 3_600_000_000_000, tz="UTC")
         hp.release_finished(t)
+        if pausing is not None:
+            hp.pause_running(now, t)
         pend = hp.pending(t)
         if len(pend):
             t1 = time.perf_counter()
@@ -215,6 +221,7 @@ def simulate(
         "agent_rejections": int(hp.rejections),
         "preemptions": int(hp.preemptions.sum()),
         "preempted_jobs": int((hp.preemptions > 0).sum()),
+        "paused_for_carbon": len(hp.paused),
         "power_capped_jobs": int((hp.k > 0).sum()),
         "moved_jobs": int((hp.started & (hp.c != tbl.home)).sum()),
         "forecast_fallback_share": float(np.nanmean(hp.fallback_shares)) if hp.fallback_shares else None,

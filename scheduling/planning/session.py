@@ -5,6 +5,7 @@ The plan time is always an argument (the DAG's data interval end or `as_of`), ne
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import numpy as np
@@ -17,11 +18,15 @@ from scheduling.domain.plan import Plan
 from scheduling.packing import Pod
 from scheduling.planning.agents import default_workload, job_pods, make_agents
 from scheduling.planning.forecasts import ForecastProvider, GridSeries, make_forecasts
+from scheduling.planning.pausing import Pausing, pause_running
 from scheduling.planning.policies.base import PlacementPolicy
 from scheduling.planning.policies.registry import DEFAULT_POLICY, make_policy
+from scheduling.planning.power_options import option_arrays
 from scheduling.planning.problem import JobTable, PriorityWeights, abs_hours, horizon_for
+from scheduling.planning.recap import RunTimeError
 
 log = logging.getLogger(__name__)
+EXACT_RUN_TIMES = RunTimeError(0.0, 1e-9, 0)  # the simulator's runs take their planned time
 
 
 class HourlyPlanner:
@@ -50,6 +55,7 @@ class HourlyPlanner:
         weights: PriorityWeights | None = None,
         data_dir=None,
         reserve_nodes: bool = False,
+        pausing: Pausing | None = None,
     ):
         fleet = fleet.schedulable()  # a drained node takes no new job (its running jobs: `apply_running`)
         if table is None:
@@ -94,6 +100,9 @@ class HourlyPlanner:
         self.track_other = True  # CPU and memory in the coordinator's capacity view
         self.reserve_nodes = reserve_nodes
         self.reserve_lead_h = 0.0  # hold a node for a blocked job this many hours before its latest start
+        # preemption for carbon, the loop's own rule (`scheduling.planning.pausing`): None = off
+        self.pausing = pausing
+        self.paused: list[tuple[int, int]] = []  # (job, hour) of every pause
 
     # ------------------------------------------------------------------ state
     def usage(self, now_h: int, hours: int) -> np.ndarray:
@@ -265,6 +274,61 @@ class HourlyPlanner:
             release=np.ones(len(ridx), dtype=np.int64),
         )
         prob.runs_on = np.stack([self.k[ridx], self.c[ridx], left_h], axis=1)
+
+    def pause_running(self, now, now_h: int, horizon_h: int = 72) -> list[int]:
+        """Stop the running checkpointing jobs that `pausing.pause_running` pauses at `now_h` (the loop's rule, on
+        the simulator's exact run times: the run-time error is nil), releasing their nodes; returns them."""
+        tbl = self.table
+        run = np.flatnonzero(
+            self.started
+            & (self.start_h < now_h)
+            & (self.end_occ_h > now_h + 1)
+            & tbl.jobs["checkpointing"].to_numpy(bool)
+        )
+        if self.pausing is None or not len(run):
+            return []
+        k, c = self.k[run], self.c[run]
+        tf, _, lw = self._options
+        restore = np.where(self.work_done[run] > 0, tbl.checkpoint_h[run], 0.0)
+        ids = tbl.jobs["job_id"].astype(str).to_numpy()[run]
+        recaps = pd.DataFrame(
+            {
+                "job_id": ids,
+                "plan_id": "simulated",
+                "attempt": 1 + self.preemptions[run],
+                "cluster": np.array(self.fleet.names, dtype=object)[c],
+                # the job's own deadline, not the reserve the plan keeps before it
+                "deadline": pd.to_datetime((tbl.deadline_h[run] + tbl.deadline_spare[run]) * 3.6e12, utc=True),
+                "to_limit_w": lw[k, c],
+                "reason": "keep",
+                # in hours at the maximum limit, as the recap counts them
+                "work_h": tbl.dur[run, k, c] * (1.0 - self.work_done[run]) / tf[k, c],
+                "work_done_h": np.maximum(now_h - self.start_h[run] - restore, 0.0) / tf[k, c],
+            }
+        )
+        runs = pd.DataFrame(
+            {
+                "job_id": ids,
+                "num_gpu": tbl.jobs["num_gpu"].to_numpy()[run],
+                "gpu_milli": tbl.jobs["gpu_milli"].to_numpy()[run],
+                "checkpointing": True,
+                "preemptions": self.preemptions[run],
+                "work_done": self.work_done[run],
+                "preempt": True,
+            }
+        )
+        F = self.forecast_matrix(now, horizon_h)
+        pauses = pause_running(recaps, runs, self.fleet, self._options, F, now, EXACT_RUN_TIMES, self.pausing)
+        stopped = [self.index[j] for j in pauses["job_id"]]
+        for j in stopped:
+            self.agents[int(self.c[j])].release(str(tbl.jobs["job_id"].iat[j]))
+            self.preempt(j, now_h)
+            self.paused.append((j, now_h))
+        return stopped
+
+    @functools.cached_property
+    def _options(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return option_arrays(self.fleet, self.table.power_table, power_aware=True)
 
     def preempt(self, j: int, now_h: int) -> None:
         """Job j stopped at `now_h` (its agent has released it): the run so far is recorded, the work it keeps

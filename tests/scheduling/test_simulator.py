@@ -738,3 +738,41 @@ def test_run_now_starts_every_job_at_submission_on_its_home_cluster(scenario):
         assert out["kg"][j] == pytest.approx(kg, rel=1e-9)
     # the carbon-aware plan of the same jobs emits less than running them at once
     assert simulate(scenario, "rolling-lp").metrics["kgco2e"] < out["kg"].sum()
+
+
+def test_the_simulator_pauses_a_run_with_the_loops_rule_and_resumes_it_with_the_work_kept(scenario):
+    """HourlyPlanner.pause_running runs `pausing.pause_running` on the simulator's state: a running checkpointing
+    job it pauses leaves its node at once, keeps the work done by the checkpoint signal (2 h in, minus the 5-minute
+    save) and is pending again, resuming for the restore plus the rest (`execution.run_wall_h`)."""
+    from scheduling.domain.execution import DEFAULT_CHECKPOINT_MIN
+    from scheduling.planning.pausing import Pausing
+    from scheduling.planning.session import HourlyPlanner
+
+    sc = scenario
+    tbl = sc.table
+    # min_saving -100: pause whatever the forecast says, wherever the deadline allows it
+    hp = HourlyPlanner(
+        sc.fleet, table=tbl, policy="rolling-lp", forecasts=sc.forecasts, workload=sc.workload, explain=False,
+        pausing=Pausing(min_saving=-100.0),
+    )  # fmt: skip
+    ck = tbl.jobs["checkpointing"].to_numpy(bool)
+    slack = (tbl.deadline_h + tbl.deadline_spare - tbl.submit_h) - np.nanmin(
+        np.where(tbl.allowed, tbl.dur[:, 0], np.inf), 1
+    )
+    j = int(np.argmax(np.where(ck & (np.nanmin(np.where(tbl.allowed, tbl.dur[:, 0], np.inf), 1) > 4), slack, -np.inf)))
+    c = int(np.flatnonzero(tbl.allowed[j] & np.isfinite(tbl.dur[j, 0]))[0])
+    T = int(tbl.submit_h[j])
+    pod = hp.pods[j]
+    placed = hp.agents[c].offer(pod, T + int(np.ceil(tbl.dur[j, 0, c])))
+    assert placed is not None
+    hp.started[j], hp.start_h[j], hp.first_start_h[j], hp.k[j], hp.c[j] = True, T, T, 0, c
+    hp.end_occ_h[j] = T + int(np.ceil(tbl.dur[j, 0, c]))
+    used = hp.agents[c].gpu_milli_allocated
+    now = pd.Timestamp((T + 2) * 3_600_000_000_000, tz="UTC")
+    assert hp.pause_running(now, T + 2) == [j]
+    ck_h = DEFAULT_CHECKPOINT_MIN / 60.0
+    assert hp.work_done[j] == pytest.approx((2 - ck_h) / tbl.dur[j, 0, c])
+    assert hp.agents[c].gpu_milli_allocated == used - tbl.gpu_total[j] and j in hp.pending(T + 2)
+    assert hp.paused == [(j, T + 2)] and hp.preempted_runs == [(j, T, 2, 0, c)]
+    hp.k[j], hp.c[j] = 0, c  # resumed where it ran: the restore, then the rest
+    assert hp.run_hours(j) == pytest.approx(ck_h + tbl.dur[j, 0, c] * (1 - hp.work_done[j]))
