@@ -37,6 +37,13 @@ which `power_change_ref` reads back). The node agent of deploy/kubernetes/ (`pow
 the limit in force to the Pod's GPUs. `sync` reports a ``power_changed`` event at each change before the run's
 end, and the run's later events carry the limit then in force; `running` reports it.
 
+Preemption: `preempt(job_id, at, plan_id=, save_h=)` annotates the job's running Pod ``carbonplanner.io/preempted``
+(plan time and the deciding plan: its idempotency key, which `preemption_ref` reads back), then deletes it with a
+grace period of `save_h` on the cluster's clock: the kubelet sends the container SIGTERM, the job writes its
+checkpoint and exits (the finalizer keeps the Pod readable). `sync` reports its end as ``preempted``. The job's next
+dispatch creates a new gated Pod, on another node or in another cluster's context, with ``CHECKPOINT_WORK_DONE`` (the
+plan's share of the job done) in its env; `sync` reports its start as ``resumed``.
+
 Settings (the fleet's ``executor:`` block): ``namespace`` (default gpu-jobs), a connection (``context`` /
 ``kubeconfig_path``, or ``host`` + ``token_env`` + ``ca_cert_path``, else in-cluster), ``sharing``
 (`k8s_sharing`), ``clock`` (`clock.PlanClock`), ``fail_open_after_min`` (default 60), ``name``, and ``clusters``:
@@ -46,6 +53,7 @@ every cluster it serves is listed there; moves between them need this).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -72,6 +80,7 @@ from scheduling.executors.k8s_pods import (
     CANCELLED_AT,
     ITEM_FIELDS,
     KEY_LABEL,
+    PREEMPTED,
     deletion_time,
     dispatch_key,
     finalizer_removal,
@@ -110,6 +119,7 @@ class KubernetesExecutor(Executor):
     kind = "kubernetes"
     job_files = ("k8s",)
     changes_power_limits = True
+    preempts = True
     SETTINGS = ("name", *CONNECTION_KEYS, "sharing", "clock", "fail_open_after_min", "clusters")
 
     def __init__(
@@ -317,6 +327,10 @@ class KubernetesExecutor(Executor):
             if ended is None or change["at"] < ended:
                 limit = change["watts"]
                 stream.append(("power_changed", change["at"], limit))
+        if (item.get("work_done") or 0) > 0 and len(stream) > 1 and stream[1][0] == "started":
+            stream[1] = ("resumed", *stream[1][1:])  # goes on from the job's checkpoint
+        if ended is not None and outcome != "cancelled" and _annotation(pod, PREEMPTED) is not None and started:
+            outcome = "preempted"
         if ended is not None:
             stream.append((outcome, ended, limit))
         return [{**base, "event": event, "event_time": at, "power_limit_w": watts} for event, at, watts in stream]
@@ -427,6 +441,52 @@ class KubernetesExecutor(Executor):
             if item is not None and item["job_id"] == str(job_id):
                 if any(c["plan_id"] == plan_id for c in power_changes(pod)):
                     return self._change_ref(connection, pod, plan_id)
+        return None
+
+    # ------------------------------------------------------------------------------------------- preemption
+
+    def preempt(self, job_id: str, at, *, plan_id: str, save_h: float) -> str | None:
+        """Mark the job's running Pod preempted by `plan_id` and delete it with a grace period of `save_h` (see the
+        module doc). The same (plan_id, job_id) again returns the first preemption's ref (and deletes the Pod if it
+        is not being deleted yet); None when no Pod of the job runs at `at`."""
+        at = utc(at)
+        live = None
+        for connection, pod in self.pods():
+            item = pod_item(pod)
+            if item is None or item["job_id"] != str(job_id):
+                continue
+            mark = _annotation(pod, PREEMPTED)
+            if mark is not None and json.loads(mark)["plan_id"] == plan_id:
+                if deletion_time(pod) is None:
+                    self._stop(connection, pod, save_h)
+                return self._preempt_ref(connection, pod, plan_id)
+            if self._live_at(pod, at):
+                live = (connection, pod)
+        if live is None:
+            return None
+        connection, pod = live
+        mark = json.dumps({"at": iso_z(at), "plan_id": plan_id}, sort_keys=True)
+        self.api(connection).patch(
+            pod["metadata"]["name"],
+            [{"op": "add", "path": f"/metadata/annotations/{json_pointer(PREEMPTED)}", "value": mark}],
+        )
+        self._stop(connection, pod, save_h)
+        return self._preempt_ref(connection, pod, plan_id)
+
+    def _stop(self, connection: str, pod: dict, save_h: float) -> None:
+        """Delete the Pod, its container given `save_h` (plan hours, on the cluster's clock) to checkpoint."""
+        grace = max(1, math.ceil(self.clock.wall_seconds(pd.Timedelta(hours=float(save_h)))))
+        self.api(connection).delete(pod["metadata"]["name"], grace_period_s=grace)
+
+    def _preempt_ref(self, connection: str, pod: dict, plan_id: str) -> str:
+        return f"{self._ref(connection, pod)}/preempted/{plan_id}"
+
+    def preemption_ref(self, plan_id: str, job_id: str) -> str | None:
+        for connection, pod in self.pods():
+            item, mark = pod_item(pod), _annotation(pod, PREEMPTED)
+            if item is not None and item["job_id"] == str(job_id) and mark is not None:
+                if json.loads(mark)["plan_id"] == plan_id:
+                    return self._preempt_ref(connection, pod, plan_id)
         return None
 
     # ------------------------------------------------------------------------------------------- cancel

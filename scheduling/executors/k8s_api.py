@@ -76,5 +76,8 @@ class PodApi:
         """A JSON patch (RFC 6902; the client sends a list body as application/json-patch+json)."""
         return self._call("patch_namespaced_pod", name, self.namespace, operations)
 
-    def delete(self, name: str) -> dict:
-        return self._call("delete_namespaced_pod", name, self.namespace)
+    def delete(self, name: str, grace_period_s: int | None = None) -> dict:
+        """Delete the Pod; `grace_period_s`: the seconds its containers get between SIGTERM and SIGKILL."""
+        if grace_period_s is None:
+            return self._call("delete_namespaced_pod", name, self.namespace)
+        return self._call("delete_namespaced_pod", name, self.namespace, grace_period_seconds=int(grace_period_s))

@@ -41,6 +41,7 @@ EXECUTOR_LABEL = f"{DOMAIN}/executor"
 ITEM_ANNOTATION = f"{DOMAIN}/item"
 LATEST_START = f"{DOMAIN}/latest-start"
 CANCELLED_AT = f"{DOMAIN}/cancelled-at"
+PREEMPTED = f"{DOMAIN}/preempted"  # JSON {at (plan time), plan_id}: the Pod was stopped at a checkpoint
 FINALIZER = f"{DOMAIN}/events"
 POWER_LIMIT = f"{DOMAIN}/power-limit-w"
 POWER_LIMITS = f"{DOMAIN}/power-limits"
@@ -60,6 +61,7 @@ ITEM_FIELDS = (
     "power_limit_w",
     "start_time",
     "end_time",
+    "work_done",
 )
 
 
@@ -139,6 +141,10 @@ def pod_manifest(
     )
     if item["power_limit_w"] is not None:  # the plan's limit as the node agent applies it, not rounded to watts
         metadata["annotations"][POWER_LIMIT] = watts_text(item["power_limit_w"])
+    if (item.get("work_done") or 0) > 0:  # it resumes from the job's checkpoint (docs/operating.md, Kubernetes)
+        spec["containers"][0].setdefault("env", []).append(
+            {"name": "CHECKPOINT_WORK_DONE", "value": str(round(float(item["work_done"]), 6))}
+        )
     spec["restartPolicy"] = "Never"
     host = spec.pop("nodeSelector", {}).get("kubernetes.io/hostname")
     if host:

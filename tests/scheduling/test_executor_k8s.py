@@ -272,3 +272,44 @@ def test_a_cluster_connection_replaces_the_base_one(api):
     assert executor._connections["eun-v100m32"] == {"context": "north", "namespace": "batch"}
     executor = make_executor("kubernetes", {"context": "west", "token_env": "T", "clusters": {"a": {"host": "h"}}})
     assert executor._connections["a"] == {"host": "h", "token_env": "T", "namespace": "gpu-jobs"}
+
+
+def test_a_pod_preempted_at_its_checkpoint_resumes_in_the_other_cluster(monkeypatch):
+    """Preemption: the running Pod is marked (the deciding plan: its idempotency key), deleted with the checkpoint
+    time as its grace period (SIGTERM, then the container exits), and its end comes back `preempted`; the job's next
+    dispatch is a new Pod in the other cluster's context with the share done in its env, reported `resumed`."""
+    monkeypatch.setenv("K8S_TOKEN", "t")
+    with KubeApiServer(token="t") as west, KubeApiServer(token="t") as north:
+        clusters = {"usw-t4": {"host": west.url}, "eun-v100m32": {"host": north.url, "namespace": "batch"}}
+        executor = make_executor("kubernetes", {"token_env": "K8S_TOKEN", "clock": CLOCK, "clusters": clusters})
+        job = sample_items(1)  # acme/job-0000 on usw-t4 at 12:00
+        executor.dispatch(PLAN_ID, job)
+        ((_, name),) = west.pods
+        west.run_pod(NS, name, "2026-11-26T12:00:30Z")
+        decided = plan_id_at(PLAN_TIME + 2 * H)
+        ref = executor.preempt("acme/job-0000", PLAN_TIME + 2 * H, plan_id=decided, save_h=5 / 60)
+        deletes = [r for r in west.requests if r["method"] == "DELETE"]
+        assert ref and len(deletes) == 1 and int(deletes[0]["query"]["gracePeriodSeconds"]) == 300  # 5 min
+        assert executor.preempt("acme/job-0000", PLAN_TIME + 2 * H, plan_id=decided, save_h=5 / 60) == ref
+        assert len([r for r in west.requests if r["method"] == "DELETE"]) == 1  # being deleted: not again
+        assert executor.preemption_ref(decided, "acme/job-0000") == ref
+        assert executor.preempt("acme/job-0001", PLAN_TIME + 2 * H, plan_id=decided, save_h=0.1) is None
+        west.run_pod(NS, name, "2026-11-26T12:00:30Z", "2026-11-26T14:00:40Z", exit_code=0)  # checkpointed
+        events = executor.sync(PLAN_TIME + 3 * H, since=PLAN_TIME)
+        assert events["event"].tolist() == ["dispatched", "started", "preempted"]
+        assert events["event_time"].iloc[-1] == PLAN_TIME + 2 * H + pd.Timedelta(seconds=40)
+        assert executor.running(PLAN_TIME + 3 * H).empty
+
+        later = PLAN_TIME + 4 * H
+        resumed = job.assign(
+            cluster="eun-v100m32", node="eun-v100m32/node-01", start_time=later, end_time=later + H, attempt=2,
+            work_done=0.4,
+        )  # fmt: skip
+        executor.dispatch(plan_id_at(later), resumed)
+        ((_, second),) = north.pods
+        env = {e["name"]: e["value"] for e in north.pods[("batch", second)]["spec"]["containers"][0]["env"]}
+        assert env["CHECKPOINT_WORK_DONE"] == "0.4"
+        north.run_pod("batch", second, "2026-11-26T16:00:10Z", "2026-11-26T17:00:00Z")
+        events = executor.sync(PLAN_TIME + 6 * H, since=PLAN_TIME + 3 * H)
+        mine = events[events["attempt"] == 2]
+        assert mine["event"].tolist() == ["dispatched", "resumed", "finished"]
