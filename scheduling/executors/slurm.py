@@ -25,6 +25,13 @@ the inverse, so events are in plan time.
   the planner's bookkeeping cannot; the GPU-milli per node are the same either way. Where the planned indexes
   collide (a run that outlived its plan, an outage), `fit_devices` moves the report to free ones.
 * `cancel`: ``scancel`` of the planned job's live Slurm jobs.
+* `preempt(job_id, at, plan_id=, save_h=)`: the job's running Slurm job is marked preempted in its name
+  (`slurm_job.Preemption`: time and deciding plan, the idempotency key; the jobcomp file keeps it) and cancelled:
+  Slurm sends its batch script SIGTERM and kills it KillWait seconds later, so a job script writes its checkpoint
+  on SIGTERM within KillWait (set it above the checkpoint time). `sync` reports the end of a marked job as
+  ``preempted``. The job's next dispatch is a new Slurm job (on this cluster or another: never two at once), whose
+  script gets ``CHECKPOINT_WORK_DONE`` (the plan's share of the job done) and reads its checkpoint back; its name
+  says ``resumed``, and `sync` reports its start so.
 * `set_power_limit(job_id, watts, at, plan_id=)`: one ``scontrol update`` of the job's running Slurm job (one RPC,
   so both or neither): its comment's ``power_limit_w`` becomes the limit in force (whole watts), and the change
   (watts, plan time, deciding plan) is appended to its name (`slurm_job.PowerChange`), which the jobcomp file keeps
@@ -89,7 +96,15 @@ from scheduling.executors.slurm_intake import (
     planner_id,
     submission_of,
 )
-from scheduling.executors.slurm_job import MAX_NAME, JobKey, PowerChange, parse_comment, submission, with_power_limit
+from scheduling.executors.slurm_job import (
+    MAX_NAME,
+    JobKey,
+    PowerChange,
+    Preemption,
+    parse_comment,
+    submission,
+    with_power_limit,
+)
 from scheduling.output.schedules import node_hostname
 
 LIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING")
@@ -164,6 +179,7 @@ class SlurmExecutor(Executor):
     kind = "slurm"
     job_files: tuple[str, ...] = ()  # it submits from the plan rows
     changes_power_limits = True
+    preempts = True
     SETTINGS = (
         "name",
         "conf",
@@ -323,7 +339,8 @@ class SlurmExecutor(Executor):
         records = []
         for row in items.to_dict(orient="records"):
             job = str(row["job_id"])
-            key = JobKey(plan_id, job, int(row["attempt"]), str(row["cluster"]))
+            resumed = float(row.get("work_done") or 0.0) > 0  # goes on from the job's checkpoint
+            key = JobKey(plan_id, job, int(row["attempt"]), str(row["cluster"]), resumed=resumed)
             mine = [(k, j) for k, j in live if k.job_id == job and k.attempt == key.attempt]
             if job in imported:  # a user's own submission (`slurm_intake`): moved onto the plan like an earlier one
                 mine.append((None, imported[job]))
@@ -410,7 +427,8 @@ class SlurmExecutor(Executor):
             if key.attempt > 0:
                 events.append({**base, "event": "dispatched", "event_time": plan_time_of(key.plan_id)})
             if ran:
-                events.append({**base, "event": "started", "event_time": self.clock.to_plan(start)})
+                event = "resumed" if key.resumed else "started"
+                events.append({**base, "event": event, "event_time": self.clock.to_plan(start)})
             end_at = self.clock.to_plan(end) if ended and end is not None else None
             limit = math.nan
             for change in key.power:  # made while it ran: each in force from its time on
@@ -418,7 +436,8 @@ class SlurmExecutor(Executor):
                     limit = change.watts
                     events.append({**base, "event": "power_changed", "event_time": change.at, "power_limit_w": limit})
             if end_at is not None:
-                events.append({**base, "event": END_EVENT.get(state, "failed"), "event_time": end_at})
+                how = "preempted" if key.preempted is not None and ran else END_EVENT.get(state, "failed")
+                events.append({**base, "event": how, "event_time": end_at})
         frame = typed_frame(events, EVENT_COLUMNS)
         return sort_events(frame[in_window(frame["event_time"], since, now)])
 
@@ -544,6 +563,40 @@ class SlurmExecutor(Executor):
         for ref, (key, _) in self._all_jobs(jobs).items():
             if key.job_id == str(job_id) and any(c.plan_id == plan_id for c in key.power):
                 return f"{ref}/power-limit/{plan_id}"
+        return None
+
+    # ------------------------------------------------------------------------------------------- preemption
+
+    def preempt(self, job_id: str, at, *, plan_id: str, save_h: float) -> str | None:
+        """Stop the job's running Slurm job at a checkpoint (see the module doc): mark it, then cancel it. The same
+        (plan_id, job_id) again returns the first preemption's ref (and cancels the job if it still runs); None
+        when no Slurm job of `job_id` runs at `at`. `save_h` is the job script's business (SIGTERM, KillWait)."""
+        at = utc(at)
+        jobs = self.cli.jobs()
+        for ref, (key, rec) in self._all_jobs(jobs).items():
+            if key.job_id == str(job_id) and key.preempted is not None and key.preempted.plan_id == plan_id:
+                if rec["state"] in LIVE:
+                    self.cli.cancel(ref)
+                return f"{ref}/preempted/{plan_id}"
+        live = []
+        for key, job in self._live(jobs):
+            start = epoch(job.get("start_time"))
+            if key.job_id != str(job_id) or str(job.get("job_state")) not in ALTERABLE or start is None:
+                continue
+            if self.clock.to_plan(start) <= at:
+                live.append((key, job))
+        if not live:
+            return None
+        key, job = max(live, key=lambda kj: int(kj[1]["job_id"]))
+        ref = str(job["job_id"])
+        self.cli.update(ref, JobName=key.with_preemption(Preemption(at, plan_id)).name())
+        self.cli.cancel(ref)
+        return f"{ref}/preempted/{plan_id}"
+
+    def preemption_ref(self, plan_id: str, job_id: str) -> str | None:
+        for ref, (key, _) in self._all_jobs().items():
+            if key.job_id == str(job_id) and key.preempted is not None and key.preempted.plan_id == plan_id:
+                return f"{ref}/preempted/{plan_id}"
         return None
 
     # ------------------------------------------------------------------------------------------- cancel

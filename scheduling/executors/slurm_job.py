@@ -60,36 +60,68 @@ class PowerChange:
 
 
 @dataclass(frozen=True)
+class Preemption:
+    """The job was stopped at a checkpoint at `at` (plan time), as plan `plan_id` decided."""
+
+    at: pd.Timestamp
+    plan_id: str
+
+    def text(self) -> str:
+        if not _PLAN_ID.match(self.plan_id):
+            raise ValueError(f"plan id {self.plan_id!r} cannot go into a Slurm job name (blank, '|', ',' or '=')")
+        return f"preempted@{iso_z(self.at)}@{self.plan_id}"
+
+    @classmethod
+    def parse(cls, text: str) -> Preemption:
+        word, at, plan_id = text.split("@", 2)
+        if word != "preempted":
+            raise ValueError(f"not a preemption: {text!r}")
+        return cls(utc(at), plan_id)
+
+
+@dataclass(frozen=True)
 class JobKey:
-    """Who a Slurm job is to the planner, and the power-limit changes made to it while it ran (not its identity)."""
+    """Who a Slurm job is to the planner, and the power-limit changes made to it while it ran and its preemption
+    (not its identity)."""
 
     plan_id: str
     job_id: str  # planner id, tenant/job_id
     attempt: int
     cluster: str
     power: tuple[PowerChange, ...] = field(default=(), compare=False)
+    preempted: Preemption | None = field(default=None, compare=False)
+    resumed: bool = field(default=False, compare=False)  # the run goes on from the job's checkpoint
 
     def name(self) -> str:
         parts = [PREFIX, self.plan_id, self.job_id, str(self.attempt), self.cluster]
-        if self.power:
+        flags = (["resumed"] if self.resumed else []) + ([self.preempted.text()] if self.preempted else [])
+        if self.power or flags:
             parts.append(",".join(c.text() for c in self.power))
+        if flags:
+            parts.append(",".join(flags))
         return SEP.join(parts)
 
     def with_change(self, change: PowerChange) -> JobKey:
         return replace(self, power=(*self.power, change))
 
+    def with_preemption(self, preemption: Preemption) -> JobKey:
+        return replace(self, preempted=preemption)
+
     @classmethod
     def parse(cls, name: str | None) -> JobKey | None:
-        """The key of a job name this executor gave, else None (other users' jobs). A power history that does not
-        parse raises ValueError naming the job name (a hand-edited name is reported, never read as no change)."""
+        """The key of a job name this executor gave, else None (other users' jobs). A power history or preemption
+        that does not parse raises ValueError naming the job name (a hand-edited name is reported, never read as no
+        change)."""
         parts = str(name or "").split(SEP)
-        if len(parts) not in (5, 6) or parts[0] != PREFIX or not parts[3].isdigit():
+        if len(parts) not in (5, 6, 7) or parts[0] != PREFIX or not parts[3].isdigit():
             return None
+        flags = parts[6].split(",") if len(parts) == 7 else []
         try:
-            power = tuple(PowerChange.parse(t) for t in parts[5].split(",")) if len(parts) == 6 else ()
+            power = tuple(PowerChange.parse(t) for t in parts[5].split(",")) if len(parts) > 5 and parts[5] else ()
+            preempted = next((Preemption.parse(f) for f in flags if f != "resumed"), None)
         except ValueError as exc:
-            raise ValueError(f"Slurm job name {name!r}: bad power-limit history ({exc})") from None
-        return cls(parts[1], parts[2], int(parts[3]), parts[4], power)
+            raise ValueError(f"Slurm job name {name!r}: bad power-limit history or preemption ({exc})") from None
+        return cls(parts[1], parts[2], int(parts[3]), parts[4], power, preempted, "resumed" in flags)
 
     @property
     def tenant_and_queue_id(self) -> tuple[str | None, str]:
@@ -156,6 +188,7 @@ def submission(
     milli = int(_value(row, "gpu_milli") or (1000 if count else 0))
     host = node_hostname(_value(row, "node"), row.get("cluster"))
     power = _value(row, "power_limit_w")
+    work_done = float(_value(row, "work_done") or 0.0)
     comment = {
         "plan": key.plan_id,
         "job": key.job_id,
@@ -168,6 +201,7 @@ def submission(
         "power_limit_w": None if power is None else int(round(float(power))),
         "planned_start": iso_z(start),
         "planned_end": iso_z(end),
+        "work_done": round(work_done, 6) if work_done > 0 else None,
     }
     args = [
         f"--job-name={key.name()}",
@@ -218,6 +252,9 @@ def script(row: dict, key: JobKey, start, end, power) -> str:
     ]
     if power is not None:
         env.append(f"export GPU_POWER_LIMIT_W={int(round(float(power)))}")
+    work_done = float(_value(row, "work_done") or 0.0)
+    if work_done > 0:  # it resumes from the job's checkpoint (the contract: docs/operating.md, Slurm, preemption)
+        env.append(f"export CHECKPOINT_WORK_DONE={round(work_done, 6)}")
     if body is not None:
         lines = str(body).splitlines()
         shebang = lines[0] if lines and lines[0].startswith("#!") else "#!/bin/bash"
