@@ -42,6 +42,11 @@ with DAG(
             maximum=0.9,
             description="Share of a job's run time planned to spare before its deadline (runs outlast estimates).",
         ),
+        "pause_for_carbon": Param(
+            False,
+            type="boolean",
+            description="Also stop running checkpointing jobs through dirty stretches (off: only drained nodes' move).",
+        ),
         "dry_run": Param(False, type="boolean", description="Write plan.explanations only (no plan rows, no files)."),
     },
 ):

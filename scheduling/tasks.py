@@ -20,6 +20,7 @@ from scheduling.models.measured import load_energy_profiles, load_throughput
 from scheduling.models.power import PowerModel
 from scheduling.models.registered import POWER_NAME, POWER_TARGET, PREDICTOR_NAME, PREDICTOR_TARGET
 from scheduling.output.ledger import LEDGER_SELECT, ledger, write_ledger_report
+from scheduling.planning.pausing import Pausing
 from scheduling.planning.policies.registry import DEFAULT_POLICY
 from scheduling.queue import intake
 from scheduling.queue.checks import check_jobs
@@ -64,6 +65,10 @@ def resolve_plan_run(params: dict, data_interval_end=None, logical_date=None, ru
         params.get("deadline_reserve", DEFAULT_DEADLINE_RESERVE),
     )
     checked["dry_run"] = dry_run
+    pause = params.get("pause_for_carbon", False)
+    if not isinstance(pause, bool):
+        raise ValueError(f"pause_for_carbon {pause!r} must be true or false")
+    checked["pause_for_carbon"] = pause
     return checked
 
 
@@ -74,6 +79,7 @@ def _hour(choice: dict):
         regions=choice["regions"] or None,
         horizon_hours=choice["horizon_hours"],
         deadline_reserve=choice["deadline_reserve"],
+        pausing=Pausing(for_carbon=bool(choice.get("pause_for_carbon", False))),
     )
 
 

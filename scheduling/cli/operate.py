@@ -18,6 +18,7 @@ from common.jsonutil import to_jsonable
 from scheduling import loop
 from scheduling.explain.registry import EXPLAINERS, make_explainer
 from scheduling.output.ledger import ledger, write_ledger_report
+from scheduling.planning.pausing import Pausing
 from scheduling.planning.policies.registry import DEFAULT_POLICY
 from scheduling.service import DEFAULT_DEADLINE_RESERVE, DEFAULT_HORIZON_H
 
@@ -31,6 +32,12 @@ def _hour_options(p: argparse.ArgumentParser) -> None:
         type=float,
         default=DEFAULT_DEADLINE_RESERVE,
         help=f"share of a job's run time planned to spare before its deadline (default {DEFAULT_DEADLINE_RESERVE})",
+    )
+    p.add_argument(
+        "--pause-for-carbon",
+        action="store_true",
+        help="also stop running checkpointing jobs through dirty stretches (scheduling/planning/pausing.py); off: only "
+        "jobs on drained nodes move",
     )
     p.add_argument("--schedule-root", default=None, help="default: SCHEDULES_DIR or var/schedules")
     p.add_argument("--explainer", default=None, choices=list(EXPLAINERS.names))
@@ -81,6 +88,7 @@ def _settings(args: argparse.Namespace) -> dict:
         "regions": [r for r in args.regions.split(",") if r] or None,
         "horizon_hours": args.horizon_hours,
         "deadline_reserve": args.deadline_reserve,
+        "pausing": Pausing(for_carbon=args.pause_for_carbon),
         "schedule_root": args.schedule_root,
         "explainer": make_explainer(args.explainer),
         "db_path": args.db,
@@ -94,6 +102,7 @@ def _line(result: loop.HourResult) -> dict:
         "finished": result.sync.get("entered", {}).get("finished", 0),
         "failed": result.sync.get("entered", {}).get("failed", 0),
         "retried": result.sync.get("entered", {}).get("queued", 0),
+        "preempted": result.plan.get("preempted", {}).get("decided", 0),
         "pending": result.plan.get("n_jobs", 0),
         "running": result.plan.get("n_running", 0),
         "dispatched": result.dispatch.get("sent", 0) + result.dispatch.get("reconciled", 0),

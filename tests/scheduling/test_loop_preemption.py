@@ -1,4 +1,4 @@
-"""Preemption for carbon through the real loop (replay executor, shared grid data): a 16-hour checkpointing job
+"""Preemption for carbon (opt-in) through the real loop (replay executor, shared grid data): a 16-hour checkpointing job
 allowed only in us-west, with three days to its deadline, runs through the solar hours, is stopped at a checkpoint
 before the evening and resumes from it in the next day's solar hours. The checkpoint keeps the work done by the
 signal (recomputed here from the replay's truth), the resumed run restores it and does exactly the rest, the queue
@@ -15,6 +15,7 @@ import pytest
 from scheduling import loop
 from scheduling.executors.preempt_log import apply_preemptions, read_preemptions
 from scheduling.executors.replay import ReplayExecutor
+from scheduling.planning.pausing import Pausing
 from scheduling.queue.intake import submit_file
 from scheduling.service import plan_fleet
 
@@ -52,7 +53,7 @@ def operated(tmp_path_factory, data_dir):
     fleet = plan_fleet(None, data_dir)
     executor = ReplayExecutor(db_path=db, sigma=0.0, failure_rate=0.0)
     settings = dict(db_path=db, data_dir=data_dir, schedule_root=tmp / "s", fleet=fleet,
-                    executors=dict.fromkeys(fleet.names, executor))  # fmt: skip
+                    executors=dict.fromkeys(fleet.names, executor), pausing=Pausing(for_carbon=True))  # fmt: skip
     results = loop.run_hours(DAY, 60, **settings)
     return db, executor, results, settings
 

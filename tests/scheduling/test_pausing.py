@@ -39,7 +39,7 @@ def _case(deadline_h=40.0, reason="keep", **flags):
 
 
 def _pause(recaps, runs, forecast=DIRTY_THEN_CLEAN):
-    return pause_running(recaps, runs, FLEET, OPTIONS, forecast, NOW, EXACT, Pausing(save_h=0.25))
+    return pause_running(recaps, runs, FLEET, OPTIONS, forecast, NOW, EXACT, Pausing(for_carbon=True, save_h=0.25))
 
 
 def test_a_run_in_a_dirty_stretch_waits_for_the_clean_hours():
@@ -75,6 +75,10 @@ def test_the_resumed_run_must_keep_its_deadline_with_slack():
 def test_runs_that_may_not_pause_keep_running(case):
     reason = case.pop("reason", "keep")
     assert _pause(*_case(reason=reason, **case)).empty
+
+
+def test_pausing_for_carbon_is_opt_in():
+    assert pause_running(*_case(), FLEET, OPTIONS, DIRTY_THEN_CLEAN, NOW, EXACT, Pausing(save_h=0.25)).empty
 
 
 def test_a_flat_grid_pays_nothing_for_the_overhead():

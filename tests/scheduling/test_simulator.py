@@ -753,7 +753,7 @@ def test_the_simulator_pauses_a_run_with_the_loops_rule_and_resumes_it_with_the_
     # min_saving -100: pause whatever the forecast says, wherever the deadline allows it
     hp = HourlyPlanner(
         sc.fleet, table=tbl, policy="rolling-lp", forecasts=sc.forecasts, workload=sc.workload, explain=False,
-        pausing=Pausing(min_saving=-100.0),
+        pausing=Pausing(for_carbon=True, min_saving=-100.0),
     )  # fmt: skip
     ck = tbl.jobs["checkpointing"].to_numpy(bool)
     slack = (tbl.deadline_h + tbl.deadline_spare - tbl.submit_h) - np.nanmin(
