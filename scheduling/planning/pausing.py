@@ -11,8 +11,8 @@ runs the recap does not raise (at risk), of jobs that checkpoint, on executors t
 than `max_preemptions` times, are paused. Its counterfactual is "keep running".
 
 Pausing for carbon is opt-in (`Pausing(for_carbon=True)`): on the evaluation's default trace it saved 0.2 % at
-load 0.5 and cost 2.3 % at 0.8 (docs/results/planner/loop.md, "Preemption"), where the stopped jobs' capacity goes
-to others and they resume somewhere dirtier.
+load 0.5 and cost 2.3 % at 0.8 (docs/results/planner/loop.md, "Preemption at checkpoints"), where the stopped
+jobs' capacity goes to others and they resume somewhere dirtier.
 
 A run on a drained node (`drained`: the operator or the resource manager empties it) is handed to migration the
 same way, whatever the carbon: stopped now when, resumed from the next hour, it still keeps its deadline by that
