@@ -235,7 +235,8 @@ def make_plan(
         projected = pd.to_datetime(running["job_id"].map(ends), utc=True)
         running["end_time"] = projected.where(projected.notna(), pd.to_datetime(running["end_time"], utc=True))
     if jobs.empty:
-        report_off_fleet(off_fleet_running(fleet, running), plan_time, info)
+        moving = frozenset(pauses.loc[pauses["reason"] == "drained", "job_id"])
+        report_off_fleet(off_fleet_running(fleet, running), plan_time, info, moving)
         return Plan(plan_time=plan_time, policy=policy, forecast_version=None), info
     table_jobs = pd.concat([jobs, arrived], ignore_index=True) if arrived is not None else jobs
     speed_model, predictor_info = plan_speed_model(table_jobs, plan_time, db_path, data_dir, fleet)
@@ -254,7 +255,8 @@ def make_plan(
     if arrived is not None:
         hp.started[table.jobs["job_id"].isin(set(arrived["job_id"])).to_numpy()] = True
     if len(running):
-        report_off_fleet(apply_running(hp, running[running["cluster"].isin(fleet.names)], plan_time), plan_time, info)
+        unbound = apply_running(hp, running[running["cluster"].isin(fleet.names)], plan_time)
+        report_off_fleet(unbound, plan_time, info, frozenset(pauses.loc[pauses["reason"] == "drained", "job_id"]))
     else:
         info["running_off_fleet"] = []
     idx = np.flatnonzero((hp.table.submit_h <= abs_hours(plan_time)) & ~hp.started)

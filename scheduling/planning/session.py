@@ -542,22 +542,28 @@ def _off_rows(rows: list, state: str, reason: str) -> pd.DataFrame:
     )
 
 
-def report_off_fleet(off: pd.DataFrame | None, plan_time, info: dict) -> None:
+def report_off_fleet(off: pd.DataFrame | None, plan_time, info: dict, moving=frozenset()) -> None:
     """Warn of the running jobs a plan did not bind to a node (`apply_running`, `off_fleet_running`), one warning
-    and one `info["running_off_fleet"]` entry per node (cluster, node, node_state, jobs, reason): they run on until
-    they end, and no new job starts on a drained or removed node."""
+    and one `info["running_off_fleet"]` entry per node (cluster, node, node_state, jobs, moving, reason): they run on
+    until they end, except those of `moving` (preempted at a checkpoint to move, `pausing`), and no new job starts
+    on a drained or removed node."""
     info["running_off_fleet"] = []
     if off is None or off.empty:
         return
     for (cluster, node, state), rows in off.groupby(["cluster", "node", "node_state"], sort=True):
         jobs = sorted(rows["job_id"])
-        entry = {"cluster": cluster, "node": node, "node_state": state, "jobs": jobs, "reason": rows["reason"].iloc[0]}
+        moved = [j for j in jobs if j in moving]
+        entry = {"cluster": cluster, "node": node, "node_state": state, "jobs": jobs, "moving": moved,
+                 "reason": rows["reason"].iloc[0]}  # fmt: skip
         info["running_off_fleet"].append(entry)
+        staying = [j for j in jobs if j not in moving]
+        what = [f"running job(s) {', '.join(staying)} keep it until they end"] if staying else []
+        what += [f"job(s) {', '.join(moved)} are preempted at a checkpoint and move"] if moved else []
         log.warning(
-            "plan %s: node %s of cluster %s: %s; running job(s) %s keep it until they end, no new job starts there",
+            "plan %s: node %s of cluster %s: %s; %s; no new job starts there",
             utc(plan_time).isoformat(),
             node,
             cluster,
             entry["reason"],
-            ", ".join(jobs),
+            "; ".join(what),
         )

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -96,6 +97,9 @@ class AirflowServer:
             cwd=self.home,
         )
         self.pgid = os.getpgid(self.process.pid)  # == its pid (new session); kept for the leftover check
+        if threading.current_thread() is threading.main_thread():
+            # a SIGTERM to the test run unwinds it like Ctrl-C, so the caller's `finally: stop()` still runs
+            self._sigterm = signal.signal(signal.SIGTERM, _interrupt)
         try:  # a start that fails half-way must not leave its processes behind
             self._wait_healthy(timeout_s)
             reply = requests.post(f"{self.base}/auth/token", json={"username": USER, "password": PASSWORD}, timeout=30)
@@ -307,6 +311,9 @@ class AirflowServer:
         process groups and Cosmos starts dbt in a new session, so the group alone does not cover them."""
         if self.process is None:
             return
+        if getattr(self, "_sigterm", None) is not None:
+            signal.signal(signal.SIGTERM, self._sigterm)
+            self._sigterm = None
         if self.process.poll() is None:
             os.killpg(self.pgid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
@@ -361,6 +368,10 @@ def _log_text(reply: requests.Response) -> str:
         if item.get("error_detail"):
             lines.append(json.dumps(item["error_detail"], default=str))
     return "\n".join(lines)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _group_alive(pgid: int) -> bool:

@@ -8,6 +8,8 @@ nothing twice."""
 
 from __future__ import annotations
 
+import logging
+
 import duckdb
 import pandas as pd
 import pytest
@@ -169,9 +171,9 @@ def test_the_ledger_has_a_partial_run_per_attempt_and_the_job_page_a_card(operat
     assert "Preemptions (1)" in html and html.count('class="card preemption"') == 1
 
 
-def test_a_drained_nodes_checkpointing_job_moves_to_another_node(tmp_path, data_dir):
-    """The job's node is drained while it runs: the next hour stops it at a checkpoint (reason drained), and it
-    resumes from the checkpoint on another node, its work kept."""
+def test_a_drained_nodes_checkpointing_job_moves_to_another_node(tmp_path, data_dir, caplog):
+    """The job's node is drained while it runs: the next hour stops it at a checkpoint (reason drained), says so in
+    its warning, and it resumes from the checkpoint on another node, its work kept."""
     db = tmp_path / "warehouse.duckdb"
     (tmp_path / "jobs.yaml").write_text(SPEC)
     assert not submit_file(tmp_path / "jobs.yaml", db_path=db, data_dir=data_dir).rejected
@@ -186,8 +188,12 @@ def test_a_drained_nodes_checkpointing_job_moves_to_another_node(tmp_path, data_
         assert hour < DAY + 24 * H, "the job never started"
     run = executor.running(hour).iloc[0]
     drained = fleet.with_drained({run["cluster"]: {run["node"]: "maintenance"}})
-    loop.run_hour(hour, fleet=drained, **settings)
+    caplog.set_level(logging.WARNING)
+    result = loop.run_hour(hour, fleet=drained, **settings)
     (pause,) = read_preemptions(db_path=db).itertuples()
+    (entry,) = result.plan["running_off_fleet"]
+    assert entry["moving"] == [JOB] and entry["node_state"] == "drained"
+    assert any(f"job(s) {JOB} are preempted at a checkpoint and move" in r.getMessage() for r in caplog.records)
     assert (pause.reason, pause.status, pd.Timestamp(pause.preempt_at)) == ("drained", "sent", hour)
     for _ in range(48):
         hour += H
