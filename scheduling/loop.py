@@ -273,11 +273,11 @@ def _kept_shares(checkpoints: list[tuple], ctx: LoopContext) -> list[tuple]:
         for r in decided.itertuples(index=False)
         if r.status == "sent"
     }
-    live = store.load_specs(LIVE_STATES, db_path=ctx.db_path)
-    loaded = {f"{r['tenant']}/{r['job_id']}": float(r["work_done"]) for _, r in live}
+    with reader(ctx.db_path) as con:
+        before = store.checkpoint_shares(con, [(t, j) for t, j, *_ in checkpoints])
     out = []
     for (tenant, job_id, attempt, at, plan_id, executor), job in zip(checkpoints, jobs):
-        share = expected.get((job, plan_id, attempt), loaded.get(job, 0.0))
+        share = expected.get((job, plan_id, attempt), before.get((tenant, job_id), (0.0, 0))[0])
         out.append((tenant, job_id, attempt, at, share, plan_id, executor))
     return out
 

@@ -534,16 +534,10 @@ class SlurmExecutor(Executor):
         ref = self._power_change_ref(plan_id, job_id, jobs)
         if ref is not None:
             return ref
-        live = []
-        for key, job in self._live(jobs):
-            start = epoch(job.get("start_time"))
-            if key.job_id != str(job_id) or str(job.get("job_state")) not in ALTERABLE or start is None:
-                continue
-            if self.clock.to_plan(start) <= at:
-                live.append((key, job))
-        if not live:
+        found = self._running_at(job_id, at, jobs)
+        if found is None:
             return None
-        key, job = max(live, key=lambda kj: int(kj[1]["job_id"]))
+        key, job = found
         if key.power and key.power[-1].at > at:
             raise ValueError(f"job {job_id}: a power change at {at} comes before the last one ({key.power[-1].at})")
         name = key.with_change(PowerChange(float(watts), at, plan_id)).name()
@@ -555,6 +549,17 @@ class SlurmExecutor(Executor):
         ref = str(job["job_id"])
         self.cli.update(ref, Comment=with_power_limit(job.get("comment"), watts), JobName=name)
         return f"{ref}/power-limit/{plan_id}"
+
+    def _running_at(self, job_id: str, at: pd.Timestamp, jobs: list[dict]) -> tuple[JobKey, dict] | None:
+        """(key, squeue record) of the newest Slurm job of `job_id` that runs and had started by `at` (plan time)."""
+        live = []
+        for key, job in self._live(jobs):
+            start = epoch(job.get("start_time"))
+            if key.job_id != str(job_id) or str(job.get("job_state")) not in ALTERABLE or start is None:
+                continue
+            if self.clock.to_plan(start) <= at:
+                live.append((key, job))
+        return max(live, key=lambda kj: int(kj[1]["job_id"])) if live else None
 
     def power_change_ref(self, plan_id: str, job_id: str) -> str | None:
         return self._power_change_ref(plan_id, job_id)
@@ -578,16 +583,10 @@ class SlurmExecutor(Executor):
                 if rec["state"] in LIVE:
                     self.cli.cancel(ref)
                 return f"{ref}/preempted/{plan_id}"
-        live = []
-        for key, job in self._live(jobs):
-            start = epoch(job.get("start_time"))
-            if key.job_id != str(job_id) or str(job.get("job_state")) not in ALTERABLE or start is None:
-                continue
-            if self.clock.to_plan(start) <= at:
-                live.append((key, job))
-        if not live:
+        found = self._running_at(job_id, at, jobs)
+        if found is None:
             return None
-        key, job = max(live, key=lambda kj: int(kj[1]["job_id"]))
+        key, job = found
         ref = str(job["job_id"])
         self.cli.update(ref, JobName=key.with_preemption(Preemption(at, plan_id)).name())
         self.cli.cancel(ref)

@@ -267,3 +267,15 @@ def write_fleet(path: Path, settings: dict) -> None:
         ],
     }
     path.write_text(yaml.safe_dump(spec))
+
+
+def wait_for(predicate, timeout_s: float = 30.0, what: str = ""):
+    """`predicate()`'s first value that is neither None nor False, polled until `timeout_s` (then AssertionError
+    naming `what`): the Slurm tests wait on what they need, never a fixed time."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value is not None and value is not False:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import pandas as pd
 import pytest
@@ -18,7 +17,7 @@ from scheduling.executors.registry import make_executor
 from scheduling.executors.slurm_cli import SlurmRefused, SlurmUnavailable
 from scheduling.executors.slurm_job import JobKey, submission
 from tests.scheduling.executor_samples import PLAN_TIME, plan_id_at, sample_items
-from tests.scheduling.slurm.cluster import CPUS, GPUS, MEMORY_MIB, NODE, SHARDS_PER_GPU
+from tests.scheduling.slurm.cluster import CPUS, GPUS, MEMORY_MIB, NODE, SHARDS_PER_GPU, wait_for
 
 H = pd.Timedelta(hours=1)
 SECONDS_PER_HOUR = 60  # one plan hour runs in a wall minute
@@ -51,16 +50,6 @@ def _items(n: int, start=PLAN_TIME, hours: float = 1.0, prefix: str = "job", **o
 
 def _now_wall() -> pd.Timestamp:
     return pd.Timestamp.now(tz="UTC").floor("s")
-
-
-def _wait(predicate, timeout_s: float = 30.0, what: str = ""):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value is not None and value is not False:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
 def test_nodes_and_shards_come_from_the_cluster(slurm_cluster):
@@ -104,7 +93,7 @@ def test_jobs_run_and_sync_back_in_plan_time(slurm_cluster):
         done = events[events["event"].isin(["finished", "failed"])]
         return events if len(done) == 3 else None
 
-    events = _wait(ended, what="three finished jobs")
+    events = wait_for(ended, what="three finished jobs")
     assert set(events.loc[events["event"].isin(["finished", "failed"]), "event"]) == {"finished"}
     outputs = {(slurm_cluster.dir / f"out-{ref}.txt").read_text().strip() for ref in refs.values()}
     assert outputs == {"one two", "three four", "five six"}  # each command split into its words
@@ -137,7 +126,7 @@ def test_running_reports_nodes_and_devices(slurm_cluster):
         gpu_devices="2,3",
     )
     executor.dispatch(plan_id, items)
-    running = _wait(
+    running = wait_for(
         lambda: (
             (r := executor.running(PLAN_TIME + 0.1 * H))
             .loc[r["confirmed"].astype(bool)]
@@ -174,7 +163,7 @@ def test_a_replan_moves_the_pending_job_and_a_cancel_ends_it(slurm_cluster):
         and executor.lookup(first, moved["job_id"].iloc[0]) is None
     )
     assert executor.cancel(moved["job_id"].iloc[0], PLAN_TIME + 2 * H)
-    events = _wait(
+    events = wait_for(
         lambda: (
             (e := executor.sync(PLAN_TIME + 24 * H))
             .loc[e["executor_ref"] == ref]
@@ -271,7 +260,7 @@ def test_a_held_marked_job_is_imported_and_starts_by_its_latest_start_without_a_
     assert JobKey.parse(_slurm_job(executor, marked)["name"]) == JobKey(adopting, job_id, 0, "cptest")
     assert job_id not in set(executor.running(PLAN_TIME)["job_id"])  # released, not started: the planner plans it
     # Slurm started it itself: reported running (its GPUs stay bound) as attempt 0, and never withdrawn
-    _wait(lambda: _slurm_job(executor, marked)["job_state"] == "RUNNING", what="the adopted job's start")
+    wait_for(lambda: _slurm_job(executor, marked)["job_state"] == "RUNNING", what="the adopted job's start")
     now = executor.clock.to_plan(_now_wall())
     (run,) = executor.running(now).query("job_id == @job_id").to_dict(orient="records")
     assert (run["job_id"], run["plan_id"], run["attempt"], run["cluster"]) == (job_id, adopting, 0, "cptest")
@@ -283,7 +272,7 @@ def test_a_held_marked_job_is_imported_and_starts_by_its_latest_start_without_a_
     )
     with pytest.raises(SlurmRefused, match="not withdrawn"):
         executor.drop_import(job_id, now)
-    _wait(lambda: _slurm_job(executor, marked)["job_state"] == "COMPLETED", what="the adopted job's end")
+    wait_for(lambda: _slurm_job(executor, marked)["job_state"] == "COMPLETED", what="the adopted job's end")
     assert (tmp_path / f"imported-{marked}.txt").read_text().strip() == "trained"
     events = executor.sync(executor.clock.to_plan(_now_wall() + pd.Timedelta(seconds=1)), since=PLAN_TIME)
     events = events[events["planner_job_id"] == job_id]

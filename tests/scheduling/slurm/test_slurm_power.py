@@ -27,7 +27,7 @@ from scheduling.queue.intake import submit_mappings
 from scheduling.service import plan_fleet
 from tests.conftest import REPO_ROOT
 from tests.scheduling.executor_samples import PLAN_TIME, crash_mid_change_then_reconcile, plan_id_at, sample_items
-from tests.scheduling.slurm.cluster import NODE, LocalSlurm, missing_packages, write_fleet
+from tests.scheduling.slurm.cluster import NODE, LocalSlurm, missing_packages, wait_for, write_fleet
 
 MIN = pd.Timedelta(minutes=1)
 H = pd.Timedelta(hours=1)
@@ -78,16 +78,6 @@ def _dispatch(executor, prefix: str, seconds: int, gpus: int, watts: float) -> t
     return items["job_id"].iloc[0], str(records["executor_ref"].iloc[0])
 
 
-def _wait(predicate, timeout_s: float = 30.0, what: str = ""):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value is not None and value is not False:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-
-
 def _slurm_job(executor, ref: str) -> dict | None:
     return next((j for j in executor.cli.jobs() if str(j["job_id"]) == ref), None)
 
@@ -121,9 +111,9 @@ def test_a_limit_changed_mid_run_reaches_the_gpus_and_comes_back_as_events(slurm
     executor = _executor(cluster)
     assert executor.changes_power_limits
     job_id, ref = _dispatch(executor, "recap", seconds=30, gpus=2, watts=300.0)
-    job = _wait(lambda: _running(executor, ref), what="the job running")
+    job = wait_for(lambda: _running(executor, ref), what="the job running")
     gpus = _slurm_gpus(job)
-    _wait(lambda: _watchers(ref) or None, what="the watcher the prolog started")
+    wait_for(lambda: _watchers(ref) or None, what="the watcher the prolog started")
     started = executor.clock.to_plan(pd.Timestamp(job["start_time"], unit="s", tz="UTC"))
     at1, at2 = PLAN_TIME + 10 * MIN, PLAN_TIME + 20 * MIN  # plan time; the job runs until about 12:31
     assert started < at1
@@ -146,12 +136,12 @@ def test_a_limit_changed_mid_run_reaches_the_gpus_and_comes_back_as_events(slurm
     assert executor.running(at1 + MIN).set_index("job_id").loc[job_id, "power_limit_w"] == 250.0
     # the watcher on the node applied it to the job's GPUs: the prolog's limit first, then the change, once each
     applied = f"-i {gpus} -pl 250"
-    _wait(lambda: applied in cluster.nvidia_smi_calls, what=f"nvidia-smi {applied}")
+    wait_for(lambda: applied in cluster.nvidia_smi_calls, what=f"nvidia-smi {applied}")
     with pytest.raises(ValueError, match="before the last one"):
         executor.set_power_limit(job_id, 230.0, at1 - MIN, plan_id=plan_id_at(at1 - MIN, policy="recap"))
 
     assert executor.set_power_limit(job_id, 200.5, at2, plan_id=plan2) == f"{ref}/power-limit/{plan2}"
-    _wait(lambda: f"-i {gpus} -pl 200" in cluster.nvidia_smi_calls, what="nvidia-smi of the second change")
+    wait_for(lambda: f"-i {gpus} -pl 200" in cluster.nvidia_smi_calls, what="nvidia-smi of the second change")
     running = executor.running(at2 + MIN).set_index("job_id")
     assert running.loc[job_id, "power_limit_w"] == 200.5  # the plan's watts; the GPU tool gets whole watts
     assert executor.running(at1 + MIN).set_index("job_id").loc[job_id, "power_limit_w"] == 250.0
@@ -169,12 +159,12 @@ def test_a_limit_changed_mid_run_reaches_the_gpus_and_comes_back_as_events(slurm
     assert changes(PLAN_TIME + 2 * H, at1 + MIN)["power_limit_w"].tolist() == [200.5]
 
     # the job ends: no run to change any more, and the watcher is gone
-    _wait(lambda: (j := _slurm_job(executor, ref)) is None or j["job_state"] == "COMPLETED", 60, "the job's end")
+    wait_for(lambda: (j := _slurm_job(executor, ref)) is None or j["job_state"] == "COMPLETED", 60, "the job's end")
     late = plan_id_at(PLAN_TIME + 50 * MIN, policy="recap")
     assert executor.set_power_limit(job_id, 150.0, PLAN_TIME + 50 * MIN, plan_id=late) is None
-    _wait(lambda: not _watchers(ref), what="the watcher's exit")
+    wait_for(lambda: not _watchers(ref), what="the watcher's exit")
     # once squeue has forgotten the job, the jobcomp file still holds both changes (the job name)
-    _wait(lambda: _slurm_job(executor, ref) is None, 150, "slurmctld purging the ended job")
+    wait_for(lambda: _slurm_job(executor, ref) is None, 150, "slurmctld purging the ended job")
     events = executor.sync(PLAN_TIME + 2 * H)
     events = events[events["planner_job_id"] == job_id]
     assert events["event"].tolist() == ["dispatched", "started", "power_changed", "power_changed", "finished"]
@@ -191,7 +181,7 @@ def test_a_change_killed_mid_way_is_made_once(slurm_forgetful, tmp_warehouse):
     cluster = slurm_forgetful
     executor = _executor(cluster)
     job_id, ref = _dispatch(executor, "once", seconds=20, gpus=1, watts=280.0)
-    gpus = _slurm_gpus(_wait(lambda: _running(executor, ref), what="the job running"))
+    gpus = _slurm_gpus(wait_for(lambda: _running(executor, ref), what="the job running"))
     at = PLAN_TIME + 5 * MIN
     plan = plan_id_at(at, policy="once")
     decided = pd.DataFrame(
@@ -213,8 +203,8 @@ def test_a_change_killed_mid_way_is_made_once(slurm_forgetful, tmp_warehouse):
     logged = read_changes(plan, tmp_warehouse)
     assert logged[["status", "executor_ref"]].values.tolist() == [["sent", f"{ref}/power-limit/{plan}"]]
     assert JobKey.parse(_slurm_job(executor, ref)["name"]).power == (PowerChange(240.0, at, plan),)
-    _wait(lambda: f"-i {gpus} -pl 240" in cluster.nvidia_smi_calls, what="nvidia-smi of the change")
-    _wait(lambda: not _watchers(ref), 60, "the job's end and its watcher's exit")
+    wait_for(lambda: f"-i {gpus} -pl 240" in cluster.nvidia_smi_calls, what="nvidia-smi of the change")
+    wait_for(lambda: not _watchers(ref), 60, "the job's end and its watcher's exit")
     assert [c for c in cluster.nvidia_smi_calls if c.startswith(f"-i {gpus} ")].count(f"-i {gpus} -pl 240") == 1
 
 
@@ -319,7 +309,9 @@ def test_a_loop_hours_power_change_reaches_slurm_once(slurm_forgetful, tmp_wareh
         job: (PowerChange(float(decided.loc[job, "to_limit_w"]), ctx.plan_time, ctx.plan_id),) for job in decided.index
     }
     for job, line in lines.items():  # the watcher on the node: the GPU tool once with the job's GPUs and limit
-        _wait(lambda line=line: slurm_forgetful.nvidia_smi_calls.count(line) > before[job], what=f"nvidia-smi {line}")
+        wait_for(
+            lambda line=line: slurm_forgetful.nvidia_smi_calls.count(line) > before[job], what=f"nvidia-smi {line}"
+        )
         assert slurm_forgetful.nvidia_smi_calls.count(line) == before[job] + 1
     sync = loop.sync(loop.context(ctx.plan_time + H, executors=executors, **run))
     assert not sync["unreachable"]

@@ -7,13 +7,11 @@ idempotency key."""
 
 from __future__ import annotations
 
-import time
-
 import pandas as pd
 
 from scheduling.executors.registry import make_executor
 from tests.scheduling.executor_samples import PLAN_TIME, plan_id_at, sample_items
-from tests.scheduling.slurm.cluster import NODE
+from tests.scheduling.slurm.cluster import NODE, wait_for
 
 H = pd.Timedelta(hours=1)
 STEPS = 40  # the job's work: 40 half-second steps
@@ -56,16 +54,6 @@ def _item(cluster: str, start: pd.Timestamp, attempt: int, work_done: float, fol
     return items
 
 
-def _wait(predicate, timeout_s: float = 60.0, what: str = ""):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value is not None and value is not False:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-
-
 def _steps(folder) -> list[str]:
     path = folder / "progress.txt"
     return path.read_text().splitlines() if path.exists() else []
@@ -80,7 +68,8 @@ def test_a_job_preempted_at_its_checkpoint_resumes_in_the_other_cluster(slurm_cl
     job = first["job_id"].iloc[0]
     records = west.dispatch(plan_id_at(PLAN_TIME), first)
     assert records["error"].isna().all(), records["error"].tolist()
-    _wait(lambda: sum(line.startswith("step") for line in _steps(folder)) >= 6, what="six steps of work")
+    steps = lambda: sum(line.startswith("step") for line in _steps(folder))  # noqa: E731
+    wait_for(lambda: steps() >= 6, timeout_s=60, what="six steps of work")
 
     decided = plan_id_at(PLAN_TIME + H)
     now = west.clock.to_plan(pd.Timestamp.now(tz="UTC"))
@@ -92,7 +81,7 @@ def test_a_job_preempted_at_its_checkpoint_resumes_in_the_other_cluster(slurm_cl
         events = west.sync(PLAN_TIME + 48 * H)
         return events if (events["event"] == "preempted").any() else None
 
-    events = _wait(preempted, what="the preempted event")
+    events = wait_for(preempted, what="the preempted event", timeout_s=60)
     assert list(events["event"]) == ["dispatched", "started", "preempted"]
     kept = int(next(line for line in _steps(folder) if line.startswith("checkpoint")).split()[1])
     assert kept >= 6 and west.running(PLAN_TIME + 48 * H).empty  # stopped: nothing of it runs
@@ -107,7 +96,7 @@ def test_a_job_preempted_at_its_checkpoint_resumes_in_the_other_cluster(slurm_cl
         events = north.sync(PLAN_TIME + 48 * H)
         return events if (events["event"] == "finished").any() else None
 
-    events = _wait(finished, timeout_s=120, what="the resumed run's end")
+    events = wait_for(finished, timeout_s=120, what="the resumed run's end")
     assert list(events["event"]) == ["dispatched", "resumed", "finished"]
     lines = _steps(folder)
     starts = [line for line in lines if line.startswith("start")]
