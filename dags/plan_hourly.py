@@ -47,6 +47,12 @@ with DAG(
             type="boolean",
             description="Also stop running checkpointing jobs through dirty stretches (off: only drained nodes' move).",
         ),
+        "preempt_for_deadlines": Param(
+            False,
+            type="boolean",
+            description="Also stop a running checkpointing job (at a checkpoint) to start a job due now, where the "
+            "stopped job still keeps its deadline.",
+        ),
         "dry_run": Param(False, type="boolean", description="Write plan.explanations only (no plan rows, no files)."),
     },
 ):

@@ -582,6 +582,8 @@ def plan(ctx: LoopContext, *, dry_run: bool = False, created_from: str = "loop")
         pauses = info.get("pauses")
         summary["preempted"] = {"decided": 0 if pauses is None else int(len(pauses))}
         if pauses is not None and len(pauses):
+            summary["preempted"]["by_reason"] = pauses["reason"].value_counts().sort_index().astype(int).to_dict()
+        if pauses is not None and len(pauses):
             summary["preempted"]["logged"] = record_preemptions(summary["plan_id"], pauses, ctx.executors, ctx.db_path)
     if not dry_run and len(result.assignments):
         later = result.assignments.loc[result.assignments["status"] != "dispatched", "job_id"]

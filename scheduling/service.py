@@ -57,7 +57,7 @@ from scheduling.models.registered import PREDICTOR_NAME, predictor_speed_table, 
 from scheduling.output import plan_store, schedules
 from scheduling.output.plan_store import plan_id_for
 from scheduling.planning.forecasts import GridSeries, make_forecasts
-from scheduling.planning.pausing import PAUSE_COLUMNS, Pausing, pause_running
+from scheduling.planning.pausing import PAUSE_COLUMNS, Pausing, evictable_running, pause_running
 from scheduling.planning.policies.registry import DEFAULT_POLICY, POLICY_NAMES
 from scheduling.planning.power_options import load_power_table, option_arrays
 from scheduling.planning.problem import JobTable, abs_hours
@@ -199,7 +199,9 @@ def make_plan(
     whether its executor can change the limit) get their progress and next power limit
     (`scheduling.planning.recap`, settings `recapping`): `info["recaps"]`, one row per such job. Those that also
     carry checkpointing, preemptions, work_done and preempt (whether the executor can) may be paused through a
-    dirty stretch (`scheduling.planning.pausing`, settings `pausing`): `info["pauses"]`; their GPUs are free now."""
+    dirty stretch (`scheduling.planning.pausing`, settings `pausing`): `info["pauses"]`; their GPUs are free now.
+    With `pausing.for_deadline`, the plan may also preempt them to start a job due now: those join `info["pauses"]`
+    (reason `deadline`), and `info["preempted_for"]` names the job each made room for."""
     plan_time = utc(as_of).floor("h")
     # a drained node (FleetCluster.drained) takes no new job: the plan's nodes and capacity leave it out
     fleet = (fleet if fleet is not None else plan_fleet(regions, data_dir)).schedulable()
@@ -225,8 +227,9 @@ def make_plan(
         if deadline_reserve > 0
         else 0.0
     )
-    info["recaps"], info["pauses"] = recaps, pauses = _recaps(
-        running, fleet, power_table, forecasts, plan_time, horizon_hours, settings, errors, pausing or Pausing()
+    pausing = pausing or Pausing()
+    info["recaps"], info["pauses"], evictable = recaps, pauses, _ = _recaps(
+        running, fleet, power_table, forecasts, plan_time, horizon_hours, settings, errors, pausing
     )
     if len(recaps):  # a run holds its GPUs until its projected end (at the median), not the plan's first estimate
         ends = dict(zip(recaps["job_id"], recaps["expected_end"]))
@@ -259,8 +262,14 @@ def make_plan(
         report_off_fleet(unbound, plan_time, info, frozenset(pauses.loc[pauses["reason"] == "drained", "job_id"]))
     else:
         info["running_off_fleet"] = []
+    hp.running_evictable = dict(zip(evictable["job_id"], evictable["cost"].astype(float)))
     idx = np.flatnonzero((hp.table.submit_h <= abs_hours(plan_time)) & ~hp.started)
     plan = hp.plan(plan_time, idx)
+    victims = {v: due for v, _, due in (hp.last_outcome.evicted if hp.last_outcome is not None else [])}
+    if victims:  # preempted for a job due now: stopped by their executors, like a pause
+        chosen = evictable[evictable["job_id"].isin(victims)].drop(columns="cost")
+        info["pauses"] = pd.concat([pauses, chosen], ignore_index=True)
+        info["preempted_for"] = {v: victims[v] for v in chosen["job_id"]}
     # the model versions behind every decision go into its explanation record (plan.explanations.record.models)
     info["models"] = {"power": _model_ref(power_table.model_info), "predictor": _model_ref(predictor_info)}
     for record in plan.explanations:
@@ -286,8 +295,13 @@ def _run_time_error(plan_time, settings: Recapping, db_path) -> RunTimeError:
 def _recaps(
     running, fleet, power_table, forecasts, plan_time, horizon_h, settings, errors, pausing
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(`recap_running`, `pause_running`) for the running jobs with their run's details (the others: none)."""
-    none = pd.DataFrame(columns=list(RECAP_COLUMNS)), pd.DataFrame(columns=list(PAUSE_COLUMNS))
+    """(`recap_running`, `pause_running`, `evictable_running` less the paused) for the running jobs with their
+    run's details (the others: none)."""
+    none = (
+        pd.DataFrame(columns=list(RECAP_COLUMNS)),
+        pd.DataFrame(columns=list(PAUSE_COLUMNS)),
+        pd.DataFrame(columns=[*PAUSE_COLUMNS, "cost"]),
+    )
     if running is None or running.empty or not set(RUN_DETAILS).issubset(running.columns):
         return none
     runs = running[running["planned_start"].notna() & running["deadline"].notna()]
@@ -299,10 +313,13 @@ def _recaps(
     options = option_arrays(fleet, power_table, power_aware=True)
     recaps = recap_running(runs, fleet, options, F, plan_time, errors, settings)
     if not set(PAUSE_DETAILS).issubset(runs.columns):
-        return recaps, none[1]
-    drained = off_fleet_running(fleet, runs)
-    drained = frozenset(drained.loc[drained["node_state"] == "drained", "job_id"])
-    return recaps, pause_running(recaps, runs, fleet, options, F, plan_time, errors, pausing, drained)
+        return recaps, none[1], none[2]
+    off = off_fleet_running(fleet, runs)
+    drained = frozenset(off.loc[off["node_state"] == "drained", "job_id"])
+    pauses = pause_running(recaps, runs, fleet, options, F, plan_time, errors, pausing, drained)
+    evictable = evictable_running(recaps, runs, fleet, options, F, plan_time, errors, pausing)
+    evictable = evictable[~evictable["job_id"].isin(set(pauses["job_id"]) | set(off["job_id"]))]
+    return recaps, pauses, evictable.reset_index(drop=True)
 
 
 def _model_ref(info: dict) -> dict:

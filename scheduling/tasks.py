@@ -69,6 +69,10 @@ def resolve_plan_run(params: dict, data_interval_end=None, logical_date=None, ru
     if not isinstance(pause, bool):
         raise ValueError(f"pause_for_carbon {pause!r} must be true or false")
     checked["pause_for_carbon"] = pause
+    preempt = params.get("preempt_for_deadlines", False)
+    if not isinstance(preempt, bool):
+        raise ValueError(f"preempt_for_deadlines {preempt!r} must be true or false")
+    checked["preempt_for_deadlines"] = preempt
     return checked
 
 
@@ -79,7 +83,10 @@ def _hour(choice: dict):
         regions=choice["regions"] or None,
         horizon_hours=choice["horizon_hours"],
         deadline_reserve=choice["deadline_reserve"],
-        pausing=Pausing(for_carbon=bool(choice.get("pause_for_carbon", False))),
+        pausing=Pausing(
+            for_carbon=bool(choice.get("pause_for_carbon", False)),
+            for_deadline=bool(choice.get("preempt_for_deadlines", False)),
+        ),
     )
 
 

@@ -39,6 +39,12 @@ def _hour_options(p: argparse.ArgumentParser) -> None:
         help="also stop running checkpointing jobs through dirty stretches (scheduling/planning/pausing.py); off: only "
         "jobs on drained nodes move",
     )
+    p.add_argument(
+        "--preempt-for-deadlines",
+        action="store_true",
+        help="also stop a running checkpointing job to start a job due now, where the stopped job still keeps its "
+        "deadline (scheduling/planning/pausing.py)",
+    )
     p.add_argument("--schedule-root", default=None, help="default: SCHEDULES_DIR or var/schedules")
     p.add_argument("--explainer", default=None, choices=list(EXPLAINERS.names))
     p.add_argument("--db", default=None, help="warehouse file (default WAREHOUSE_PATH)")
@@ -88,7 +94,7 @@ def _settings(args: argparse.Namespace) -> dict:
         "regions": [r for r in args.regions.split(",") if r] or None,
         "horizon_hours": args.horizon_hours,
         "deadline_reserve": args.deadline_reserve,
-        "pausing": Pausing(for_carbon=args.pause_for_carbon),
+        "pausing": Pausing(for_carbon=args.pause_for_carbon, for_deadline=args.preempt_for_deadlines),
         "schedule_root": args.schedule_root,
         "explainer": make_explainer(args.explainer),
         "db_path": args.db,

@@ -44,52 +44,20 @@ REFERENCE_RUNS = (PERFECT_INFORMATION,)  # ablations reported over seeds beside 
 
 # ---------------------------------------------------------------------------------------------------- variants
 class Preempting(RollingLP):
-    """A due job that no node takes, not even a standby node, starts where evicting running checkpointing jobs
-    makes room (`ClusterAgent.evict_for`; the cluster with the least forecast carbon first); with
-    `preemption.for_carbon`, evictable jobs are also stopped where resuming them later emits `min_saving` less.
+    """`rolling-lp` preempting for due jobs (`RollingLP._start_by_eviction`, as the loop does with
+    `Pausing.for_deadline`); with `preemption.for_carbon`, evictable jobs are also stopped where resuming them later
+    emits `min_saving` less.
 
-    Changes `_before_dispatch` (the plan's evictable jobs), `_start_by_eviction` and `_after_dispatch`. The
-    `HourlyPlanner` offers the evictable running jobs (`problem.evictable`) because `preemption` is set, and
-    re-plans the evicted ones from the next hour with the work they kept."""
+    Changes `_after_dispatch`. The `HourlyPlanner` offers the evictable running jobs (`problem.evictable`) because
+    `preemption` is set, and re-plans the evicted ones from the next hour with the work they kept."""
 
     def __init__(self, preemption: Preemption | None = None, options: RollingLPOptions | None = None):
         super().__init__(options)
         self.preemption = preemption or Preemption()
-        self._evictable: dict[str, float] = {}
-
-    def _before_dispatch(self, d: Dispatch) -> None:
-        super()._before_dispatch(d)
-        self._evictable = dict(d.p.evictable or {}) if d.agents is not None else {}
-
-    def _start_by_eviction(self, d: Dispatch, j: int) -> bool:
-        """On the cluster with the least forecast carbon (at the job's best timely option) where evicting running
-        checkpointing jobs makes room, start job j now."""
-        if not self._evictable:
-            return False
-        p = d.p
-        view = d.ev.view(j, None, 1)
-        ok = view.base_ok[:, 0, :] & view.timely[:, 0, :]
-        cst = np.where(ok, view.cost[:, 0, :], np.inf)
-        best_k = np.argmin(cst, axis=0)
-        best = cst[best_k, np.arange(p.n_clusters)]
-        for cc in np.argsort(best, kind="stable"):
-            if not np.isfinite(best[cc]):
-                break
-            cc, kk = int(cc), int(best_k[cc])
-            got = d.agents[cc].evict_for(d.pods[j], d.now_hour + d.occupancy(j, kk, cc), self._evictable)
-            if got is None:
-                continue
-            placement, victims = got
-            for v in victims:
-                self._evictable.pop(v)
-                d.evicted.append((v, cc, str(p.jobs["job_id"].iat[j])))
-            d.commit(j, kk, cc, float(best[cc]), False, placement)
-            return True
-        return False
 
     def _after_dispatch(self, d: Dispatch, p_lp, lp_all: LPResult) -> None:
         super()._after_dispatch(d, p_lp, lp_all)
-        if self._evictable and self.preemption.for_carbon and d.p.running is not None:
+        if d.evictable and self.preemption.for_carbon and d.p.running is not None:
             self._stop_for_carbon(d, p_lp, lp_all)
 
     def _stop_for_carbon(self, d: Dispatch, p_lp, lp: LPResult) -> None:
@@ -98,7 +66,7 @@ class Preempting(RollingLP):
         plus the job's own share) -- emits at least `min_saving` less than running on (forecast; the resumption's
         run time includes the preemption's lost work). Largest saving first; each one stopped takes its
         resumption's capacity from what is left."""
-        p, agents, evictable = d.p, d.agents, self._evictable
+        p, agents, evictable = d.p, d.agents, d.evictable
         r, on = p.running, p.runs_on
         H, C = p.hours, p.n_clusters
         resid = derated(p, self.options.capacity_factor).free.astype(float)

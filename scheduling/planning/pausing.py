@@ -1,5 +1,6 @@
-"""Every hour, which running checkpointing jobs to stop at a checkpoint through a dirty stretch (`pause_running`):
-preemption for carbon.
+"""Every hour, which running checkpointing jobs to stop at a checkpoint: through a dirty stretch (`pause_running`:
+preemption for carbon), off a drained node, or to make room for a job due now (`evictable_running`: the plan's
+agents choose the victims).
 
 A run is paused when stopping it now and resuming it at a later hour emits at least `min_saving` less than running
 on, by the forecast, the pause's cost included (`scheduling.domain.execution`): the work done since the checkpoint
@@ -13,6 +14,12 @@ than `max_preemptions` times, are paused. Its counterfactual is "keep running".
 Pausing for carbon is opt-in (`Pausing(for_carbon=True)`): on the evaluation's default trace it saved 0.2 % at
 load 0.5 and cost 2.3 % at 0.8 (docs/results/planner/loop.md, "Preemption at checkpoints"), where the stopped
 jobs' capacity goes to others and they resume somewhere dirtier.
+
+For a job due now that no node takes (`Pausing(for_deadline=True)`, opt-in), the plan may preempt the runs
+that, resumed from the next hour, keep their deadline by the same rule; the cluster agent picks the cheapest
+victims that make room on one node (`ClusterAgent.evict_for`; reason `deadline`). Opt-in because on the
+evaluation's workloads it bought 0.6 points of deadlines on gpushare100 at load 0.8 for 0.6 % more carbon, and
+nothing but carbon elsewhere (docs/results/planner/loop.md, "Preemption at checkpoints").
 
 A run on a drained node (`drained`: the operator or the resource manager empties it) is handed to migration the
 same way, whatever the carbon: stopped now when, resumed from the next hour, it still keeps its deadline by that
@@ -35,7 +42,7 @@ PAUSE_COLUMNS = (
     "plan_id",  # the run's (its dispatch plan)
     "attempt",
     "cluster",
-    "reason",  # carbon | drained
+    "reason",  # carbon | drained | deadline
     "save_h",  # hours the job takes to write its checkpoint (and to read it back)
     "work_done",  # share of the whole job the checkpoint is expected to keep
     "kgco2e_kept",  # the rest of the run kept running, forecast intensity (median run time)
@@ -50,6 +57,7 @@ class Pausing:
 
     enabled: bool = True
     for_carbon: bool = False  # off: only runs on drained nodes move (see the module doc)
+    for_deadline: bool = False  # on: the plan may preempt runs to start a job due now (`evictable_running`)
     min_saving: float = 0.10
     slack_factor: float = 1.1
     slack_h: float = 1.0
@@ -73,75 +81,125 @@ def pause_running(
     `drained`). `recaps`: the hour's `recap.recap_running` rows; `runs`: the running jobs (job_id, num_gpu,
     gpu_milli, checkpointing, preemptions, work_done (share of the job done before this run), preempt (whether the
     executor can)); `options` and `forecast` as `recap_running`'s."""
-    now = utc(now)
-    empty = pd.DataFrame(columns=list(PAUSE_COLUMNS))
-    if not settings.enabled or recaps is None or recaps.empty or runs is None or runs.empty:
-        return empty
-    names = {n: i for i, n in enumerate(fleet.names)}
-    r = recaps.merge(runs[["job_id", "num_gpu", "gpu_milli", *_FLAGS]], on="job_id", how="inner")
-    r = r[r["cluster"].isin(names)]
-    r = r[
-        (r["reason"] != "at_risk")
-        & r["checkpointing"].fillna(False).astype(bool)
-        & r["preempt"].fillna(False).astype(bool)
-        & (r["preemptions"].fillna(0) < settings.max_preemptions)
-        & (r["work_done_h"] > 0)
-    ].reset_index(drop=True)
-    if r.empty:
-        return empty
-    tf_all, pw_all, lw_all = (np.asarray(a, dtype=float) for a in options)
-    c = r["cluster"].map(names).to_numpy(np.int64)
-    tf, lw = tf_all[:, c].T, lw_all[:, c].T
-    has = np.isfinite(tf)
-    k = option_of(r["to_limit_w"].to_numpy(float), lw, has)
-    r, c, k = r[k >= 0].reset_index(drop=True), c[k >= 0], k[k >= 0]
-    if r.empty:
-        return empty
-    n = np.arange(len(r))
-    tf_run = tf_all[k, c]
-    share = r["num_gpu"].to_numpy(float) * r["gpu_milli"].fillna(1000).to_numpy(float) / 1000.0
-    kw = share * pw_all[k, c] / 1000.0 * np.asarray(fleet.pue, float)[c]
-    work_h, done = r["work_h"].to_numpy(float), r["work_done_h"].to_numpy(float)
-    share_done = done / np.maximum(work_h, 1e-12)
-
-    def left(q):
-        return np.maximum(work_h * errors.ratios(q, share_done) - done, 0.0)
-
-    lost = np.minimum(settings.save_h / tf_run, done)  # reference hours since the checkpoint signal
-    cum = Cumulatives(np.asarray(forecast, dtype=float))
-    keep_kg = kw * cum.to(c, left(0.5) * tf_run) / 1000.0
-    pause_h = settings.save_h + (left(0.5) + lost) * tf_run  # restore, then the rest and the lost work
-    sure_h = settings.save_h + settings.slack_factor * (left(settings.deadline_quantile) + lost) * tf_run
-    deadline_h = ((pd.to_datetime(r["deadline"], utc=True) - now) / pd.Timedelta(hours=1)).to_numpy(float)
-    hours = np.arange(1, max(int(np.asarray(forecast).shape[0]), 2), dtype=float)  # resume hours from now
-    resume = np.broadcast_to(hours, (len(r), len(hours)))
-    kg = kw[:, None] * (cum.to(c, resume + pause_h[:, None]) - cum.to(c, resume)) / 1000.0
-    ok = hours[None, :] + sure_h[:, None] + settings.slack_h <= deadline_h[:, None]
-    moving = r["job_id"].isin(drained).to_numpy()
+    c = _Pausable.of(recaps, runs, fleet, options, forecast, now, errors, settings)
+    if c is None:
+        return pd.DataFrame(columns=list(PAUSE_COLUMNS))
+    moving = c.r["job_id"].isin(drained).to_numpy()
+    ok = c.ok.copy()
     ok[moving, 1:] = False  # a drained node's job resumes as soon as it can, elsewhere
-    best = np.argmin(np.where(ok, kg, np.inf), axis=1)
-    best_kg = np.where(ok.any(axis=1), kg[n, best], np.inf)
-    saves = settings.for_carbon & (best_kg <= (1.0 - settings.min_saving) * keep_kg)
+    n = np.arange(len(c.r))
+    best = np.argmin(np.where(ok, c.kg, np.inf), axis=1)
+    best_kg = np.where(ok.any(axis=1), c.kg[n, best], np.inf)
+    saves = settings.for_carbon & (best_kg <= (1.0 - settings.min_saving) * c.keep_kg)
     pause = saves | (moving & ok[:, 0])
-    if not pause.any():
-        return empty
-    before = r["work_done"].fillna(0.0).to_numpy(float)
-    kept = before + (1.0 - before) * np.maximum(done - lost, 0.0) / np.maximum(work_h, 1e-12)
-    out = pd.DataFrame(
-        {
-            "job_id": r["job_id"],
-            "plan_id": r["plan_id"],
-            "attempt": r["attempt"],
-            "cluster": r["cluster"],
-            "reason": np.where(moving, "drained", "carbon"),
-            "save_h": settings.save_h,
-            "work_done": np.minimum(kept, 0.999),
-            "kgco2e_kept": keep_kg,
-            "kgco2e": best_kg,
-            "resume_at": now + pd.to_timedelta(hours[best], unit="h"),
-        }
-    )
-    return out[pause].reset_index(drop=True)[list(PAUSE_COLUMNS)]
+    out = c.rows(np.where(moving, "drained", "carbon"), best_kg, c.hours[best])
+    return out[pause].reset_index(drop=True)
+
+
+def evictable_running(
+    recaps: pd.DataFrame,
+    runs: pd.DataFrame,
+    fleet,
+    options: tuple[np.ndarray, np.ndarray, np.ndarray],
+    forecast: np.ndarray,
+    now,
+    errors: RunTimeError,
+    settings: Pausing = Pausing(),
+) -> pd.DataFrame:
+    """The runs the hour's plan may preempt to start a job due now (`Pausing.for_deadline`): PAUSE_COLUMNS rows
+    (reason `deadline`, resumed from the next hour) of the runs the module doc's rule lets stop now and resume an
+    hour later, plus `cost`, the GPU-milli-hours the stop costs the fleet (the rest, the lost work and the restore:
+    the victims the agents minimise, `ClusterAgent.evict_for`). Same arguments as `pause_running`."""
+    c = _Pausable.of(recaps, runs, fleet, options, forecast, now, errors, settings)
+    if c is None or not settings.for_deadline:
+        return pd.DataFrame(columns=[*PAUSE_COLUMNS, "cost"])
+    out = c.rows("deadline", c.kg[:, 0], c.hours[0])
+    out["cost"] = c.share * 1000.0 * c.pause_h
+    return out[c.ok[:, 0]].reset_index(drop=True)
+
+
+@dataclass
+class _Pausable:
+    """The runs that may be preempted now (checkpointing, not at risk, on an executor that can, preempted fewer
+    than `max_preemptions` times) with, for each, the forecast carbon of running on (`keep_kg`) and of stopping now
+    and resuming at each later hour (`kg`, `hours` from now), and whether that resumption keeps the deadline
+    (`ok`)."""
+
+    r: pd.DataFrame
+    now: pd.Timestamp
+    settings: Pausing
+    share: np.ndarray  # GPUs held
+    pause_h: np.ndarray  # hours a resumed run takes: restore, the rest and the lost work
+    kept: np.ndarray  # share of the whole job a stop now keeps
+    keep_kg: np.ndarray
+    hours: np.ndarray
+    kg: np.ndarray
+    ok: np.ndarray
+
+    @classmethod
+    def of(cls, recaps, runs, fleet, options, forecast, now, errors, settings) -> _Pausable | None:
+        now = utc(now)
+        if not settings.enabled or recaps is None or recaps.empty or runs is None or runs.empty:
+            return None
+        names = {n: i for i, n in enumerate(fleet.names)}
+        r = recaps.merge(runs[["job_id", "num_gpu", "gpu_milli", *_FLAGS]], on="job_id", how="inner")
+        r = r[r["cluster"].isin(names)]
+        r = r[
+            (r["reason"] != "at_risk")
+            & r["checkpointing"].fillna(False).astype(bool)
+            & r["preempt"].fillna(False).astype(bool)
+            & (r["preemptions"].fillna(0) < settings.max_preemptions)
+            & (r["work_done_h"] > 0)
+        ].reset_index(drop=True)
+        if r.empty:
+            return None
+        tf_all, pw_all, lw_all = (np.asarray(a, dtype=float) for a in options)
+        c = r["cluster"].map(names).to_numpy(np.int64)
+        tf, lw = tf_all[:, c].T, lw_all[:, c].T
+        k = option_of(r["to_limit_w"].to_numpy(float), lw, np.isfinite(tf))
+        r, c, k = r[k >= 0].reset_index(drop=True), c[k >= 0], k[k >= 0]
+        if r.empty:
+            return None
+        tf_run = tf_all[k, c]
+        share = r["num_gpu"].to_numpy(float) * r["gpu_milli"].fillna(1000).to_numpy(float) / 1000.0
+        kw = share * pw_all[k, c] / 1000.0 * np.asarray(fleet.pue, float)[c]
+        work_h, done = r["work_h"].to_numpy(float), r["work_done_h"].to_numpy(float)
+        share_done = done / np.maximum(work_h, 1e-12)
+
+        def left(q):
+            return np.maximum(work_h * errors.ratios(q, share_done) - done, 0.0)
+
+        lost = np.minimum(settings.save_h / tf_run, done)  # reference hours since the checkpoint signal
+        cum = Cumulatives(np.asarray(forecast, dtype=float))
+        keep_kg = kw * cum.to(c, left(0.5) * tf_run) / 1000.0
+        pause_h = settings.save_h + (left(0.5) + lost) * tf_run  # restore, then the rest and the lost work
+        sure_h = settings.save_h + settings.slack_factor * (left(settings.deadline_quantile) + lost) * tf_run
+        deadline_h = ((pd.to_datetime(r["deadline"], utc=True) - now) / pd.Timedelta(hours=1)).to_numpy(float)
+        hours = np.arange(1, max(int(np.asarray(forecast).shape[0]), 2), dtype=float)  # resume hours from now
+        resume = np.broadcast_to(hours, (len(r), len(hours)))
+        kg = kw[:, None] * (cum.to(c, resume + pause_h[:, None]) - cum.to(c, resume)) / 1000.0
+        ok = hours[None, :] + sure_h[:, None] + settings.slack_h <= deadline_h[:, None]
+        before = r["work_done"].fillna(0.0).to_numpy(float)
+        kept = before + (1.0 - before) * np.maximum(done - lost, 0.0) / np.maximum(work_h, 1e-12)
+        return cls(r, now, settings, share, pause_h, kept, keep_kg, hours, kg, ok)
+
+    def rows(self, reason, kg: np.ndarray, resume_h) -> pd.DataFrame:
+        """PAUSE_COLUMNS rows of every run, stopped for `reason`, emitting `kg` resumed `resume_h` hours from now."""
+        r = self.r
+        return pd.DataFrame(
+            {
+                "job_id": r["job_id"],
+                "plan_id": r["plan_id"],
+                "attempt": r["attempt"],
+                "cluster": r["cluster"],
+                "reason": reason,
+                "save_h": self.settings.save_h,
+                "work_done": np.minimum(self.kept, 0.999),
+                "kgco2e_kept": self.keep_kg,
+                "kgco2e": kg,
+                "resume_at": self.now + pd.to_timedelta(resume_h, unit="h"),
+            }
+        )[list(PAUSE_COLUMNS)]
 
 
 _FLAGS = ("checkpointing", "preemptions", "work_done", "preempt")
@@ -156,7 +214,9 @@ def explain_pause(pause: dict) -> str:
 
     resume = pause.get("resume_at")
     when = "?" if resume is None or pd.isna(resume) else utc(resume).strftime("%Y-%m-%d %H:%M")
-    why = "its node is drained" if pause.get("reason") == "drained" else "for carbon"
+    why = {"drained": "its node is drained", "deadline": "to make room for a job due now"}.get(
+        pause.get("reason"), "for carbon"
+    )
     return (
         f"Preempted at a checkpoint, {why}: stopped now and resumed from {when}, the rest of the run emits "
         f"{kg(pause.get('kgco2e'))} at the forecast intensity, with {60 * float(pause['save_h']):.0f} min to write "

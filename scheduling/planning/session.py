@@ -18,7 +18,7 @@ from scheduling.domain.plan import Plan
 from scheduling.packing import Pod
 from scheduling.planning.agents import default_workload, job_pods, make_agents
 from scheduling.planning.forecasts import ForecastProvider, GridSeries, make_forecasts
-from scheduling.planning.pausing import Pausing, pause_running
+from scheduling.planning.pausing import Pausing, evictable_running, pause_running
 from scheduling.planning.policies.base import PlacementPolicy
 from scheduling.planning.policies.registry import DEFAULT_POLICY, make_policy
 from scheduling.planning.power_options import option_arrays
@@ -27,6 +27,7 @@ from scheduling.planning.recap import RunTimeError
 
 log = logging.getLogger(__name__)
 EXACT_RUN_TIMES = RunTimeError(0.0, 1e-9, 0)  # the simulator's runs take their planned time
+PAUSE_HORIZON_H = 72  # hours of forecast the pausing rules read (a resumption within them)
 
 
 class HourlyPlanner:
@@ -103,6 +104,8 @@ class HourlyPlanner:
         # preemption for carbon, the loop's own rule (`scheduling.planning.pausing`): None = off
         self.pausing = pausing
         self.paused: list[tuple[int, int]] = []  # (job, hour) of every pause
+        # running jobs outside the table the plan may preempt for a due job (the loop's, `service.make_plan`)
+        self.running_evictable: dict[str, float] = {}
 
     # ------------------------------------------------------------------ state
     def usage(self, now_h: int, hours: int) -> np.ndarray:
@@ -187,8 +190,8 @@ class HourlyPlanner:
             forecast_version=version,
             work_left=1.0 - done if done.any() else None,
         )
-        prob.evictable = self.evictable(now_h)
-        if prob.evictable and self.policy.preemption.for_carbon:
+        prob.evictable = self.evictable(now, now_h)
+        if prob.evictable and self.policy.preemption is not None and self.policy.preemption.for_carbon:
             self._running_problem(prob, now, now_h, free, F)
         prob.capacity_price = self.policy.capacity_prices(self, now_h, H)
         prob.expected = self.policy.expected_jobs(self, now, free, F)
@@ -208,7 +211,8 @@ class HourlyPlanner:
             self.end_occ_h[j] = now_h + int(np.ceil(self.run_hours(j) - 1e-9))
             self.node[j], self.gpus[j] = out.node[jj], out.gpus[jj]
         for victim, _, _ in out.evicted:
-            self.preempt(self.index[victim], now_h)
+            if victim not in self.running_evictable:  # the loop's running jobs are preempted by their executors
+                self.preempt(self.index[victim], now_h)
         self.rejections += int(out.stats.get("agent_rejections", 0))
         self.last_outcome = out
         out.global_index = idx
@@ -219,14 +223,24 @@ class HourlyPlanner:
         start, on its option and cluster (`execution.run_wall_h`)."""
         return float(run_wall_h(self.table.dur[j, self.k[j], self.c[j]], self.work_done[j], self.table.checkpoint_h[j]))
 
-    def evictable(self, now_h: int) -> dict[str, float] | None:
-        """The running jobs the policy may preempt now (`Preemption`): checkpointing (or any, `restart_others`),
-        running since an earlier hour, not ending by the next hour, preempted fewer than `max_per_job` times, and
-        with the slack to resume an hour later; job id -> GPU-milli-hours of work it would take elsewhere plus those
-        lost (the cost the agents minimise)."""
+    def evictable(self, now, now_h: int) -> dict[str, float] | None:
+        """The running jobs the plan may preempt now to start a job due now; job id -> GPU-milli-hours of work it
+        would take elsewhere plus those lost (the cost the agents minimise). With `pausing.for_deadline`, the loop's
+        rule (`pausing.evictable_running`) on the table's running jobs, and the loop's own running jobs
+        (`running_evictable`); else, with the policy's `Preemption` (evaluation variants): checkpointing (or any,
+        `restart_others`), running since an earlier hour, not ending by the next hour, preempted fewer than
+        `max_per_job` times, and with the slack to resume an hour later."""
+        out = dict(self.running_evictable)
+        if self.pausing is not None and self.pausing.for_deadline:
+            got = self._pausable(now, now_h, PAUSE_HORIZON_H)
+            if got is not None:
+                F = self.forecast_matrix(now, PAUSE_HORIZON_H)
+                ev = evictable_running(*got, self.fleet, self._options, F, now, EXACT_RUN_TIMES, self.pausing)
+                out.update(zip(ev["job_id"], ev["cost"].astype(float)))
+            return out or None
         pre = self.policy.preemption
         if pre is None:
-            return None
+            return out or None
         tbl = self.table
         ck = tbl.jobs["checkpointing"].to_numpy(bool)
         run = np.flatnonzero(
@@ -275,9 +289,24 @@ class HourlyPlanner:
         )
         prob.runs_on = np.stack([self.k[ridx], self.c[ridx], left_h], axis=1)
 
-    def pause_running(self, now, now_h: int, horizon_h: int = 72) -> list[int]:
+    def pause_running(self, now, now_h: int, horizon_h: int = PAUSE_HORIZON_H) -> list[int]:
         """Stop the running checkpointing jobs that `pausing.pause_running` pauses at `now_h` (the loop's rule, on
         the simulator's exact run times: the run-time error is nil), releasing their nodes; returns them."""
+        got = self._pausable(now, now_h, horizon_h)
+        if got is None:
+            return []
+        pauses = pause_running(
+            *got, self.fleet, self._options, self.forecast_matrix(now, horizon_h), now, EXACT_RUN_TIMES, self.pausing
+        )
+        stopped = [self.index[j] for j in pauses["job_id"]]
+        for j in stopped:
+            self.agents[int(self.c[j])].release(str(self.table.jobs["job_id"].iat[j]))
+            self.preempt(j, now_h)
+            self.paused.append((j, now_h))
+        return stopped
+
+    def _pausable(self, now, now_h: int, horizon_h: int) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+        """(recaps, runs) of the running checkpointing jobs as the loop's `pausing` rules read them, or None."""
         tbl = self.table
         run = np.flatnonzero(
             self.started
@@ -286,7 +315,7 @@ class HourlyPlanner:
             & tbl.jobs["checkpointing"].to_numpy(bool)
         )
         if self.pausing is None or not len(run):
-            return []
+            return None
         k, c = self.k[run], self.c[run]
         tf, _, lw = self._options
         restore = np.where(self.work_done[run] > 0, tbl.checkpoint_h[run], 0.0)
@@ -317,14 +346,7 @@ class HourlyPlanner:
                 "preempt": True,
             }
         )
-        F = self.forecast_matrix(now, horizon_h)
-        pauses = pause_running(recaps, runs, self.fleet, self._options, F, now, EXACT_RUN_TIMES, self.pausing)
-        stopped = [self.index[j] for j in pauses["job_id"]]
-        for j in stopped:
-            self.agents[int(self.c[j])].release(str(tbl.jobs["job_id"].iat[j]))
-            self.preempt(j, now_h)
-            self.paused.append((j, now_h))
-        return stopped
+        return recaps, runs
 
     @functools.cached_property
     def _options(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

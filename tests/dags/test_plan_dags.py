@@ -68,9 +68,11 @@ def test_dags_parse_quickly_and_are_wired(bag):
         "warehouse://queue",
     }
     params = plan["params"]
-    names = {"as_of", "policy", "regions", "horizon_hours", "deadline_reserve", "pause_for_carbon", "dry_run"}
+    names = {"as_of", "policy", "regions", "horizon_hours", "deadline_reserve", "pause_for_carbon",
+             "preempt_for_deadlines", "dry_run"}  # fmt: skip
     assert set(params) == names
     assert params["pause_for_carbon"]["type"] == "boolean" and plan["defaults"]["pause_for_carbon"] is False
+    assert params["preempt_for_deadlines"]["type"] == "boolean" and plan["defaults"]["preempt_for_deadlines"] is False
     assert (params["horizon_hours"]["minimum"], params["horizon_hours"]["maximum"]) == (24, 168)
     # the form's reserve is the command line's: same default and bounds as the service
     reserve = params["deadline_reserve"]

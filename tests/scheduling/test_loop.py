@@ -349,10 +349,15 @@ def test_resolve_run_takes_the_planning_time_from_the_run():
         "deadline_reserve": 0.2,
         "dry_run": True,
         "pause_for_carbon": False,
+        "preempt_for_deadlines": False,
     }
     assert resolve_run({**params, "pause_for_carbon": True}, data_interval_end=T)["pause_for_carbon"] is True
     with pytest.raises(ValueError, match="pause_for_carbon"):
         resolve_run({**params, "pause_for_carbon": "yes"}, data_interval_end=T)
+    on = resolve_run({**params, "preempt_for_deadlines": True}, data_interval_end=T)
+    assert on["preempt_for_deadlines"] is True
+    with pytest.raises(ValueError, match="preempt_for_deadlines"):
+        resolve_run({**params, "preempt_for_deadlines": 1}, data_interval_end=T)
     assert resolve_run({**params, "deadline_reserve": 0}, data_interval_end=T)["deadline_reserve"] == 0.0
     assert resolve_run({**params, "as_of": "2021-07-15T09:30+00:00"})["as_of"] == "2021-07-15T09:00:00Z"
     with pytest.raises(ValueError, match="no planning time"):

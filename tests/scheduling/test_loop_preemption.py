@@ -203,3 +203,66 @@ def test_a_drained_nodes_checkpointing_job_moves_to_another_node(tmp_path, data_
     first, second = executor.runs().sort_values("start_time").itertuples()
     assert second.node != first.node and first.kept_share > 0 and second.work_done == pytest.approx(first.kept_share)
     assert second.start_time >= first.preempted_at + H and second.true_end <= pd.Timestamp("2021-07-18T00:00Z")
+
+
+DUE = """jobs:
+  - tenant: t
+    job_id: due
+    submitted_at: {at}
+    gpus: 8
+    cpu_milli: 8000
+    memory_mib: 32768
+    job_type: ResNet-50 (batch size 64)
+    est_duration_h: 4
+    deadline: {deadline}
+    home_region: us-west
+    allowed_regions: [us-west]
+    input_gb: 1
+"""
+
+
+def test_a_due_job_preempts_a_checkpointing_run_with_slack_and_both_keep_their_deadlines(tmp_path, data_dir):
+    """us-west keeps one schedulable 8-GPU node, held by the long checkpointing job; a 4-hour job due now arrives
+    there: the hour's plan preempts the long job (reason deadline), starts the due job at once on that node, and the
+    long job resumes from its checkpoint later; both deadlines are met."""
+    db = tmp_path / "warehouse.duckdb"
+    spec = SPEC.replace("gpus: 1", "gpus: 8")
+    (tmp_path / "jobs.yaml").write_text(spec)
+    assert not submit_file(tmp_path / "jobs.yaml", db_path=db, data_dir=data_dir).rejected
+    full = plan_fleet(None, data_dir)
+    west = next(c for c in full.clusters if c.name == "usw-v100m16")
+    kept = west.nodes["sn"].iloc[0]
+    fleet = full.with_drained({west.name: dict.fromkeys(west.nodes["sn"].iloc[1:], "maintenance")})
+    executor = ReplayExecutor(db_path=db, sigma=0.0, failure_rate=0.0)
+    settings = dict(db_path=db, data_dir=data_dir, schedule_root=tmp_path / "s", fleet=fleet, deadline_reserve=0.0,
+                    executors=dict.fromkeys(fleet.names, executor), pausing=Pausing(for_deadline=True))  # fmt: skip
+    hour = DAY
+    while executor.running(hour).empty:  # until the long job runs, then one hour more
+        loop.run_hour(hour, **settings)
+        hour += H
+        assert hour < DAY + 24 * H, "the long job never started"
+    loop.run_hour(hour, **settings)
+    hour += H
+    assert executor.running(hour)["node"].tolist() == [kept]
+    due_by = hour + pd.Timedelta(hours=4.5)  # only a start now keeps it
+    (tmp_path / "due.yaml").write_text(DUE.format(at=hour.isoformat(), deadline=due_by.isoformat()))
+    assert not submit_file(tmp_path / "due.yaml", db_path=db, data_dir=data_dir).rejected
+
+    result = loop.run_hour(hour, **settings).as_dict()
+    (pause,) = read_preemptions(db_path=db).itertuples()
+    assert (pause.job_id, pause.reason, pause.status, pd.Timestamp(pause.preempt_at)) == (JOB, "deadline", "sent", hour)
+    assert result["plan"]["preempted"]["by_reason"] == {"deadline": 1} and result["dispatch"]["preempted"]["sent"] == 1
+    started = executor.runs().set_index("job_id")
+    assert started.loc["t/due", "start_time"] == hour and started.loc["t/due", "node"] == kept
+    for _ in range(60):
+        hour += H
+        loop.run_hour(hour, **settings)
+        if len(executor.runs()) == 3 and executor.running(hour).empty:
+            break
+    runs = executor.runs().sort_values("start_time")
+    long_runs = runs[runs["job_id"] == JOB]
+    assert len(long_runs) == 2 and long_runs.iloc[1]["work_done"] == pytest.approx(long_runs.iloc[0]["kept_share"])
+    assert long_runs.iloc[1]["true_end"] <= pd.Timestamp("2021-07-18T00:00Z")
+    due_run = runs[runs["job_id"] == "t/due"].iloc[0]
+    assert due_run["true_end"] <= due_by
+    assert long_runs.iloc[1]["start_time"] >= due_run["true_end"].floor("h")  # one node: after the due job

@@ -1,7 +1,8 @@
-"""Preemption for carbon (`scheduling.planning.pausing`) against hand-computed runs: one cluster, one 300 W
-option, a forecast dirty for 6 hours and clean after; a 10-hour run 4 hours in is paused until the clean hours
-when its deadline allows, and kept running when it does not, when the grid is flat, when its job does not
-checkpoint, when the recap raised it, when it has been preempted enough, or when its executor cannot preempt."""
+"""Preemption for carbon and for due jobs (`scheduling.planning.pausing`) against hand-computed runs: one cluster,
+one 300 W option, a forecast dirty for 6 hours and clean after; a 10-hour run 4 hours in is paused until the clean
+hours when its deadline allows, and kept running when it does not, when the grid is flat, when its job does not
+checkpoint, when the recap raised it, when it has been preempted enough, or when its executor cannot preempt; it
+is offered to a due job's plan only while resuming it from the next hour keeps its deadline."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scheduling.planning.pausing import Pausing, pause_running
+from scheduling.planning.pausing import Pausing, evictable_running, pause_running
 from scheduling.planning.recap import RunTimeError
 
 NOW = pd.Timestamp("2021-07-15T12:00Z")
@@ -103,3 +104,19 @@ def test_a_run_on_a_drained_node_moves_from_the_next_hour_whatever_the_carbon():
     late = _case(deadline_h=9.0)
     assert pause_running(*late, FLEET, OPTIONS, DIRTY_THEN_CLEAN, NOW, EXACT, Pausing(save_h=0.25),
                          frozenset({"t/a"})).empty  # fmt: skip
+
+
+def test_a_run_is_evictable_for_a_due_job_while_resuming_next_hour_keeps_its_deadline():
+    settings = Pausing(save_h=0.25, for_deadline=True)
+    out = evictable_running(*_case(deadline_h=9.2), FLEET, OPTIONS, DIRTY_THEN_CLEAN, NOW, EXACT, settings)
+    assert len(out) == 1
+    row = out.iloc[0]
+    assert row["reason"] == "deadline" and row["resume_at"] == NOW + pd.Timedelta(hours=1)
+    # resumed at +1 h: restore 0.25 + 6 h left + 0.25 h lost = 6.5 h, 5 of them dirty; 2 GPUs over those hours
+    assert row["kgco2e"] == pytest.approx(0.6 * (5 * 500 + 1.5 * 100) / 1000)
+    assert row["cost"] == pytest.approx(2 * 1000 * 6.5)
+    assert row["work_done"] == pytest.approx((4 - 0.25) / 10)
+    # it must end by the deadline at 1 + 0.25 + 1.1 x 6.25 + 1 h = 9.125 h
+    assert evictable_running(*_case(deadline_h=9.0), FLEET, OPTIONS, DIRTY_THEN_CLEAN, NOW, EXACT, settings).empty
+    assert evictable_running(*_case(reason="at_risk"), FLEET, OPTIONS, DIRTY_THEN_CLEAN, NOW, EXACT, settings).empty
+    assert evictable_running(*_case(), FLEET, OPTIONS, DIRTY_THEN_CLEAN, NOW, EXACT, Pausing(save_h=0.25)).empty

@@ -1040,15 +1040,13 @@ def test_evict_for_frees_a_node_with_the_cheapest_victims_and_changes_nothing_wh
     assert agent.end_hour["big"] == 4 and agent.cluster.gpu_milli_allocated == 11000
 
 
-def test_rolling_lp_preempts_checkpointing_jobs_for_a_due_job_only_when_allowed():
-    """One 8-GPU node runs two 4-GPU jobs until hour 10; an 8-GPU job must start now to meet its deadline. Without
-    preemption it cannot start (and runs late later); with it, the evictable jobs are evicted and it starts now
-    on that node. A running job that is not evictable blocks it."""
-    from scheduling.evaluation.ablations import Preempting
+def test_rolling_lp_preempts_checkpointing_jobs_for_a_due_job_only_when_offered():
+    """One 8-GPU node runs two 4-GPU jobs until hour 10; an 8-GPU job must start now to meet its deadline. With no
+    running job offered (`problem.evictable`, the planner's preemption off) it cannot start (and runs late later);
+    with both offered, they are evicted and it starts now on that node. A running job not offered blocks it."""
     from scheduling.packing import Cluster, Pod
     from scheduling.planning.agents import ClusterAgent
     from scheduling.planning.policies.rolling_lp import RollingLP, RollingLPOptions
-    from scheduling.planning.problem import Preemption
 
     def agents():
         ag = ClusterAgent("c0", Cluster(["n0"], [96000], [262144], [8], ["V100"]), policy="bestfit")
@@ -1068,9 +1066,9 @@ def test_rolling_lp_preempts_checkpointing_jobs_for_a_due_job_only_when_allowed(
     pods = [Pod("j0", 1000, 1024, 8, 1000)]
     options = RollingLPOptions(capacity_factor=1.0, standby_pool=False, expected_arrivals_h=0)
     plain = RollingLP(options)
-    out = plain.plan(problem({"r1": 1.0, "r2": 2.0}), agents(), pods, 0, explain=False)
+    out = plain.plan(problem(None), agents(), pods, 0, explain=False)
     assert not (out.placed[0] and out.s[0] == 0) and out.evicted == []
-    pre = Preempting(Preemption(), options)
+    pre = RollingLP(options)
     ag = agents()
     out = pre.plan(problem({"r1": 1.0, "r2": 2.0}), ag, pods, 0, explain=False)
     assert out.placed[0] and out.s[0] == 0 and not out.late[0] and out.node[0] == "n0"

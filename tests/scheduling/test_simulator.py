@@ -571,7 +571,7 @@ def test_a_preempted_job_resumes_with_the_work_left_and_both_runs_are_charged(sc
     T = int(tbl.submit_h[j])
     hp.started[j], hp.start_h[j], hp.first_start_h[j], hp.k[j], hp.c[j] = True, T, T, 0, c1
     hp.end_occ_h[j] = T + int(np.ceil(tbl.dur[j, 0, c1]))
-    assert str(tbl.jobs["job_id"].iat[j]) in hp.evictable(T + 2)
+    assert str(tbl.jobs["job_id"].iat[j]) in hp.evictable(pd.Timestamp((T + 2) * 3_600_000_000_000, tz="UTC"), T + 2)
     hp.preempt(j, T + 2)
     ck_h = DEFAULT_CHECKPOINT_MIN / 60.0  # the trace sets no checkpoint_overhead_min: save and restore take 5 min
     done = (2 - ck_h) / tbl.dur[j, 0, c1]

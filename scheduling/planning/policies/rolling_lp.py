@@ -11,6 +11,9 @@ commits only hour 0; the rest is planned again the next hour. What it commits:
   (late) where it ends first;
 * every other job waits: its heaviest LP candidate after hour 0 is reported as tentative.
 
+A due job that no node takes, not even a standby node, starts where preempting running jobs makes room, when the
+planner offers some (`problem.evictable`: checkpointing runs that keep their deadlines, `pausing.evictable_running`).
+
 Due jobs are offered first (earliest deadline first), then the LP's starts (largest hour-0 mass first), then the
 jobs whose deadline is already lost (no timely start left; earliest deadline first): under overload a job that can
 still meet its deadline is never made late by one that cannot (earliest-deadline-first's domino effect), and the
@@ -103,6 +106,7 @@ class Dispatch:
         self.rejected_at: dict[int, set] = {}  # clusters whose agent rejected the job
         self.on_standby: set[int] = set()  # due jobs started on a standby node
         self.evicted: list = []  # running jobs preempted: [(job id, cluster, what for)]
+        self.evictable: dict[str, float] = {}  # running jobs that may still be preempted: job id -> cost
 
     def occupancy(self, j: int, kk: int, cc: int) -> int:
         """Whole hours job j occupies at option kk on cluster cc."""
@@ -200,7 +204,9 @@ class RollingLP(PlacementPolicy):
         return {}
 
     def _before_dispatch(self, d: Dispatch) -> None:
-        """Called with the LP solved, before the first job is offered to the agents."""
+        """Called with the LP solved, before the first job is offered to the agents: the running jobs this hour may
+        preempt (`problem.evictable`; the planner offers them where preemption is on)."""
+        d.evictable = dict(d.p.evictable or {}) if d.agents is not None else {}
 
     def _due_on_standby(self, d: Dispatch, j: int, options: list[tuple]) -> bool:
         """A job due now that no other node takes starts on a standby node (the timely options of clusters that
@@ -210,7 +216,30 @@ class RollingLP(PlacementPolicy):
         return d.start(j, [o for o in options if d.agents[o[1]].standby_nodes()], open_standby=True)
 
     def _start_by_eviction(self, d: Dispatch, j: int) -> bool:
-        """A due job that no node takes, not even a standby node: start it by preempting running jobs; never."""
+        """A due job that no node takes, not even a standby node, starts now where preempting running checkpointing
+        jobs (`d.evictable`) makes room (`ClusterAgent.evict_for`: the cheapest victims of a node), on the cluster
+        with the least forecast carbon at the job's best timely option first."""
+        if not d.evictable:
+            return False
+        p = d.p
+        view = d.ev.view(j, None, 1)
+        ok = view.base_ok[:, 0, :] & view.timely[:, 0, :]
+        cst = np.where(ok, view.cost[:, 0, :], np.inf)
+        best_k = np.argmin(cst, axis=0)
+        best = cst[best_k, np.arange(p.n_clusters)]
+        for cc in np.argsort(best, kind="stable"):
+            if not np.isfinite(best[cc]):
+                break
+            cc, kk = int(cc), int(best_k[cc])
+            got = d.agents[cc].evict_for(d.pods[j], d.now_hour + d.occupancy(j, kk, cc), d.evictable)
+            if got is None:
+                continue
+            placement, victims = got
+            for v in victims:
+                d.evictable.pop(v)
+                d.evicted.append((v, cc, str(p.jobs["job_id"].iat[j])))
+            d.commit(j, kk, cc, float(best[cc]), False, placement)
+            return True
         return False
 
     def _after_dispatch(self, d: Dispatch, p_lp, lp_all: LPResult) -> None:
