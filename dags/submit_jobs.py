@@ -70,6 +70,16 @@ with DAG(
             maximum=spec.MAX_CHECKPOINT_INTERVAL_MIN,
             description=DOC["checkpoint_interval_min"],
         ),
+        "checkpoint_overhead_min": Param(
+            None,
+            type=["null", "number"],
+            minimum=0,
+            maximum=spec.MAX_CHECKPOINT_OVERHEAD_MIN,
+            description=DOC["checkpoint_overhead_min"],
+        ),
+        "max_preemptions": Param(
+            None, type=["null", "integer"], minimum=0, maximum=spec.MAX_PREEMPTIONS, description=DOC["max_preemptions"]
+        ),
         "home_region": Param("", type="string", enum=["", *FLEET_REGIONS], description=DOC["home_region"]),
         "input_gb": Param(0.0, type="number", minimum=0, maximum=spec.MAX_INPUT_GB, description=DOC["input_gb"]),
         "allowed_regions": regions_param(FLEET_REGIONS, DOC["allowed_regions"]),

@@ -450,7 +450,8 @@ def _running(executor: Executor, T) -> pd.DataFrame:
 def _resources(running: pd.DataFrame, db_path) -> pd.DataFrame:
     """CPU milli-cores and memory MiB of the running jobs, by planner id, from the queue: a run holds them however
     long ago its job was submitted (the recent arrivals do not list a job running for more than a day); whether the
-    job checkpoints, the share of it done before this run and its preemptions so far (`queue.checkpoints`)."""
+    job checkpoints, its checkpoint overhead and preemption cap (empty: the defaults), the share of it done before
+    this run and its preemptions so far (`queue.checkpoints`)."""
     keys = [store.split_id(j) for j in running["job_id"]]
     with reader(db_path) as con:
         rows = store.fetch(con, keys)
@@ -462,11 +463,22 @@ def _resources(running: pd.DataFrame, db_path) -> pd.DataFrame:
                 r["cpu_milli"],
                 r["memory_mib"],
                 r["checkpoint_interval_min"] is not None,
+                r.get("checkpoint_overhead_min"),
+                r.get("max_preemptions"),
                 *kept.get((t, j), (0.0, 0)),
             )
             for (t, j), r in rows.items()
         ],
-        columns=["job_id", "cpu_milli", "memory_mib", "checkpointing", "work_done", "preemptions"],
+        columns=[
+            "job_id",
+            "cpu_milli",
+            "memory_mib",
+            "checkpointing",
+            "checkpoint_overhead_min",
+            "max_preemptions",
+            "work_done",
+            "preemptions",
+        ],  # fmt: skip
     )
     return frame.set_index("job_id")
 

@@ -363,7 +363,9 @@ def _print_table(rep: dict) -> None:
         print(
             f"  {name:18s} {fmt(m['kgco2e'], 1):>9s} kg  red {fmt(m.get('reduction_vs_performance_first_pct')):>6s}%"
             f"  share {fmt(m.get('share_of_optimum_reduction_pct')):>6s}%  deadlines "
-            f"{fmt(100 * m['deadline_satisfaction']):>5s}%  delay {fmt(m.get('mean_delay_h'), 2)} h"
+            f"{fmt(100 * m['deadline_satisfaction']):>5s}%  regret "
+            f"{fmt(None if m.get('deadline_regret') is None else 100 * m['deadline_regret']):>5s}%  "
+            f"delay {fmt(m.get('mean_delay_h'), 2)} h"
         )
     if rep.get("optimum_error"):
         print(f"  optimum            not solved: {rep['optimum_error']}")

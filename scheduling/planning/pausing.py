@@ -9,7 +9,8 @@ signal (`save_h` before the stop) is lost and done again, and the resumed run fi
 (`recap.RunTimeError`, given the share already done). The resumed run must still end by the deadline at the p99
 run time x `slack_factor` plus `slack_h`, resumed at that hour: the resume hour is the cleanest such one. Only
 runs the recap does not raise (at risk), of jobs that checkpoint, on executors that can preempt, preempted fewer
-than `max_preemptions` times, are paused. Its counterfactual is "keep running".
+than `max_preemptions` times, are paused. A job's spec may give its own checkpoint time (`checkpoint_overhead_min`)
+and cap (`max_preemptions`); the settings are the defaults. Its counterfactual is "keep running".
 
 Pausing for carbon is opt-in (`Pausing(for_carbon=True)`): on the evaluation's default trace it saved 0.2 % at
 load 0.5 and cost 2.3 % at 0.8 (docs/results/planner/loop.md, "Preemption at checkpoints"), where the stopped
@@ -80,7 +81,8 @@ def pause_running(
     """PAUSE_COLUMNS rows of the runs to stop now, for carbon or because their node is drained (job ids
     `drained`). `recaps`: the hour's `recap.recap_running` rows; `runs`: the running jobs (job_id, num_gpu,
     gpu_milli, checkpointing, preemptions, work_done (share of the job done before this run), preempt (whether the
-    executor can)); `options` and `forecast` as `recap_running`'s."""
+    executor can); optionally the spec's checkpoint_overhead_min and max_preemptions, empty: the settings');
+    `options` and `forecast` as `recap_running`'s."""
     c = _Pausable.of(recaps, runs, fleet, options, forecast, now, errors, settings)
     if c is None:
         return pd.DataFrame(columns=list(PAUSE_COLUMNS))
@@ -128,6 +130,7 @@ class _Pausable:
     r: pd.DataFrame
     now: pd.Timestamp
     settings: Pausing
+    save_h: np.ndarray  # hours to write the checkpoint (and to read it back)
     share: np.ndarray  # GPUs held
     pause_h: np.ndarray  # hours a resumed run takes: restore, the rest and the lost work
     kept: np.ndarray  # share of the whole job a stop now keeps
@@ -142,13 +145,15 @@ class _Pausable:
         if not settings.enabled or recaps is None or recaps.empty or runs is None or runs.empty:
             return None
         names = {n: i for i, n in enumerate(fleet.names)}
-        r = recaps.merge(runs[["job_id", "num_gpu", "gpu_milli", *_FLAGS]], on="job_id", how="inner")
+        own = [c for c in _PER_JOB if c in runs.columns]
+        r = recaps.merge(runs[["job_id", "num_gpu", "gpu_milli", *_FLAGS, *own]], on="job_id", how="inner")
         r = r[r["cluster"].isin(names)]
+        cap = _per_job(r, "max_preemptions", settings.max_preemptions)
         r = r[
             (r["reason"] != "at_risk")
             & r["checkpointing"].fillna(False).astype(bool)
             & r["preempt"].fillna(False).astype(bool)
-            & (r["preemptions"].fillna(0) < settings.max_preemptions)
+            & (r["preemptions"].fillna(0).to_numpy(float) < cap)
             & (r["work_done_h"] > 0)
         ].reset_index(drop=True)
         if r.empty:
@@ -169,11 +174,12 @@ class _Pausable:
         def left(q):
             return np.maximum(work_h * errors.ratios(q, share_done) - done, 0.0)
 
-        lost = np.minimum(settings.save_h / tf_run, done)  # reference hours since the checkpoint signal
+        save_h = _per_job(r, "checkpoint_overhead_min", 60.0 * settings.save_h) / 60.0
+        lost = np.minimum(save_h / tf_run, done)  # reference hours since the checkpoint signal
         cum = Cumulatives(np.asarray(forecast, dtype=float))
         keep_kg = kw * cum.to(c, left(0.5) * tf_run) / 1000.0
-        pause_h = settings.save_h + (left(0.5) + lost) * tf_run  # restore, then the rest and the lost work
-        sure_h = settings.save_h + settings.slack_factor * (left(settings.deadline_quantile) + lost) * tf_run
+        pause_h = save_h + (left(0.5) + lost) * tf_run  # restore, then the rest and the lost work
+        sure_h = save_h + settings.slack_factor * (left(settings.deadline_quantile) + lost) * tf_run
         deadline_h = ((pd.to_datetime(r["deadline"], utc=True) - now) / pd.Timedelta(hours=1)).to_numpy(float)
         hours = np.arange(1, max(int(np.asarray(forecast).shape[0]), 2), dtype=float)  # resume hours from now
         resume = np.broadcast_to(hours, (len(r), len(hours)))
@@ -181,7 +187,7 @@ class _Pausable:
         ok = hours[None, :] + sure_h[:, None] + settings.slack_h <= deadline_h[:, None]
         before = r["work_done"].fillna(0.0).to_numpy(float)
         kept = before + (1.0 - before) * np.maximum(done - lost, 0.0) / np.maximum(work_h, 1e-12)
-        return cls(r, now, settings, share, pause_h, kept, keep_kg, hours, kg, ok)
+        return cls(r, now, settings, save_h, share, pause_h, kept, keep_kg, hours, kg, ok)
 
     def rows(self, reason, kg: np.ndarray, resume_h) -> pd.DataFrame:
         """PAUSE_COLUMNS rows of every run, stopped for `reason`, emitting `kg` resumed `resume_h` hours from now."""
@@ -193,7 +199,7 @@ class _Pausable:
                 "attempt": r["attempt"],
                 "cluster": r["cluster"],
                 "reason": reason,
-                "save_h": self.settings.save_h,
+                "save_h": self.save_h,
                 "work_done": np.minimum(self.kept, 0.999),
                 "kgco2e_kept": self.keep_kg,
                 "kgco2e": kg,
@@ -203,6 +209,14 @@ class _Pausable:
 
 
 _FLAGS = ("checkpointing", "preemptions", "work_done", "preempt")
+_PER_JOB = ("checkpoint_overhead_min", "max_preemptions")  # the job spec's, where given (else the settings')
+
+
+def _per_job(r: pd.DataFrame, column: str, default: float) -> np.ndarray:
+    """A per-job setting of the runs `r` as floats: the job's own where it gives one, else `default`."""
+    if column not in r.columns:
+        return np.full(len(r), float(default))
+    return pd.to_numeric(r[column], errors="coerce").fillna(default).to_numpy(float)
 
 
 def explain_pause(pause: dict) -> str:

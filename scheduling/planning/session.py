@@ -344,8 +344,11 @@ class HourlyPlanner:
                 "preemptions": self.preemptions[run],
                 "work_done": self.work_done[run],
                 "preempt": True,
+                "checkpoint_overhead_min": 60.0 * tbl.checkpoint_h[run],
             }
         )
+        if "max_preemptions" in tbl.jobs.columns:  # the job spec's cap, where it gives one
+            runs["max_preemptions"] = pd.to_numeric(tbl.jobs["max_preemptions"], errors="coerce").to_numpy()[run]
         return recaps, runs
 
     @functools.cached_property

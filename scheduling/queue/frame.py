@@ -16,7 +16,8 @@ Planner columns, per job (derivations in `scheduling.queue.estimate`):
 * `allowed_regions` ('|'-joined, "" = any): the planner's `hostable` keeps every cluster outside them out.
 
 Executor columns: `tenant`, `queue_job_id`, `submitted_at` (exact), `job_type_submitted`, `priority_class`,
-`max_retries`, `attempts`, `state`, `checkpoint_interval_min`, `image`, `command` (JSON text, as submitted),
+`max_retries`, `attempts`, `state`, `checkpoint_interval_min`, `checkpoint_overhead_min` (NaN: the default),
+`max_preemptions` (NA: the planner's), `image`, `command` (JSON text, as submitted),
 `script`, `flags` ('|'-joined), `work_done` (the share of the job its latest checkpoint keeps: a preempted job
 resumes from it) and `preemptions` (its checkpoints so far).
 
@@ -49,6 +50,8 @@ EXECUTOR_COLUMNS = (
     "attempts",
     "state",
     "checkpoint_interval_min",
+    "checkpoint_overhead_min",
+    "max_preemptions",
     "image",
     "command",
     "script",
@@ -108,6 +111,10 @@ def job_frame(
             "attempts": np.array([int(r.get("attempts", 0) or 0) for r in rows], dtype=np.int64),
             "state": [r.get("state", "queued") for r in rows],
             "checkpoint_interval_min": pd.array([s.checkpoint_interval_min for s in specs], dtype="Int64"),
+            "checkpoint_overhead_min": np.array(
+                [np.nan if s.checkpoint_overhead_min is None else s.checkpoint_overhead_min for s in specs], dtype=float
+            ),
+            "max_preemptions": pd.array([s.max_preemptions for s in specs], dtype="Int64"),
             "image": [s.image for s in specs],
             "command": [_command_json(s.command) for s in specs],
             "script": [s.script for s in specs],

@@ -51,6 +51,8 @@ MAX_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB
 MAX_DURATION_H = 720.0  # 30 days
 MAX_FLEXIBILITY = 10.0  # a deadline at most 11 x the run time after submission
 MAX_CHECKPOINT_INTERVAL_MIN = 10_080  # a week
+MAX_CHECKPOINT_OVERHEAD_MIN = 120
+MAX_PREEMPTIONS = 20
 MAX_INPUT_GB = 1_000_000.0
 MAX_RETRIES = 10
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
@@ -81,6 +83,10 @@ FIELD_DOCS: dict[str, str] = {
     "neither: the class default.",
     "checkpoint_interval_min": f"Minutes between checkpoints (1..{MAX_CHECKPOINT_INTERVAL_MIN}); "
     "empty = not checkpointing.",
+    "checkpoint_overhead_min": "Minutes to write a checkpoint, and as long to read it back "
+    f"(0..{MAX_CHECKPOINT_OVERHEAD_MIN}); checkpointing jobs only; empty = 5.",
+    "max_preemptions": f"Times the planner may stop the job at a checkpoint (0..{MAX_PREEMPTIONS}); checkpointing jobs "
+    "only; empty = the planner's setting (2).",
     "home_region": "Fleet region where the job's data lives.",
     "input_gb": f"GB moved when the job runs outside its home region (0..{MAX_INPUT_GB:g}); default 0.",
     "allowed_regions": "Regions the job may run in (data residency); empty = any.",
@@ -91,6 +97,8 @@ FIELD_DOCS: dict[str, str] = {
     "script": f"Slurm batch script body (at most {MAX_TEXT_CHARS} characters); carried unchanged.",
 }
 USER_FIELDS = tuple(FIELD_DOCS)
+# left empty, these fields are not hashed: a stored job's spec_hash stays what it was before they existed
+HASH_SKIPS_EMPTY = ("checkpoint_overhead_min", "max_preemptions")
 LIST_FIELDS = ("gpu_models", "allowed_regions")
 
 
@@ -134,6 +142,8 @@ class JobSpec:
     deadline: datetime | None
     flexibility: float | None
     checkpoint_interval_min: int | None
+    checkpoint_overhead_min: float | None
+    max_preemptions: int | None
     home_region: str
     input_gb: float
     allowed_regions: tuple[str, ...]
@@ -163,7 +173,11 @@ class JobSpec:
     def spec_hash(self) -> str:
         """SHA-256 of the user fields except `submitted_at` (when a job entered the queue is not part of what it
         is): the same job submitted again hashes the same and is a no-op."""
-        values = {k: _plain(v) for k, v in asdict(self).items() if k in USER_FIELDS and k != "submitted_at"}
+        values = {
+            k: _plain(v)
+            for k, v in asdict(self).items()
+            if k in USER_FIELDS and k != "submitted_at" and not (v is None and k in HASH_SKIPS_EMPTY)
+        }
         text = json.dumps(values, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
 
@@ -411,6 +425,8 @@ def parse_job(
     take("deadline", parse_time)
     take("flexibility", lambda v: _float(v, 0.0, MAX_FLEXIBILITY))
     take("checkpoint_interval_min", lambda v: _int(v, 1, MAX_CHECKPOINT_INTERVAL_MIN))
+    take("checkpoint_overhead_min", lambda v: _float(v, 0.0, MAX_CHECKPOINT_OVERHEAD_MIN))
+    take("max_preemptions", lambda v: _int(v, 0, MAX_PREEMPTIONS))
     take("home_region", lambda v: _text(v, MAX_NAME_CHARS, _NAME, "a region name"), None, True)
     take("input_gb", lambda v: _float(v, 0.0, MAX_INPUT_GB), 0.0)
     take("allowed_regions", _names, ())
@@ -430,6 +446,13 @@ def parse_job(
             errors.append(
                 FieldError("deadline", raw.get("deadline"), f"is not after submitted_at ({values['submitted_at']})")
             )
+    for name in ("checkpoint_overhead_min", "max_preemptions"):
+        if (
+            values[name] is not None
+            and values["checkpoint_interval_min"] is None
+            and "checkpoint_interval_min" not in bad
+        ):
+            errors.append(FieldError(name, raw.get(name), "is for checkpointing jobs: set checkpoint_interval_min"))
     allowed, home = values["allowed_regions"], values["home_region"]
     if allowed and home and home not in allowed:
         errors.append(FieldError("home_region", home, f"is outside allowed_regions {list(allowed)}"))

@@ -69,6 +69,8 @@ USER_COLUMNS: dict[str, str] = {
     "deadline": "TIMESTAMPTZ",
     "flexibility": "DOUBLE",
     "checkpoint_interval_min": "INTEGER",
+    "checkpoint_overhead_min": "DOUBLE",
+    "max_preemptions": "INTEGER",
     "home_region": "VARCHAR NOT NULL",
     "input_gb": "DOUBLE NOT NULL",
     "allowed_regions": "VARCHAR[] NOT NULL",
@@ -145,8 +147,14 @@ class UnknownJob(KeyError):
 
 
 def ensure(con: duckdb.DuckDBPyConnection) -> None:
-    """Create the queue tables (idempotent)."""
+    """Create the queue tables (idempotent); tables from a queue without the optional spec fields get them."""
     create_tables(con, DDL)
+    for table in (JOBS, SUBMISSIONS):
+        for name in ADDED_COLUMNS:
+            con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {USER_COLUMNS[name]}")
+
+
+ADDED_COLUMNS = ("checkpoint_overhead_min", "max_preemptions")  # nullable user columns added to existing queues
 
 
 def split_id(job: str | tuple[str, str], tenant: str | None = None) -> tuple[str | None, str]:

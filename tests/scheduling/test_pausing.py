@@ -120,3 +120,14 @@ def test_a_run_is_evictable_for_a_due_job_while_resuming_next_hour_keeps_its_dea
     assert evictable_running(*_case(deadline_h=9.0), FLEET, OPTIONS, DIRTY_THEN_CLEAN, NOW, EXACT, settings).empty
     assert evictable_running(*_case(reason="at_risk"), FLEET, OPTIONS, DIRTY_THEN_CLEAN, NOW, EXACT, settings).empty
     assert evictable_running(*_case(), FLEET, OPTIONS, DIRTY_THEN_CLEAN, NOW, EXACT, Pausing(save_h=0.25)).empty
+
+
+def test_a_jobs_own_checkpoint_time_and_preemption_cap_replace_the_settings():
+    settings = Pausing(save_h=0.25, for_deadline=True)
+    slow = evictable_running(*_case(checkpoint_overhead_min=30.0), FLEET, OPTIONS, DIRTY_THEN_CLEAN, NOW, EXACT,
+                             settings).iloc[0]  # fmt: skip
+    # 30 min to write and as long to read: restore 0.5 + 6 h left + 0.5 h lost
+    assert slow["save_h"] == 0.5 and slow["cost"] == pytest.approx(2 * 1000 * 7.0)
+    assert slow["work_done"] == pytest.approx((4 - 0.5) / 10)
+    assert _pause(*_case(preemptions=2, max_preemptions=5)).iloc[0]["reason"] == "carbon"  # the default cap is 2
+    assert _pause(*_case(max_preemptions=0)).empty

@@ -737,7 +737,12 @@ def test_run_now_starts_every_job_at_submission_on_its_home_cluster(scenario):
         assert out["dur_h"][j] == pytest.approx(dur)
         assert out["kg"][j] == pytest.approx(kg, rel=1e-9)
     # the carbon-aware plan of the same jobs emits less than running them at once
-    assert simulate(scenario, "rolling-lp").metrics["kgco2e"] < out["kg"].sum()
+    planned = simulate(scenario, "rolling-lp")
+    assert planned.metrics["kgco2e"] < out["kg"].sum()
+    # its deadline regret: the late jobs that run-now keeps on time (run-now ends at submission + its run time)
+    kept_now = tbl.submit_h + out["dur_h"] <= tbl.deadline_h + 1e-6
+    late = ~planned.records["met_deadline"].to_numpy(bool)
+    assert planned.metrics["deadline_regret"] == pytest.approx((late & kept_now).sum() / tbl.n)
 
 
 def test_the_simulator_pauses_a_run_with_the_loops_rule_and_resumes_it_with_the_work_kept(scenario):
@@ -753,7 +758,7 @@ def test_the_simulator_pauses_a_run_with_the_loops_rule_and_resumes_it_with_the_
     # min_saving -100: pause whatever the forecast says, wherever the deadline allows it
     hp = HourlyPlanner(
         sc.fleet, table=tbl, policy="rolling-lp", forecasts=sc.forecasts, workload=sc.workload, explain=False,
-        pausing=Pausing(for_carbon=True, min_saving=-100.0),
+        pausing=Pausing(for_carbon=True, min_saving=-100.0, for_deadline=True),
     )  # fmt: skip
     ck = tbl.jobs["checkpointing"].to_numpy(bool)
     slack = (tbl.deadline_h + tbl.deadline_spare - tbl.submit_h) - np.nanmin(
@@ -769,6 +774,7 @@ def test_the_simulator_pauses_a_run_with_the_loops_rule_and_resumes_it_with_the_
     hp.end_occ_h[j] = T + int(np.ceil(tbl.dur[j, 0, c]))
     used = hp.agents[c].gpu_milli_allocated
     now = pd.Timestamp((T + 2) * 3_600_000_000_000, tz="UTC")
+    assert str(tbl.jobs["job_id"].iat[j]) in hp.evictable(now, T + 2)  # the loop's rule offers it to a due job
     assert hp.pause_running(now, T + 2) == [j]
     ck_h = DEFAULT_CHECKPOINT_MIN / 60.0
     assert hp.work_done[j] == pytest.approx((2 - ck_h) / tbl.dur[j, 0, c])

@@ -64,6 +64,19 @@ BAD = [
     ("nan-checkpoint-interval", {"checkpoint_interval_min": float("nan")}, "checkpoint_interval_min"),
     ("nan-retries", {"max_retries": float("-inf")}, "max_retries"),
     ("nan-deadline", {"flexibility": None, "deadline": float("nan")}, "deadline"),
+    (
+        "checkpoint-overhead-over",
+        {"checkpoint_interval_min": 30, "checkpoint_overhead_min": 121},
+        "checkpoint_overhead_min",
+    ),
+    (
+        "negative-checkpoint-overhead",
+        {"checkpoint_interval_min": 30, "checkpoint_overhead_min": -1},
+        "checkpoint_overhead_min",
+    ),
+    ("overhead-without-checkpoints", {"checkpoint_overhead_min": 3}, "checkpoint_overhead_min"),
+    ("too-many-preemptions", {"checkpoint_interval_min": 30, "max_preemptions": 21}, "max_preemptions"),
+    ("preemption-cap-without-checkpoints", {"max_preemptions": 1}, "max_preemptions"),
 ]
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import duckdb
+import numpy as np
+import pandas as pd
 import pytest
 
 from scheduling.queue import store
@@ -107,6 +109,34 @@ def test_column_lists_match_the_spec():
 
     assert tuple(store.USER_COLUMNS) == USER_FIELDS
     assert tuple(store.SYSTEM_COLUMN_TYPES) == SYSTEM_COLUMNS
+
+
+def test_the_optional_checkpoint_fields_are_stored_and_an_older_queue_gets_their_columns(
+    tmp_warehouse, tmp_path, facts
+):
+    """A job's checkpoint overhead and preemption cap reach its frame; a queue created before those columns existed
+    gets them (empty) on the next write, keeps its job and its spec hash, and takes the same file again as unchanged."""
+    from scheduling.queue.frame import pending_job_frame
+    from scheduling.service import plan_fleet
+
+    plain = write_yaml(tmp_path / "a.yaml", [good_job(job_id="old", checkpoint_interval_min=30)])
+    assert submit_file(plain, facts=facts, db_path=tmp_warehouse).counts["accepted"] == 1
+    with duckdb.connect(str(tmp_warehouse)) as con:  # as a queue written before the columns existed
+        for table in ("queue.jobs", "queue.submissions"):
+            for column in store.ADDED_COLUMNS:
+                con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+        before = con.execute("SELECT spec_hash FROM queue.jobs").fetchone()[0]
+    own = good_job(job_id="own", checkpoint_interval_min=30, checkpoint_overhead_min=2.5, max_preemptions=1)
+    again = write_yaml(tmp_path / "b.yaml", [good_job(job_id="old", checkpoint_interval_min=30), own])
+    report = submit_file(again, facts=facts, db_path=tmp_warehouse)
+    assert (report.counts["unchanged"], report.counts["accepted"]) == (1, 1), report.to_dict()
+    with duckdb.connect(str(tmp_warehouse), read_only=True) as con:
+        rows = dict(con.execute("SELECT job_id, [checkpoint_overhead_min, max_preemptions] FROM queue.jobs").fetchall())
+        assert con.execute("SELECT spec_hash FROM queue.jobs WHERE job_id = 'old'").fetchone()[0] == before
+    assert rows == {"old": [None, None], "own": [2.5, 1]}
+    frame = pending_job_frame(AS_OF, plan_fleet(None, None), db_path=tmp_warehouse).set_index("queue_job_id")
+    assert frame.loc["own", "checkpoint_overhead_min"] == 2.5 and frame.loc["own", "max_preemptions"] == 1
+    assert np.isnan(frame.loc["old", "checkpoint_overhead_min"]) and pd.isna(frame.loc["old", "max_preemptions"])
 
 
 # ------------------------------------------------------------------------------------------------ states
