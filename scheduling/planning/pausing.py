@@ -112,8 +112,8 @@ def evictable_running(
     (reason `deadline`, resumed from the next hour) of the runs the module doc's rule lets stop now and resume an
     hour later, plus `cost`, the GPU-milli-hours the stop costs the fleet (the rest, the lost work and the restore:
     the victims the agents minimise, `ClusterAgent.evict_for`). Same arguments as `pause_running`."""
-    c = _Pausable.of(recaps, runs, fleet, options, forecast, now, errors, settings)
-    if c is None or not settings.for_deadline:
+    c = _Pausable.of(recaps, runs, fleet, options, forecast, now, errors, settings) if settings.for_deadline else None
+    if c is None:
         return pd.DataFrame(columns=[*PAUSE_COLUMNS, "cost"])
     out = c.rows("deadline", c.kg[:, 0], c.hours[0])
     out["cost"] = c.share * 1000.0 * c.pause_h
