@@ -11,7 +11,7 @@ dispatches to a real executor):
   is made in memory at T-1h; `--running` of the jobs it starts at once and whose replay run outlasts T are
   submitted, and that plan, restricted to them, is written and dispatched by `loop.dispatch_plan`; the bench checks
   that the executor reports exactly that many running at T; with --checkpointing every one of them checkpoints
-  (the hour then also decides which to preempt, `scheduling.planning.pausing`);
+  (the hour then also decides which to preempt, for carbon and for due jobs, `scheduling.planning.pausing`);
 * the queue: `--queued` trace jobs arriving over the 24 hours before T (T is a midnight by default), submitted
   after that, so that all of them are queued at T.
 
@@ -46,6 +46,7 @@ from scheduling.evaluation.results import environment
 from scheduling.executors.items import dispatch_items
 from scheduling.executors.replay import ReplayExecutor
 from scheduling.output.plan_store import plan_id_for
+from scheduling.planning.pausing import Pausing
 from scheduling.planning.policies.registry import DEFAULT_POLICY, POLICY_NAMES
 from scheduling.queue import store
 from scheduling.queue.frame import job_frame
@@ -244,6 +245,8 @@ def measure_hour(spec: dict) -> dict:
         schedule_root=spec["schedule_root"],
         fleet=fleet,
         executors=dict.fromkeys(fleet.names, executor),
+        # checkpointing runs: every preemption rule is on, so the hour weighs each of them (the most work)
+        pausing=Pausing(for_carbon=True, for_deadline=True) if spec.get("checkpointing") else None,
     )
     t0 = time.perf_counter()
     synced = loop.sync(ctx)
@@ -328,6 +331,7 @@ def bench_loop(
                 "fleet_gpus": fleet_gpus,
                 "data_dir": data_dir,
                 "schedule_root": str(tmp / f"schedules-{r}"),
+                "checkpointing": checkpointing,
             }
             hours.append(_in_fresh_process(spec))
             copy.unlink()
