@@ -1,5 +1,6 @@
-"""Commands: `predictor-eval`, `power-eval`, `train-predictor` (see scheduling/evaluation/predictor_eval.py,
-scheduling/models/power.py and scheduling/models/registered.py). With `--json` exactly one JSON document goes to stdout;
+"""Commands: `predictor-eval`, `power-eval`, `serving-eval`, `train-predictor` (see
+scheduling/evaluation/predictor_eval.py, scheduling/models/power.py, scheduling/models/serving.py and
+scheduling/models/registered.py). With `--json` exactly one JSON document goes to stdout;
 progress goes to stderr."""
 
 from __future__ import annotations
@@ -9,17 +10,21 @@ import sys
 from pathlib import Path
 
 from scheduling.evaluation.power_eval import power_eval, power_eval_markdown
+from scheduling.evaluation.serving_eval import leave_one_configuration_out, summary, summary_markdown
 from scheduling.models.measured import (
     energy_profiles_from_files,
     load_energy_profiles,
     load_throughput,
     throughput_from_files,
 )
+from scheduling.models.serving import KEY as SERVING_KEY
+from scheduling.models.serving import load_serving_runs
 from scheduling.tasks import train_models
 from warehouse.config import REPO_ROOT
 
 DEFAULT_REPORT = Path("var/reports/predictor/results.md")
 DEFAULT_POWER_REPORT = Path("var/reports/predictor/power.md")
+DEFAULT_SERVING_REPORT = Path("var/reports/predictor/serving.md")
 
 
 def _log(message: str) -> None:
@@ -73,6 +78,21 @@ def cmd_power_eval(args) -> int:
     return 0
 
 
+def cmd_serving_eval(args) -> int:
+    runs = load_serving_runs(args.data_dir)
+    errors = leave_one_configuration_out(runs)
+    result = summary(errors)
+    result["curves"] = int(runs.groupby(list(SERVING_KEY)).ngroups)
+    report = _resolve(args.report)
+    report.parent.mkdir(parents=True, exist_ok=True)
+    markdown = summary_markdown(result)
+    report.write_text(markdown + "\n")
+    errors.to_csv(report.with_suffix(".csv"), index=False)
+    result["report"] = str(report)
+    _emit(result, args.json, markdown)
+    return 0
+
+
 def cmd_train_predictor(args) -> int:
     result = train_models(db_path=args.db, as_of=args.as_of, evaluate=not args.no_eval, log=_log)
     _emit(result, args.json, json.dumps(result, indent=2, default=str))
@@ -97,6 +117,14 @@ def register(subparsers) -> None:
     p.add_argument("--from-files", action="store_true", help="read the Zeus file, not marts.gpu_energy_profiles")
     p.add_argument("--data-dir", default=None)
     p.set_defaults(func=cmd_power_eval)
+
+    p = subparsers.add_parser(
+        "serving-eval", help="evaluate the serving model (leave one configuration out, ML.ENERGY runs)"
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p.add_argument("--report", default=str(DEFAULT_SERVING_REPORT), help="markdown table (each configuration: .csv)")
+    p.add_argument("--data-dir", default=None)
+    p.set_defaults(func=cmd_serving_eval)
 
     p = subparsers.add_parser("train-predictor", help="train predictor + power model, evaluate, register a version")
     p.add_argument("--json", action="store_true")
