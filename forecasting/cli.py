@@ -22,11 +22,12 @@ from pathlib import Path
 
 from common.timeutil import utc
 from forecasting import service
-from forecasting.data import STANDARD_REGIONS, issue_hour
+from forecasting.data import STANDARD_REGIONS, issue_hour, service_load_hourly
 from forecasting.evaluation.backtest import CONTEXT_DAYS, load_inputs, run_backtest, store_forecasts
 from forecasting.evaluation.metrics import point_metric_name
 from forecasting.evaluation.plots import write_plot
 from forecasting.evaluation.results import build_results, render_markdown
+from forecasting.evaluation.service_load import evaluate_service_load, service_load_markdown
 from forecasting.models.registry import MODEL_NAMES, make_model
 from forecasting.store import STORED_PREFIX
 
@@ -130,6 +131,27 @@ def backtest_command(args) -> int:
 
 
 # ------------------------------------------------------------------------------------------------------- results
+
+
+def service_load_command(args) -> int:
+    """The inference services' load forecast on the ServeGen days it did not train on
+    (`forecasting.evaluation.service_load`)."""
+    service.quiet_library_logs()
+    loads = service_load_hourly(args.data_dir)
+    result = evaluate_service_load(
+        loads,
+        train_days=args.train_days,
+        horizon=args.horizon,
+        progress=lambda svc, model: print(f"{svc}: {model} done", file=sys.stderr, flush=True),
+    )
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    markdown = service_load_markdown(result)
+    out.write_text(markdown + "\n")
+    result.pop("forecasts").to_csv(out.with_suffix(".csv"), index=False)
+    result["report"] = str(out)
+    print(json.dumps(result, indent=2, default=str) if args.json else markdown)
+    return 0
 
 
 def results_command(args) -> int:
@@ -408,6 +430,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print the results as one JSON document on stdout")
     p.set_defaults(func=results_command)
+
+    p = sub.add_parser(
+        "service-load", help="inference services' hourly load forecast on the ServeGen days it did not train on"
+    )
+    p.add_argument("--train-days", type=int, default=7, help="days each service is fitted on (default 7)")
+    p.add_argument("--horizon", type=int, default=24, help="hours ahead of each daily 00:00 issue (default 24)")
+    p.add_argument("--out", default=str(REPORT_DIR / "service_load.md"), help="markdown table (forecasts: .csv)")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p.set_defaults(func=service_load_command)
 
     _add_train_and_predict(sub)
     return parser

@@ -500,3 +500,37 @@ def observed_columns(data: pd.DataFrame) -> list[str]:
         for c in data.columns
         if c not in KNOWN_FUTURE_COLUMNS and c not in ("region", "hour_utc") and c not in PUBLISHED_COLUMNS
     ]
+
+
+# ---------------------------------------------------------------------------------------------------- service loads
+SERVEGEN_RATES = Path("inference/servegen/servegen_rates.csv")
+# ServeGen's t = 0 carries no calendar date or time zone: its days are laid onto the grid data from this hour on
+SERVEGEN_START = pd.Timestamp("2021-07-01T00:00Z")
+# a 10-minute window under this share of the service's median rate is a collection gap (its edges keep a few clients)
+GAP_SHARE = 0.05
+
+
+def service_load_hourly(data_dir: str | Path | None = None, start=SERVEGEN_START) -> pd.DataFrame:
+    """ServeGen's request rates per service (`region` = its model, e.g. language/m-large) and hour (`hour_utc`,
+    t = 0 at `start`): `requests_per_s` = the mean of the hour's 10-minute windows, a window below `GAP_SHARE` of the
+    service's median counted as missing (the source's collection gaps, where every client or all but a few send
+    nothing, never an idle service; an hour of only such windows is NaN), and the hour's mean input and output
+    tokens per request; calendar columns as `add_calendar`."""
+    root = Path(data_dir or configured_data_dir())
+    path = root / SERVEGEN_RATES
+    if not path.is_file():
+        raise FileNotFoundError(f"service loads: {path} is missing (DATA_DIR={root})")
+    raw = pd.read_csv(path)
+    missing = {"model", "t_seconds", "requests_per_s", "mean_input_tokens", "mean_output_tokens"} - set(raw.columns)
+    if missing:
+        raise ValueError(f"{path}: missing columns {sorted(missing)}")
+    raw["hour_utc"] = pd.Timestamp(start).tz_convert("UTC") + pd.to_timedelta(raw["t_seconds"] // 3600, unit="h")
+    median = raw.groupby("model")["requests_per_s"].transform("median")
+    raw["requests_per_s"] = raw["requests_per_s"].where(raw["requests_per_s"] >= GAP_SHARE * median)
+    hourly = (
+        raw.groupby(["model", "hour_utc"], sort=True)[["requests_per_s", "mean_input_tokens", "mean_output_tokens"]]
+        .mean()
+        .reset_index()
+        .rename(columns={"model": "region"})
+    )
+    return add_calendar(hourly)

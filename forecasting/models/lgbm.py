@@ -252,6 +252,8 @@ class LGBMForecaster(Forecaster):
         long_horizon_stride: int = 3,
         name: str | None = None,
         seed: int = 0,
+        min_history_h: int = 24 * 30,
+        context_h: int = CONTEXT_HOURS,
     ):
         self.horizon = horizon
         self.n_estimators = n_estimators
@@ -269,6 +271,9 @@ class LGBMForecaster(Forecaster):
         self.history_days = history_days
         self.long_horizon_stride = long_horizon_stride
         self.seed = seed
+        self.min_history_h = min_history_h  # observed hours a region's series needs to be fitted
+        # the first training issue: lag features that reach further back are missing (LightGBM takes NaN)
+        self.context_h = context_h
         if name:
             self.name = name
         self._models: dict[str, _RegionModel] = {}
@@ -336,7 +341,7 @@ class LGBMForecaster(Forecaster):
         self._prepare(series, spec)
         hours = pd.DatetimeIndex(series.hours)
         issue = np.flatnonzero(np.isin(hours.hour, self.issue_hours))
-        issue = issue[(issue >= CONTEXT_HOURS)]
+        issue = issue[(issue >= self.context_h)]
         horizons = np.arange(1, self.horizon + 1)
         # Beyond the day ahead every `long_horizon_stride`-th horizon is enough to learn from (trees treat the
         # horizon as a number); this halves the training rows for 96-hour models.
@@ -379,7 +384,7 @@ class LGBMForecaster(Forecaster):
         self._models = {}
         for region in sorted(history["region"].unique()):
             part = history[history["region"] == region]
-            if part[col].notna().sum() < 24 * 30:
+            if part[col].notna().sum() < self.min_history_h:
                 continue  # the region does not have this series (e.g. SE solar)
             X, y, spec = self.training_rows(history, region, col)
             boosters = {}

@@ -19,10 +19,25 @@ from forecasting.models.frames import empty_forecast
 class SeasonalNaive(Forecaster):
     """Same hour yesterday (`period=24`) or last week (`period=168`), with empirical residual quantiles."""
 
-    def __init__(self, period: int = 24, max_horizon: int = 96, issue_hour: int = 0, name: str | None = None):
+    def __init__(
+        self,
+        period: int = 24,
+        max_horizon: int = 96,
+        issue_hour: int | None = 0,
+        name: str | None = None,
+        min_history_h: int = 24 * 14,
+        residuals: str = "auto",
+    ):
+        """`issue_hour`: the hour of day whose issues give the residual quantiles (None: every hour, for short
+        series); `min_history_h`: observed hours a series needs to be fitted; `residuals`: relative, additive or
+        auto (relative for carbon intensity)."""
+        if residuals not in ("auto", "relative", "additive"):
+            raise ValueError(f"residuals must be auto, relative or additive, not {residuals!r}")
         self.period = period
         self.max_horizon = max_horizon
         self.issue_hour = issue_hour
+        self.min_history_h = min_history_h
+        self.residuals = residuals
         self.name = name or f"naive-{period}"
         self._target = None
         self._relative = True
@@ -52,14 +67,16 @@ class SeasonalNaive(Forecaster):
     def fit(self, history: pd.DataFrame, target: str) -> SeasonalNaive:
         col = target_column(target)
         self._target = target
-        self._relative = col.startswith("carbon_intensity")
+        self._relative = (
+            col.startswith("carbon_intensity") if self.residuals == "auto" else self.residuals == "relative"
+        )
         self._residual_q = {}
         for region, part in history.groupby("region", sort=True):
-            if part[col].notna().sum() < 24 * 14:
+            if part[col].notna().sum() < self.min_history_h:
                 continue
             start, arr = self._series(part, col)
             hours = pd.DatetimeIndex(start + np.arange(len(arr)) * HOUR)
-            T = np.flatnonzero(hours.hour == self.issue_hour)
+            T = np.flatnonzero(hours.hour == self.issue_hour) if self.issue_hour is not None else np.arange(len(arr))
             T = T[T >= self.period * 2]
             qs = np.full((self.max_horizon, 2), np.nan)
             for h in range(1, self.max_horizon + 1):
