@@ -12,7 +12,8 @@ quantity is interpolated linearly in log(value) over log(batch cap) (energy per 
 smoothly with the cap; the log-log line is exact for a power law). A configuration the data lacks -- an unknown
 model, GPU or parallelism, a cap outside the measured range, a power limit other than the runs' default -- raises
 `UnknownServingConfiguration` naming it: nothing is invented. Its error (leave one configuration out) is
-`scheduling.evaluation.serving_eval`.
+`scheduling.evaluation.serving_eval`. `at_load` places a replica on its curve at a demand below its cap (the point
+whose throughput the demand fills), the execution model of an hour of serving.
 """
 
 from __future__ import annotations
@@ -180,6 +181,53 @@ class ServingModel:
                 + (" ..." if len(known) > 10 else "")
             )
         return curve
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    """One replica at a demand (output tokens/s) under a batch cap: the tokens/s it serves, J per token, draw (W),
+    latency per output token (ms), its utilisation (demand / the cap's throughput) and whether it is saturated (the
+    demand reaches the cap's throughput: a queue builds, so no latency target holds)."""
+
+    served_tokens_per_s: float
+    joules_per_token: float
+    power_w: float
+    latency_ms: float
+    utilization: float
+    saturated: bool
+
+
+def at_load(model: ServingModel, key: ServingKey, tokens_per_s: float, batch_cap: float) -> LoadPoint:
+    """Where a replica of `key` capped at `batch_cap` runs when asked for `tokens_per_s`. Below the cap's throughput
+    continuous batching fills only the batch that the demand needs, so the replica runs at the curve's point whose
+    throughput is the demand (the smallest such cap; throughput taken as its running maximum over the caps, since it
+    can dip where the runs saturate) and has that point's latency and energy per token. Below the smallest measured
+    cap's throughput the replica still draws that cap's power and has its latency (nothing lighter was measured:
+    the energy per token then grows as the demand falls). At or above the cap's throughput it is saturated."""
+    demand = float(tokens_per_s)
+    if not np.isfinite(demand) or demand < 0:
+        raise ValueError(f"{key.model}: demand {tokens_per_s!r} tokens/s must be a non-negative number")
+    top = model.predict(key, batch_cap)
+    if demand >= top.tokens_per_s:
+        return LoadPoint(
+            top.tokens_per_s, top.joules_per_token, top.power_w, top.latency_ms, demand / top.tokens_per_s, True
+        )
+    caps = [c for c in model.batch_caps(key) if c < float(batch_cap)] + [float(batch_cap)]
+    points = [model.predict(key, c) for c in caps]
+    reach = np.maximum.accumulate([p.tokens_per_s for p in points])
+    if demand <= reach[0]:
+        low = points[0]
+        return LoadPoint(
+            demand, low.power_w / max(demand, 1e-12), low.power_w, low.latency_ms, demand / top.tokens_per_s, False
+        )
+    i = int(np.searchsorted(reach, demand))  # reach[i - 1] < demand <= reach[i]
+    x0, x1 = np.log(caps[i - 1]), np.log(caps[i])
+    y0, y1 = np.log(reach[i - 1]), np.log(reach[i])
+    cap = float(np.exp(x0 + (x1 - x0) * (np.log(demand) - y0) / (y1 - y0))) if y1 > y0 else float(caps[i])
+    p = model.predict(key, min(max(cap, caps[0]), float(batch_cap)))
+    return LoadPoint(
+        demand, p.joules_per_token, demand * p.joules_per_token, p.latency_ms, demand / top.tokens_per_s, False
+    )
 
 
 def fit_serving_model(data_dir: Path | str | None = None) -> ServingModel:

@@ -100,3 +100,31 @@ def test_leave_one_configuration_out_by_hand_for_one_curve_and_the_targets(runs,
     assert result["targets"] == {"energy_per_token_lt_10pct": True, "latency_lt_10pct": True}
     assert result["language"]["scored"] + result["language"]["refused"] == errors["task"].isin(
         result["language_tasks"]).sum()  # fmt: skip
+
+
+def test_a_replica_runs_at_the_point_whose_throughput_is_its_demand(model):
+    from scheduling.models.serving import at_load
+
+    key = ServingKey("mlenergy-v3", "lm-arena-chat", "Qwen/Qwen3-14B", "H100", 1, 1, 1)
+    caps = model.batch_caps(key)
+    t = {c: model.predict(key, c).tokens_per_s for c in caps}
+    assert all(t[a] < t[b] for a, b in zip(caps, caps[1:]))  # this curve's throughput rises with the cap
+    # halfway (in log) between the throughputs of two caps: halfway (in log) between the caps
+    lo, hi = caps[1], caps[2]
+    demand = math.sqrt(t[lo] * t[hi])
+    point = at_load(model, key, demand, caps[-1])
+    at = model.predict(key, math.sqrt(lo * hi))
+    assert point.latency_ms == pytest.approx(at.latency_ms) and point.joules_per_token == pytest.approx(
+        at.joules_per_token
+    )
+    assert point.power_w == pytest.approx(demand * at.joules_per_token) and not point.saturated
+    assert point.utilization == pytest.approx(demand / t[caps[-1]])
+    # at the cap's throughput or above: saturated, serving only that
+    full = at_load(model, key, 2 * t[caps[3]], caps[3])
+    assert full.saturated and full.served_tokens_per_s == pytest.approx(t[caps[3]])
+    # below the smallest measured load: the smallest cap's draw, so the energy per token grows
+    small = model.predict(key, caps[0])
+    idle = at_load(model, key, t[caps[0]] / 4, caps[-1])
+    assert idle.power_w == pytest.approx(small.power_w) and idle.joules_per_token == pytest.approx(
+        4 * small.joules_per_token
+    )
