@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from scheduling.evaluation.power_eval import power_eval, power_eval_markdown
+from scheduling.evaluation.services import evaluate_services, services_markdown
 from scheduling.evaluation.serving_eval import leave_one_configuration_out, summary, summary_markdown
 from scheduling.models.measured import (
     energy_profiles_from_files,
@@ -25,6 +26,7 @@ from warehouse.config import REPO_ROOT
 DEFAULT_REPORT = Path("var/reports/predictor/results.md")
 DEFAULT_POWER_REPORT = Path("var/reports/predictor/power.md")
 DEFAULT_SERVING_REPORT = Path("var/reports/predictor/serving.md")
+DEFAULT_SERVICES_REPORT = Path("var/reports/planner/services.md")
 
 
 def _log(message: str) -> None:
@@ -93,6 +95,19 @@ def cmd_serving_eval(args) -> int:
     return 0
 
 
+def cmd_services_eval(args) -> int:
+    result = evaluate_services(train_days=args.train_days, data_dir=args.data_dir, db_path=args.db,
+                               forecasts=args.forecasts)  # fmt: skip
+    report = _resolve(args.report)
+    report.parent.mkdir(parents=True, exist_ok=True)
+    markdown = services_markdown(result)
+    report.write_text(markdown + "\n")
+    result.pop("hours").to_csv(report.with_suffix(".csv"), index=False)
+    result["report"] = str(report)
+    _emit(result, args.json, markdown)
+    return 0
+
+
 def cmd_train_predictor(args) -> int:
     result = train_models(db_path=args.db, as_of=args.as_of, evaluate=not args.no_eval, log=_log)
     _emit(result, args.json, json.dumps(result, indent=2, default=str))
@@ -125,6 +140,17 @@ def register(subparsers) -> None:
     p.add_argument("--report", default=str(DEFAULT_SERVING_REPORT), help="markdown table (each configuration: .csv)")
     p.add_argument("--data-dir", default=None)
     p.set_defaults(func=cmd_serving_eval)
+
+    p = subparsers.add_parser(
+        "services-eval", help="inference services planned hourly for carbon vs static provisioning (ServeGen days)"
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p.add_argument("--train-days", type=int, default=7, help="days that fit the load forecast (default 7)")
+    p.add_argument("--forecasts", default="auto", help="intensity forecasts: auto, naive, oracle, warehouse, dacf")
+    p.add_argument("--report", default=str(DEFAULT_SERVICES_REPORT), help="markdown table (every hour: .csv)")
+    p.add_argument("--db", default=None, help="warehouse file (default WAREHOUSE_PATH)")
+    p.add_argument("--data-dir", default=None)
+    p.set_defaults(func=cmd_services_eval)
 
     p = subparsers.add_parser("train-predictor", help="train predictor + power model, evaluate, register a version")
     p.add_argument("--json", action="store_true")

@@ -1,0 +1,155 @@
+"""Capacity of inference services for one hour: per service, the cluster, serving configuration (GPUs per replica,
+batch cap) and replica count that serve its forecast load within its latency target at the least forecast carbon.
+
+A replica is planned to carry at most `replica_limit` tokens/s: the largest demand at which the serving model
+(`scheduling.models.serving.at_load`) keeps its latency within the target, and at most `headroom` of the cap's
+throughput (the load varies within the hour). Replicas = ceil(demand / limit), at least `min_replicas`; their draw is
+the model's at the demand each one carries, times the cluster's PUE; the forecast carbon is that draw x the hour's
+forecast intensity of the cluster's zone. Services are placed largest demand first, each on the cheapest option
+that fits the cluster's free GPUs. Against thrashing: a service stays on the cluster it is on unless another saves
+at least `move_saving` of the carbon, and sheds at most `max_shed` of its GPUs in one hour, wherever it runs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from scheduling.models.serving import ServingKey, ServingModel, UnknownServingConfiguration, at_load
+
+HEADROOM = 0.85
+
+
+@dataclass(frozen=True)
+class Service:
+    """An inference service: the model it serves (a model id the serving data knows) on `gpu`, its latency target
+    (ms per output token, of the data's latency kind), its home and allowed regions (empty: any) and its floor."""
+
+    name: str
+    model: str
+    gpu: str
+    slo_ms: float
+    home_region: str
+    allowed_regions: tuple[str, ...] = ()
+    min_replicas: int = 1
+    task: str = "lm-arena-chat"
+
+    def allows(self, region: str) -> bool:
+        return not self.allowed_regions or region in self.allowed_regions
+
+
+@dataclass(frozen=True)
+class ServingCluster:
+    """GPUs of one type in one region (its grid zone) that services may use."""
+
+    name: str
+    region: str
+    zone: str
+    gpu: str
+    gpus: int
+    pue: float = 1.2
+
+
+@dataclass(frozen=True)
+class Provision:
+    """A service's hour: where, how (serving curve, batch cap), how many replicas, and the forecast carbon."""
+
+    service: str
+    cluster: str
+    key: ServingKey
+    batch_cap: int
+    replicas: int
+    demand_tokens_per_s: float
+    kgco2e: float
+
+    @property
+    def gpus(self) -> int:
+        return self.replicas * self.key.num_gpus
+
+
+@dataclass(frozen=True)
+class ServingPolicy:
+    """Settings of `plan_services` (see the module doc)."""
+
+    headroom: float = HEADROOM
+    move_saving: float = 0.10
+    max_shed: float = 0.25
+
+
+def replica_limit(model: ServingModel, key: ServingKey, batch_cap: int, slo_ms: float, headroom: float) -> float:
+    """The largest demand (tokens/s) one replica at `batch_cap` carries within `slo_ms`, at most `headroom` of the
+    cap's throughput; 0 where no load meets the target. The latency rises with the demand along the curve, so the
+    limit is the largest measured operating point within the target (or the cap's own)."""
+    caps = [c for c in model.batch_caps(key) if c <= batch_cap]
+    best = 0.0
+    reach = 0.0
+    for c in caps:
+        point = model.predict(key, c)
+        reach = max(reach, point.tokens_per_s)
+        if point.latency_ms <= slo_ms:
+            best = reach
+    return min(best, headroom * model.predict(key, batch_cap).tokens_per_s)
+
+
+def options(model: ServingModel, service: Service, demand: float, cluster: ServingCluster, ci: float, policy):
+    """Every (kgCO2e, key, batch cap, replicas) that serves `demand` on `cluster` within the target, at intensity
+    `ci` (gCO2e/kWh)."""
+    out = []
+    for key in model.keys(model=service.model, gpu=cluster.gpu, task=service.task):
+        for cap in model.batch_caps(key):
+            limit = replica_limit(model, key, cap, service.slo_ms, policy.headroom)
+            if limit <= 0:
+                continue
+            n = max(service.min_replicas, math.ceil(demand / limit - 1e-9))
+            try:
+                point = at_load(model, key, demand / n, cap)
+            except UnknownServingConfiguration:
+                continue
+            kg = n * point.power_w / 1000.0 * cluster.pue * ci / 1000.0
+            out.append((kg, key, int(cap), n))
+    return out
+
+
+def plan_services(
+    model: ServingModel,
+    services: list[Service],
+    demand: dict[str, float],
+    clusters: list[ServingCluster],
+    intensity: dict[str, float],
+    free_gpus: dict[str, int],
+    previous: dict[str, Provision] | None = None,
+    policy: ServingPolicy | None = None,
+) -> dict[str, Provision]:
+    """The hour's provision of every service (see the module doc). `demand`: forecast tokens/s per service;
+    `intensity`: forecast gCO2e/kWh per cluster for the hour; `free_gpus`: per cluster (consumed here); `previous`:
+    the last hour's provisions. A service no cluster can serve within its target is left out (the caller reports it)."""
+    previous, policy = previous or {}, policy or ServingPolicy()
+    free = dict(free_gpus)
+    out: dict[str, Provision] = {}
+    for service in sorted(services, key=lambda s: -demand.get(s.name, 0.0)):
+        d = max(float(demand.get(service.name, 0.0)), 0.0)
+        before = previous.get(service.name)
+        floor_gpus = before.gpus * (1.0 - policy.max_shed) if before is not None else 0.0
+        choices = []
+        for cluster in clusters:
+            if not service.allows(cluster.region):
+                continue
+            ci = intensity[cluster.name]
+            for kg, key, cap, n in options(model, service, d, cluster, ci, policy):
+                floor = math.ceil(floor_gpus / key.num_gpus - 1e-9)
+                if n < floor:  # shed at most `max_shed` of the GPUs: each replica carries less, at its own draw
+                    n = floor
+                    kg = n * at_load(model, key, d / n, cap).power_w / 1000.0 * cluster.pue * ci / 1000.0
+                if n * key.num_gpus <= free.get(cluster.name, 0):
+                    choices.append((kg, cluster.name, key, cap, n))
+        if not choices:
+            continue
+        best = min(choices, key=lambda c: c[0])
+        if before is not None:
+            stay = [c for c in choices if c[1] == before.cluster]
+            if stay and min(stay, key=lambda c: c[0])[0] * (1.0 - policy.move_saving) <= best[0]:
+                best = min(stay, key=lambda c: c[0])
+        kg, name, key, cap, n = best
+        free[name] -= n * key.num_gpus
+        out[service.name] = Provision(service.name, name, key, cap, n, d, kg)
+    return out
