@@ -32,6 +32,7 @@ import pandas as pd
 
 from common.jsonutil import canonical_json
 from common.timeutil import HOUR, iso_z, utc_hour
+from scheduling.domain.execution import DEFAULT_CHECKPOINT_MIN
 from scheduling.domain.plan import Plan
 from scheduling.executors.base import Executor
 from scheduling.executors.dispatch_log import DispatchError, dispatch, read_log
@@ -508,6 +509,9 @@ def inputs(ctx: LoopContext) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     running[["cpu_milli", "memory_mib"]] = running[["cpu_milli", "memory_mib"]].fillna(0).astype("int64")
     running["checkpointing"] = running["checkpointing"].fillna(False).astype(bool)
     running[["work_done", "preemptions"]] = running[["work_done", "preemptions"]].fillna(0)
+    # a resumed run reads its checkpoint back first, for as long as the job's checkpoint takes (the recap's restore)
+    minutes = pd.to_numeric(running["checkpoint_overhead_min"], errors="coerce").fillna(DEFAULT_CHECKPOINT_MIN)
+    running["restore_h"] = (minutes / 60.0).where(running["work_done"] > 0, 0.0)
     running = running.rename(columns={"gpu_count": "num_gpu"})
     running["gpu_devices"] = running["gpu_devices"].fillna("")
     running = _run_details(running.reset_index(drop=True), ctx)

@@ -31,7 +31,7 @@ import pandas as pd
 from scipy.special import ndtr, ndtri
 
 from common.timeutil import utc
-from scheduling.domain.execution import Segment, work_done_h
+from scheduling.domain.execution import Segment, resume_segments, work_done_h
 
 QUANTILES = (0.99, 0.95, 0.9, 0.75, 0.5)
 RECAP_COLUMNS = (
@@ -144,7 +144,8 @@ def recap_running(
 ) -> pd.DataFrame:
     """One RECAP_COLUMNS row per running job of `runs` (columns job_id, plan_id, attempt, cluster, num_gpu,
     gpu_milli, start_time, planned_start, planned_end, dispatch_limit_w, power_limit_w (in force now), deadline,
-    changes: [(time, limit_w), ...] before now; optional recap: False where the executor cannot change a limit,
+    changes: [(time, limit_w), ...] before now; optional restore_h: hours a resumed run reads its checkpoint back
+    first (neither work nor progress); optional recap: False where the executor cannot change a limit,
     whose run is then only projected); `options`: the (K, C) time factors, average power per GPU (W) and limits
     (W) of `option_arrays`; `forecast` (H, C) g/kWh per cluster from `now`. Every run is decided at once (numpy over
     runs x option pairs: a loop hour follows thousands)."""
@@ -169,7 +170,9 @@ def recap_running(
     hour = pd.Timedelta(hours=1)
     start = pd.to_datetime(runs["start_time"], utc=True)
     planned = pd.to_datetime(runs["planned_end"], utc=True) - pd.to_datetime(runs["planned_start"], utc=True)
-    work_h = (planned / hour).to_numpy(float) / tf_dispatch
+    # a resumed run first reads its checkpoint back: that time is neither the run's work nor progress on it
+    restore = runs["restore_h"].fillna(0.0).to_numpy(float) if "restore_h" in runs else np.zeros(len(runs))
+    work_h = np.maximum((planned / hour).to_numpy(float) - restore, 0.0) / tf_dispatch
     deadline = pd.to_datetime(runs["deadline"], utc=True)
     deadline_h = ((deadline - now) / hour).to_numpy(float)
     history = (
@@ -178,10 +181,10 @@ def recap_running(
     done, last_change = np.empty(len(runs)), np.empty(len(runs))
     for i, h in enumerate(history):
         t0 = start.iloc[i]
-        if h:  # the limits it ran at: the one execution model
-            segments = [Segment(t0, tf_dispatch[i])]
-            segments += [Segment(utc(t), factor_of(w, lw[i], tf_safe[i])) for t, w in h]
-            done[i] = work_done_h(segments, max(now, t0))
+        if h or restore[i] > 0:  # the restore, then the limits it ran at: the one execution model
+            changes = [Segment(t0, tf_dispatch[i])]
+            changes += [Segment(utc(t), factor_of(w, lw[i], tf_safe[i])) for t, w in h]
+            done[i] = work_done_h(resume_segments(t0, restore[i], changes), max(now, t0))
         else:
             done[i] = max((now - t0) / pd.Timedelta(hours=1), 0.0) / tf_dispatch[i]
         last_change[i] = (now - (utc(h[-1][0]) if h else t0)) / pd.Timedelta(hours=1)

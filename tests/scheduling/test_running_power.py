@@ -176,6 +176,18 @@ def test_a_run_behind_its_plan_gets_the_limit_that_keeps_its_deadline():
     assert out["time_factor"] == pytest.approx({300.0: 1.0, 250.0: 1.05}[out["to_limit_w"]] / 1.25)
 
 
+def test_a_resumed_runs_checkpoint_restore_is_neither_work_nor_progress():
+    # planned 10.25 h at 200 W: a 15-minute restore, then 10 h = 8 h of work; 6 h in: 5.75 h at 200 W = 4.6 h of work
+    run = _run(limit=200.0, hours_planned=10.25, started_h=-6.0, deadline_h=30.0)
+    run["restore_h"] = 0.25
+    out = recap_running(run, _Fleet(), OPTIONS, np.full((48, 1), 100.0), T0, RunTimeError(0.0, 1e-6)).iloc[0]
+    assert out["work_h"] == pytest.approx(8.0) and out["work_done_h"] == pytest.approx(4.6)
+    # a limit change during the restore takes effect when the work begins: 300 W from then, 5.75 h = 5.75 h of work
+    run["changes"] = [[(T0 - 5.9 * H, 300.0)]]
+    out = recap_running(run, _Fleet(), OPTIONS, np.full((48, 1), 100.0), T0, RunTimeError(0.0, 1e-6)).iloc[0]
+    assert out["work_done_h"] == pytest.approx(5.75)
+
+
 def test_a_run_at_risk_waits_an_hour_where_raising_it_then_still_keeps_the_deadline():
     # planned 10 h at 200 W (8 h of work), 4.8 h done: 3.2 h of work left, 4 h at 200 W; exact run times
     exact = RunTimeError(mu=0.0, sigma=1e-6)
