@@ -1,4 +1,5 @@
-"""Commands `jobs submit|list|show|cancel|intake-staging|from-trace`: the job queue (scheduling/queue).
+"""Commands `jobs submit|list|show|cancel|intake-staging|from-trace` and `services submit|list`: the queue
+(scheduling/queue).
 
     python -m scheduling jobs submit docs/examples/jobs.yaml --as-of 2021-07-15T12:00Z [--tenant T] [--replace]
     python -m scheduling jobs list [--state queued] [--tenant T]
@@ -6,6 +7,8 @@
     python -m scheduling jobs cancel resnet50-a --tenant ml-team
     python -m scheduling jobs intake-staging --as-of 2021-07-15T12:00Z      # queue.submissions -> queue.jobs
     python -m scheduling jobs from-trace --day 2021-07-15 --n 300 --out var/demo-jobs.yaml
+    python -m scheduling services submit docs/examples/services.yaml --as-of 2021-07-15T00:00Z
+    python -m scheduling services list
 
 With --json exactly one JSON document goes to stdout. Exit codes: 0 done; 1 some jobs were rejected (the others
 landed; the rejected ones are in quarantine.rejected_rows); 2 nothing done (a file that cannot be read, a bad
@@ -24,11 +27,13 @@ from common.timeutil import iso_z, parse_time
 from scheduling.domain.fleet import load_fleet
 from scheduling.queue import store
 from scheduling.queue.intake import IntakeReport, fleet_facts, intake_staging, submit_file
+from scheduling.queue.service_intake import list_services, submit_service_file
 from scheduling.queue.spec import STATES
 from scheduling.queue.trace import write_trace_file
 
 
 def register(subparsers) -> None:
+    register_services(subparsers)
     jobs = subparsers.add_parser("jobs", help="the job queue: submit, list, show, cancel jobs")
     sub = jobs.add_subparsers(dest="jobs_command", required=True)
 
@@ -90,6 +95,54 @@ def register(subparsers) -> None:
     p.set_defaults(func=cmd_from_trace)
 
 
+def register_services(subparsers) -> None:
+    services = subparsers.add_parser("services", help="inference services in the queue: submit, list")
+    sub = services.add_subparsers(dest="services_command", required=True)
+    p = sub.add_parser(
+        "submit",
+        help="submit the services of a YAML/JSON file",
+        description="Parse, check (against the serving data, the fleet's regions and the rate source) and store every "
+        "service of FILE in queue.services; rejected ones go to quarantine.rejected_rows with the reason.",
+    )
+    p.add_argument("file", help="a .yaml/.yml (top-level `services:` list) or .json file")
+    p.add_argument("--tenant", default=None, help="tenant of the services that name none")
+    p.add_argument("--replace", action="store_true", help="replace a stored service whose spec differs")
+    p.add_argument("--as-of", default=None, help="submission time of services without submitted_at")
+    _common(p, fleet=True)
+    p.set_defaults(func=cmd_services_submit)
+    p = sub.add_parser("list", help="list the stored services")
+    _common(p)
+    p.set_defaults(func=cmd_services_list)
+
+
+def cmd_services_submit(args) -> int:
+    try:
+        fleet = load_fleet(args.fleet, data_dir=args.data_dir) if args.fleet else None
+        report = submit_service_file(
+            args.file, tenant=args.tenant, replace=args.replace, as_of=args.as_of, fleet=fleet, db_path=args.db,
+            data_dir=args.data_dir,
+        )  # fmt: skip
+    except (ValueError, FileNotFoundError) as exc:
+        return _fail(str(exc))
+    return _report(report, args.json, "service")
+
+
+def cmd_services_list(args) -> int:
+    frame = list_services(db_path=args.db)
+    if args.json:
+        _print_json(frame.to_dict(orient="records"))
+        return 0
+    rows = [
+        (f"{r.tenant}/{r.service_id}", r.model, ",".join(r.gpu_models) or "any",
+         f"{r.latency_slo_ms:g} ms {r.latency_kind}", r.home_region, ",".join(r.allowed_regions) or "any",
+         r.min_replicas, r.rate_source)
+        for r in frame.itertuples(index=False)
+    ]  # fmt: skip
+    _table(["service", "model", "gpus", "target", "home", "allowed", "min", "rate source"], rows)
+    print(f"{len(rows)} service(s)")
+    return 0
+
+
 def _common(p, fleet: bool = False) -> None:
     p.add_argument("--db", default=None, help="warehouse file (default WAREHOUSE_PATH)")
     if fleet:
@@ -135,7 +188,7 @@ def cmd_intake_staging(args) -> int:
     return _report(report, args.json)
 
 
-def _report(report: IntakeReport, as_json: bool) -> int:
+def _report(report: IntakeReport, as_json: bool, noun: str = "job") -> int:
     if as_json:
         _print_json(report.to_dict())
     else:
@@ -149,9 +202,9 @@ def _report(report: IntakeReport, as_json: bool) -> int:
                     rows.append((o.status, o.job, o.where, f"{e['field']}: {e['reason']}{got}"))
             else:
                 rows.append((o.status, o.job, o.where, ("flags: " + ", ".join(o.flags)) if o.flags else ""))
-        _table(["status", "job", "where", "detail"], rows)
+        _table(["status", noun, "where", "detail"], rows)
         if report.rejected:
-            print(f"{len(report.rejected)} job(s) rejected; see quarantine.rejected_rows (batch {report.batch_id})")
+            print(f"{len(report.rejected)} {noun}(s) rejected; see quarantine.rejected_rows (batch {report.batch_id})")
     return 1 if report.rejected else 0
 
 

@@ -61,39 +61,41 @@ def read_text(path: Path) -> str:
     return path.read_bytes().decode("utf-8", errors="replace")
 
 
-def read_job_file(path: str | Path) -> list[RawJob]:
+def read_job_file(path: str | Path, key: str = "jobs") -> list[RawJob]:
+    """The entries of a YAML/JSON file's top-level `key` list (`jobs`, or `services` for a services file), or of a
+    CSV file's rows."""
     path = Path(path)
     fmt = file_format(path)
     text = read_text(path)
-    jobs = {"yaml": _yaml, "json": _json, "csv": _csv}[fmt](path, text)
+    jobs = _csv(path, text) if fmt == "csv" else {"yaml": _yaml, "json": _json}[fmt](path, text, key)
     if len(jobs) > MAX_JOBS_PER_FILE:
-        raise JobFileError(f"{path}: {len(jobs)} jobs, more than {MAX_JOBS_PER_FILE} in one file")
+        raise JobFileError(f"{path}: {len(jobs)} entries, more than {MAX_JOBS_PER_FILE} in one file")
     return jobs
 
 
-def _yaml(path: Path, text: str) -> list[RawJob]:
+def _yaml(path: Path, text: str, key: str = "jobs") -> list[RawJob]:
     try:
         docs = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except yaml.YAMLError as exc:
         raise JobFileError(f"{path}: not valid YAML: {exc}") from None
     if len(docs) != 1:
-        raise JobFileError(f"{path}: expected one YAML document with a `jobs:` list, found {len(docs)}")
+        raise JobFileError(f"{path}: expected one YAML document with a `{key}:` list, found {len(docs)}")
     root = docs[0]
     if not isinstance(root, yaml.MappingNode):
-        raise JobFileError(f"{path}: the top level must be a mapping with a `jobs:` list")
-    node = next((v for k, v in root.value if isinstance(k, yaml.ScalarNode) and k.value == "jobs"), None)
+        raise JobFileError(f"{path}: the top level must be a mapping with a `{key}:` list")
+    node = next((v for k, v in root.value if isinstance(k, yaml.ScalarNode) and k.value == key), None)
     if node is None:
-        raise JobFileError(f"{path}: no top-level `jobs:` list")
+        raise JobFileError(f"{path}: no top-level `{key}:` list")
     if not isinstance(node, yaml.SequenceNode):
-        raise JobFileError(f"{path}, line {node.start_mark.line + 1}: `jobs` must be a list of mappings")
+        raise JobFileError(f"{path}, line {node.start_mark.line + 1}: `{key}` must be a list of mappings")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:  # composed but not constructed (e.g. a bad timestamp or tag)
         raise JobFileError(f"{path}: not valid YAML: {exc}") from None
-    other = sorted(str(k) for k in data if k != "jobs")
+    other = sorted(str(k) for k in data if k != key)
     if other:
-        raise JobFileError(f"{path}: unknown top-level key(s) {other}; only `jobs:` is read")
-    items = data["jobs"] or []
+        raise JobFileError(f"{path}: unknown top-level key(s) {other}; only `{key}:` is read")
+    items = data[key] or []
     out = []
     for item_node, item in zip(node.value, items):
         line = item_node.start_mark.line + 1
@@ -107,25 +109,25 @@ def _yaml(path: Path, text: str) -> list[RawJob]:
     return out
 
 
-def _json(path: Path, text: str) -> list[RawJob]:
+def _json(path: Path, text: str, key: str = "jobs") -> list[RawJob]:
     try:
         data = json.loads(text, object_pairs_hook=_JsonObject.from_pairs)
     except json.JSONDecodeError as exc:
         raise JobFileError(f"{path}, line {exc.lineno}: not valid JSON: {exc.msg}") from None
     if isinstance(data, dict):
-        other = sorted(k for k in data if k != "jobs")
-        if "jobs" not in data:
-            raise JobFileError(f"{path}: a JSON object needs a `jobs` list")
+        other = sorted(k for k in data if k != key)
+        if key not in data:
+            raise JobFileError(f"{path}: a JSON object needs a `{key}` list")
         if other:
-            raise JobFileError(f"{path}: unknown top-level key(s) {other}; only `jobs` is read")
-        data = data["jobs"]
+            raise JobFileError(f"{path}: unknown top-level key(s) {other}; only `{key}` is read")
+        data = data[key]
     if not isinstance(data, list):
-        raise JobFileError(f'{path}: expected a list of jobs or {{"jobs": [...]}}, got {type(data).__name__}')
+        raise JobFileError(f'{path}: expected a list of {key} or {{"{key}": [...]}}, got {type(data).__name__}')
     out = []
     for i, item in enumerate(data):
         dup = getattr(item, "duplicates", ())
         error = f"field(s) {list(dup)} given more than once" if dup else None
-        out.append(RawJob(i + 1, f"{path}, job #{i + 1}", dict(item) if isinstance(item, dict) else item, error))
+        out.append(RawJob(i + 1, f"{path}, {key[:-1]} #{i + 1}", dict(item) if isinstance(item, dict) else item, error))
     return out
 
 

@@ -356,9 +356,9 @@ def _differing(old: JobSpec, new: JobSpec) -> list[str]:
     return [k for k in USER_FIELDS if k != "submitted_at" and a[k] != b[k]]
 
 
-def _quarantine(con, batch_id: str, source: str, rejections: list[Rejection], as_of) -> None:
-    """Replace the batch's quarantined rows, unless the same rows are there already (a re-run rewrites nothing)."""
-    table = store.JOBS
+def _quarantine(con, batch_id: str, source: str, rejections: list[Rejection], as_of, table: str = store.JOBS) -> None:
+    """Replace the batch's quarantined rows of `table`, unless the same rows are there already (a re-run rewrites
+    nothing)."""
     new = rejection_rows(table, batch_id, source, rejections)
     cols = list(new[0]) if new else ["table_name"]
     old = []
