@@ -70,11 +70,12 @@ def test_a_service_moves_only_for_a_real_saving_and_sheds_replicas_gradually(mod
     assert low["s"].cluster == "a"  # where it is cleaner, now that b cannot take it with fewer GPUs
 
 
-def test_the_services_evaluation_against_static_provisioning(data_dir):
+def test_the_services_evaluation_against_static_provisioning(data_dir, tmp_path):
     from forecasting.data import grid_hourly
     from scheduling.evaluation.services import SERVICES, evaluate_services, serving_clusters
 
-    result = evaluate_services(data_dir=data_dir, db_path=data_dir / "no-warehouse.duckdb")
+    # no warehouse: the intensity forecasts are the published ones in the files (as `services-eval` on a fresh clone)
+    result = evaluate_services(data_dir=data_dir, db_path=tmp_path / "empty.duckdb")
     hours = result["hours"]
     served = hours[~hours["unserved"].astype(bool)]
     # one row's carbon from the grid marts' actual intensity of its cluster's zone and hour
