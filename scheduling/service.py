@@ -294,7 +294,7 @@ def _run_time_error(plan_time, settings: Recapping, db_path) -> RunTimeError:
 
 def _recaps(
     running, fleet, power_table, forecasts, plan_time, horizon_h, settings, errors, pausing
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(`recap_running`, `pause_running`, `evictable_running` less the paused) for the running jobs with their
     run's details (the others: none)."""
     none = (
