@@ -19,7 +19,7 @@ jobs' capacity goes to others and they resume somewhere dirtier.
 For a job due now that no node takes (`Pausing(for_deadline=True)`, opt-in), the plan may preempt the runs
 that, resumed from the next hour, keep their deadline by the same rule; the cluster agent picks the cheapest
 victims that make room on one node (`ClusterAgent.evict_for`; reason `deadline`). Opt-in because on the
-evaluation's workloads it bought 0.6 points of deadlines on gpushare100 at load 0.8 for 0.6 % more carbon, and
+evaluation's workloads it bought 0.7 points of deadlines on gpushare100 at load 0.8 for 0.8 % more carbon, and
 nothing but carbon elsewhere (docs/results/planner/loop.md, "Preemption at checkpoints").
 
 A run on a drained node (`drained`: the operator or the resource manager empties it) is handed to migration the
