@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from scheduling.evaluation.power_eval import power_eval, power_eval_markdown
-from scheduling.evaluation.services import evaluate_services, services_markdown
+from scheduling.evaluation.services import evaluate_services, plot_services, services_markdown
 from scheduling.evaluation.serving_eval import leave_one_configuration_out, summary, summary_markdown
 from scheduling.models.measured import (
     energy_profiles_from_files,
@@ -102,7 +102,9 @@ def cmd_services_eval(args) -> int:
     report.parent.mkdir(parents=True, exist_ok=True)
     markdown = services_markdown(result)
     report.write_text(markdown + "\n")
-    result.pop("hours").to_csv(report.with_suffix(".csv"), index=False)
+    hours = result.pop("hours")
+    hours.to_csv(report.with_suffix(".csv"), index=False)
+    result["plot"] = str(plot_services(hours, report.with_suffix(".png")))
     result["report"] = str(report)
     _emit(result, args.json, markdown)
     return 0

@@ -24,6 +24,7 @@ Hours whose actual rate is missing (ServeGen's collection gaps) are not scored o
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -161,6 +162,7 @@ def evaluate_services(
                     "batch_cap": p.batch_cap,
                     **mine,
                     **{f"static_{k}": v for k, v in ref.items()},
+                    "static_gpus": static[s.name].gpus,
                 }
             )
         if progress is not None:
@@ -220,3 +222,38 @@ def services_markdown(result: dict) -> str:
             f"{r['reduction_pct']:.1f} % | {p['slo_attainment_pct']:.1f} % / {s['slo_attainment_pct']:.1f} % |"
         )
     return "\n".join(lines)
+
+
+def plot_services(hours: pd.DataFrame, path) -> Path:
+    """Per service, hour by hour: the GPUs planned against static provisioning (with the demand, right axis) and
+    the gCO2e per 1k tokens of both (PNG)."""
+    import matplotlib  # noqa: PLC0415 - plotting loads only when a chart is drawn
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    served = hours[~hours["unserved"].astype(bool)].sort_values("hour")
+    names = list(dict.fromkeys(served["service"]))
+    fig, axes = plt.subplots(2, len(names), figsize=(5 * len(names), 6.5), constrained_layout=True, squeeze=False)
+    for col, name in enumerate(names):
+        part = served[served["service"] == name]
+        top, bottom = axes[0][col], axes[1][col]
+        top.step(part["hour"], part["gpus"], where="post", label="planned GPUs")
+        top.step(part["hour"], part["static_gpus"], where="post", label="static GPUs", linestyle="--")
+        top.set_title(name)
+        top.set_ylabel("GPUs")
+        demand = top.twinx()
+        demand.plot(part["hour"], part["demand_tokens_per_s"] / 1000.0, color="grey", alpha=0.5, linewidth=0.8)
+        demand.set_ylabel("demand (k tokens/s)", color="grey")
+        top.legend(loc="upper left", fontsize=8)
+        bottom.plot(part["hour"], 1e6 * part["kgco2e"] / part["tokens"], label="planned")
+        bottom.plot(part["hour"], 1e6 * part["static_kgco2e"] / part["static_tokens"], label="static", linestyle="--")
+        bottom.set_ylabel("gCO2e per 1k tokens")
+        bottom.legend(loc="upper left", fontsize=8)
+        for ax in (top, bottom):
+            ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -90,3 +90,7 @@ def test_the_services_evaluation_against_static_provisioning(data_dir, tmp_path)
     assert set(result["services"]) == {s.name for s in SERVICES} | {"all"}
     # the targets: >= 40 % less carbon per 1k tokens than static, the latency target in >= 99 % of service-hours
     assert total["reduction_pct"] >= 40.0 and total["planned"]["slo_attainment_pct"] >= 99.0
+    from scheduling.evaluation.services import plot_services
+
+    png = plot_services(hours, tmp_path / "services.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
