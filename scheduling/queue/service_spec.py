@@ -25,13 +25,13 @@ from scheduling.queue.spec import (
     MAX_TENANT_CHARS,
     FieldError,
     JobSpecError,
-    _Bad,
     _enum,
     _float,
     _int,
     _names,
     _plain,
     _text,
+    field_taker,
     is_missing,
     parse_time,
 )
@@ -107,18 +107,7 @@ def parse_service(raw, *, where: str | None = None, default_tenant=None, default
         if key not in SERVICE_FIELD_DOCS:
             errors.append(FieldError(str(key), None, f"unknown field; fields: {', '.join(SERVICE_FIELDS)}"))
 
-    def take(name: str, parse, default=None, required: bool = False):
-        value = raw.get(name)
-        if is_missing(value):
-            if required and default is None:
-                errors.append(FieldError(name, None, "is required"))
-            values[name] = default
-            return
-        try:
-            values[name] = parse(value)
-        except _Bad as bad:
-            errors.append(FieldError(name, value, bad.reason))
-            values[name] = None
+    take = field_taker(raw, values, errors)
 
     take("tenant", lambda v: _text(v, MAX_TENANT_CHARS, _DNS_LABEL, "a lower-case DNS label"), default_tenant, True)
     take("service_id", lambda v: _text(v, MAX_NAME_CHARS, _NAME, "letters, digits, . _ -"), None, True)

@@ -348,6 +348,26 @@ def _command(value) -> str | tuple[str, ...]:
 
 
 # ------------------------------------------------------------------------------------------------ one job
+def field_taker(raw: Mapping, values: dict, errors: list):
+    """take(name, parse, default=None, required=False): `values[name]` = `parse` of the raw field, `default` when it
+    is missing; a missing required field or a value `parse` refuses appends its FieldError (the value is then None)."""
+
+    def take(name: str, parse, default=None, required: bool = False) -> None:
+        value = raw.get(name)
+        if is_missing(value):
+            if required and default is None:
+                errors.append(FieldError(name, None, "is required"))
+            values[name] = default
+            return
+        try:
+            values[name] = parse(value)
+        except _Bad as bad:
+            errors.append(FieldError(name, value, bad.reason))
+            values[name] = None
+
+    return take
+
+
 def job_label(raw, row: str | None = None) -> str:
     """How errors name a job: `job 'tenant/id'` (what is known of it) and where it came from."""
     job = raw.get("job_id") if isinstance(raw, Mapping) else None
@@ -390,18 +410,7 @@ def parse_job(
         elif key not in FIELD_DOCS:
             errors.append(FieldError(key, None, f"unknown field; fields: {', '.join(USER_FIELDS)}"))
 
-    def take(name: str, parse, default=None, required: bool = False):
-        value = raw.get(name)
-        if is_missing(value):
-            if required and default is None:
-                errors.append(FieldError(name, None, "is required"))
-            values[name] = default
-            return
-        try:
-            values[name] = parse(value)
-        except _Bad as bad:
-            errors.append(FieldError(name, value, bad.reason))
-            values[name] = None
+    take = field_taker(raw, values, errors)
 
     tenant_value = raw.get("tenant")
     if not is_missing(tenant_value) and default_tenant and str(tenant_value).strip() != default_tenant:
