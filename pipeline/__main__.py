@@ -19,6 +19,7 @@ from forecasting import service as forecast_service
 from forecasting.service import cutoff_from
 from pipeline.operate import DEFAULT_DEMO_LOAD, planning_forecast_models, run_demo_loop
 from scheduling.executors.replay import DEFAULT_FAILURE_RATE, DEFAULT_SIGMA
+from scheduling.output.ledger import service_rows
 from scheduling.planning.policies.registry import DEFAULT_POLICY
 from scheduling.tasks import train_models
 from transforms.runner import build
@@ -135,6 +136,9 @@ def operate(args: argparse.Namespace, forecast_models=None) -> int:
         print(tabulate(demo.ledger.rollups["region"], headers="keys", showindex=False, floatfmt=".3f"))
     print("\n   the simulator on the same jobs (exact run times, no failures)")
     print(tabulate(demo.simulated, headers="keys", floatfmt=".3f"))
+    if demo.ledger.services:
+        print("\n   inference services (against static provisioning for the peak in the home region)")
+        print(tabulate(service_rows(demo.ledger.services), headers="keys", floatfmt=".4f"))
     print(f"\n   ledger report: {demo.report}")
     print("   the queue: python -m scheduling jobs list; one job: python -m scheduling jobs show demo/<job_id>")
     _done(t)

@@ -2,8 +2,9 @@
 the embedded replay executor, and the carbon ledger of what ran.
 
 The jobs are the demo jobs of `scheduling.queue.trace` for the UTC day of `as_of`, submitted through the same
-intake as an operator's file, on the configured fleet re-sized so that the day's jobs fill `load` of its GPU-hours
-(GPU-milli basis, at their estimated run times: `demo_fleet`; the load they really placed is reported beside the
+intake as an operator's file, beside three inference services (`DEMO_SERVICES`), on the configured fleet whose sampled
+clusters are re-sized so that the day's jobs fill `load` of their GPU-hours (GPU-milli basis, at their estimated run
+times; the declared H100 clusters stay as they are: `demo_fleet`; the load they really placed is reported beside the
 ledger); the replay executor runs them with run-time spread `sigma` and `failure_rate`; the loop runs `hours`
 planning hours from that day's midnight, issuing forecasts every `forecast_every_h` hours (each hour plans on the
 latest issue at or before it; the forecasters are loaded once, so an issue reuses their member forecasts of
@@ -25,6 +26,7 @@ from scheduling.executors.replay import DEFAULT_FAILURE_RATE, DEFAULT_SIGMA, Rep
 from scheduling.output.ledger import Ledger, ledger, write_ledger_report
 from scheduling.planning.forecasts import PREFERRED_MODELS
 from scheduling.queue.intake import IntakeReport, submit_mappings
+from scheduling.queue.service_intake import submit_service_file
 from scheduling.queue.trace import trace_jobs
 from scheduling.tasks import build_ledger
 
@@ -32,6 +34,8 @@ from scheduling.tasks import build_ledger
 BASELINE_POLICY = "performance-first"
 # the share of the demo fleet's GPU-hours the day's jobs ask for: a busy fleet, where deadlines are at stake
 DEFAULT_DEMO_LOAD = 0.8
+# three inference services beside the jobs, on the reference fleet's H100 clusters
+DEMO_SERVICES = Path(__file__).resolve().parents[1] / "docs" / "examples" / "services.yaml"
 
 
 @dataclass
@@ -58,7 +62,7 @@ def demo_fleet(fleet, day, n_jobs: int, load: float | None):
         return fleet, jobs
     if not 0 < load <= 1:
         raise ValueError(f"load must be in (0, 1], got {load!r}")
-    sized = fleet.scaled(job_gpu_hours(jobs) / (24.0 * load), seed=0)
+    sized = fleet.scaled(job_gpu_hours(jobs) / (24.0 * load), seed=0, keep_declared=True)
     return sized, trace_jobs(day, n_jobs, sized)
 
 
@@ -87,10 +91,12 @@ def run_demo_loop(
     load: float | None = DEFAULT_DEMO_LOAD,
     sigma: float = DEFAULT_SIGMA,
     failure_rate: float = DEFAULT_FAILURE_RATE,
+    services: str | Path | None = DEMO_SERVICES,
 ) -> LoopDemo:
     """Submit `n_jobs` trace jobs of the day of `as_of`, run the loop `hours` hours from its midnight on the demo
     fleet (`demo_fleet`, `load`) and the replay executor (`sigma`, `failure_rate`), build the ledger marts and
-    write the ledger report; `forecast_models`: the forecasters issued every `forecast_every_h` hours (default the
+    write the ledger report; `services`: a services file submitted at the day's midnight beside the jobs (None:
+    none); `forecast_models`: the forecasters issued every `forecast_every_h` hours (default the
     service's set); `progress(message)` hears about each step."""
     if hours < 1 or forecast_every_h < 1:
         raise ValueError("hours and forecast_every_h must be ≥ 1")
@@ -103,6 +109,9 @@ def run_demo_loop(
     say(f"fleet: {fleet.total_gpus} GPUs in {len(fleet)} clusters (sized for load {load}); replay sigma {sigma}")
     intake = submit_mappings(jobs, source=f"pipeline:trace-{day:%Y%m%d}", as_of=day + pd.Timedelta(days=1))
     say(f"intake: {intake.counts}")
+    if services is not None:
+        served = submit_service_file(services, as_of=day, fleet=ctx.fleet)
+        say(f"services ({services}): {served.counts}")
     settings = {**settings, "fleet": ctx.fleet, "executors": ctx.executors}
     results: list[loop.HourResult] = []
     issues = 0

@@ -32,6 +32,7 @@ import pandas as pd
 
 from common.jsonutil import canonical_json
 from common.timeutil import HOUR, iso_z, utc_hour
+from scheduling import service_hours
 from scheduling.domain.execution import DEFAULT_CHECKPOINT_MIN
 from scheduling.domain.plan import Plan
 from scheduling.executors.base import Executor
@@ -43,10 +44,12 @@ from scheduling.executors.power_log import apply_power_changes, read_changes, re
 from scheduling.executors.preempt_log import apply_preemptions, read_preemptions, record_preemptions
 from scheduling.executors.registry import make_executor
 from scheduling.executors.runs import ASSIGNMENTS
+from scheduling.executors.service_log import apply_scalings, load_service_usage, read_scalings
 from scheduling.output.plan_store import plan_id_for, read_plan
 from scheduling.planning.pausing import Pausing
 from scheduling.planning.policies.registry import DEFAULT_POLICY
 from scheduling.planning.recap import Recapping
+from scheduling.planning.serving import ServingPolicy
 from scheduling.queue import store
 from scheduling.queue.frame import job_frame, pending_job_frame
 from scheduling.queue.intake import fleet_facts, intake_staging, submit_mappings
@@ -97,6 +100,7 @@ class LoopContext:
     explainer: object = None
     recapping: Recapping | None = None  # the hourly power limits of running jobs (None: the defaults)
     pausing: Pausing | None = None  # the hourly preemptions of running jobs for carbon (None: the defaults)
+    serving: ServingPolicy | None = None  # the inference services' hourly capacity rule (None: the defaults)
 
     @property
     def plan_id(self) -> str:
@@ -148,6 +152,7 @@ def context(
     executors: dict[str, Executor] | None = None,
     recapping: Recapping | None = None,
     pausing: Pausing | None = None,
+    serving: ServingPolicy | None = None,
 ) -> LoopContext:
     """The hour's context; ValueError naming a bad setting before any work."""
     checked = validate_inputs(as_of, policy, regions, horizon_hours, deadline_reserve)
@@ -165,6 +170,7 @@ def context(
         explainer=explainer,
         recapping=recapping,
         pausing=pausing,
+        serving=serving,
     )
 
 
@@ -404,6 +410,7 @@ def sync(ctx: LoopContext) -> dict:
         frames.append(events)
     events = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else None
     entered = apply_events(events, ctx) if events is not None else {}
+    served = sync_service_usage(ctx, unreachable)
     return {
         "staged": staged.counts,
         "imported": imported,
@@ -412,7 +419,28 @@ def sync(ctx: LoopContext) -> dict:
         "entered": entered,
         "unreachable": unreachable,
         "unconfirmed": [] if events is None else sorted(events.loc[events["event"] == "unconfirmed", "planner_job_id"]),
+        "service_hours": served,
     }
+
+
+def sync_service_usage(ctx: LoopContext, unreachable: dict) -> int:
+    """The hour [T-1h, T) the executors' services served, with its counterfactual, into `raw.service_usage`
+    (replacing the window: a re-run writes the same rows). An executor that cannot be reached reports none."""
+    T = ctx.plan_time
+    frames = []
+    for executor in ctx.distinct_executors():
+        if not executor.serves:
+            continue
+        try:
+            frames.append(executor.service_usage(T, since=T - HOUR))
+        except Exception as exc:  # noqa: BLE001 - fail open: its hour is missing from the ledger, the loop goes on
+            log.warning("hour %s: executor %s reports no service usage: %s", iso_z(T), executor.name, exc)
+            unreachable.setdefault(executor.name, f"{type(exc).__name__}: {exc}")
+    usage = pd.concat([f for f in frames if len(f)], ignore_index=True) if any(len(f) for f in frames) else None
+    if usage is None and not service_hours.any_services(ctx.db_path):
+        return 0
+    usage = service_hours.with_counterfactual(usage, ctx.fleet, ctx.db_path, ctx.data_dir)
+    return load_service_usage(usage if usage is not None else pd.DataFrame(), T - HOUR, T, ctx.db_path)
 
 
 # ------------------------------------------------------------------------------------------------ 2. plan
@@ -563,13 +591,20 @@ def plan(ctx: LoopContext, *, dry_run: bool = False, created_from: str = "loop")
     """Step 2 (see the module doc): (the plan, its summary, the pending job frame)."""
     t0 = time.perf_counter()
     pending, running, arrived = inputs(ctx)
+    fleet = drained_fleet(ctx)
+    # the services first: the GPUs their replicas hold this hour are taken capacity for the batch plan
+    services = service_hours.plan_service_hour(
+        ctx.plan_time, ctx.plan_id, fleet, ctx.executors, running, horizon_hours=ctx.horizon_hours,
+        db_path=ctx.db_path, data_dir=ctx.data_dir, policy=ctx.serving,
+    )  # fmt: skip
+    held = services["rows"]
     result, info = make_plan(
         ctx.plan_time,
         jobs=pending,
-        running=running,
+        running=pd.concat([running, held], ignore_index=True) if len(held) else running,
         arrived=arrived,
         policy=ctx.policy,
-        fleet=drained_fleet(ctx),
+        fleet=fleet,
         horizon_hours=ctx.horizon_hours,
         deadline_reserve=ctx.deadline_reserve,
         db_path=ctx.db_path,
@@ -590,6 +625,11 @@ def plan(ctx: LoopContext, *, dry_run: bool = False, created_from: str = "loop")
     )
     summary["files"] = len(summary["files"])
     summary["power"] = _power_summary(info.get("recaps"))
+    summary["services"] = dict(services["summary"])
+    if not dry_run and not services["provisions"].empty:
+        summary["services"]["logged"] = service_hours.write_service_hour(
+            services, ctx.plan_id, ctx.executors, ctx.db_path
+        )
     if not dry_run:
         recaps = info.get("recaps")
         if recaps is not None and len(recaps):
@@ -643,6 +683,7 @@ def dispatch_plan(ctx: LoopContext, result: Plan | None = None, pending: pd.Data
     totals["unreachable"] = adopt_imports(ctx)
     totals["power"] = change_power_limits(ctx)
     totals["preempted"] = preempt_running(ctx)
+    totals["services"] = scale_services(ctx)
     starting = result.dispatched()
     if starting.empty:
         return totals
@@ -704,6 +745,12 @@ def preempt_running(ctx: LoopContext) -> dict:
     """The hour's logged preemptions of running jobs, to their executors, exactly once
     (`scheduling.executors.preempt_log`); an executor that fails lets its jobs run on (fail-open)."""
     return _carry_out(ctx, read_preemptions, apply_preemptions)
+
+
+def scale_services(ctx: LoopContext) -> dict:
+    """The hour's logged scalings of inference services, to their executors, exactly once
+    (`scheduling.executors.service_log`); an executor that fails leaves its replicas as they were (fail-open)."""
+    return _carry_out(ctx, read_scalings, apply_scalings)
 
 
 def _carry_out(ctx: LoopContext, read, apply) -> dict:

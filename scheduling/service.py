@@ -158,7 +158,7 @@ def _feedback(predictor, as_of, db_path=None, data_dir=None, fleet=None) -> tupl
     return observations, feedback_summary(observations)
 
 
-def _forecasts(fleet, plan_time: pd.Timestamp, horizon_h: int, db_path=None, data_dir=None):
+def plan_forecasts(fleet, plan_time: pd.Timestamp, horizon_h: int, db_path=None, data_dir=None):
     """Of the fleet's signal: forecast.forecasts (average) or the live feed's own forecasts (marginal), latest issue
     at or before plan_time, else the seasonal naive from actuals."""
     zones = fleet.zones
@@ -214,7 +214,7 @@ def make_plan(
         "unhostable": list(jobs.attrs.get("unhostable", [])),
         "deadline_reserve": float(deadline_reserve),
     }
-    forecasts = _forecasts(fleet, plan_time, horizon_hours, db_path, data_dir)
+    forecasts = plan_forecasts(fleet, plan_time, horizon_hours, db_path, data_dir)
     info["forecast_source"] = forecasts.name
     info["signal"] = fleet.signal
     power_table = _power_table(fleet, db_path, data_dir, as_of=plan_time)

@@ -101,7 +101,7 @@ def bench_fleet(fleet_gpus: int, data_dir=None):
     """The configured fleet (regions with grid data), re-sampled to about `fleet_gpus` GPUs (deterministic; 0 =
     as configured)."""
     fleet = plan_fleet(None, data_dir)
-    return fleet.scaled(fleet_gpus) if fleet_gpus else fleet
+    return fleet.scaled(fleet_gpus, keep_declared=True) if fleet_gpus else fleet
 
 
 def copy_warehouse(source: Path | None, target: Path) -> bool:

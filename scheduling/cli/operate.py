@@ -17,7 +17,7 @@ from tabulate import tabulate
 from common.jsonutil import to_jsonable
 from scheduling import loop
 from scheduling.explain.registry import EXPLAINERS, make_explainer
-from scheduling.output.ledger import ledger, write_ledger_report
+from scheduling.output.ledger import ledger, service_rows, write_ledger_report
 from scheduling.planning.pausing import Pausing
 from scheduling.planning.policies.registry import DEFAULT_POLICY
 from scheduling.service import DEFAULT_DEADLINE_RESERVE, DEFAULT_HORIZON_H
@@ -180,5 +180,8 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     for key, frame in book.rollups.items():
         print(f"\nper {key}")
         print(tabulate(frame, headers="keys", showindex=False, floatfmt=".3f"))
+    if book.services:
+        print("\ninference services (against static provisioning for the peak in the home region)")
+        print(tabulate(service_rows(book.services), headers="keys", floatfmt=".4f"))
     print(f"\nledger: {index}")
     return 0

@@ -290,12 +290,30 @@ class Fleet:
         out.clusters = [c for c in self.clusters if c.config.region in keep]
         return out
 
-    def scaled(self, total_gpus: float, seed: int | None = None, minimum_gpus=None) -> Fleet:
-        """The same clusters re-sampled so that the fleet has about `total_gpus` GPUs, split by weight (each
-        cluster at least one node, and at least `minimum_gpus[i]` GPUs where given). Only sampled fleets re-size: a
-        declared cluster's nodes are real machines, so a fleet holding one is refused (ValueError) rather than
-        silently missing the target."""
+    def sampled(self) -> Fleet:
+        """The fleet's sampled clusters only (declared ones are real machines of a fixed size): what the batch
+        evaluations re-size to a load."""
+        out = copy.copy(self)
+        out.clusters = [c for c in self.clusters if not c.declared]
+        if not out.clusters:
+            raise ValueError("the fleet has no sampled cluster (source: openb|pai) to re-size")
+        return out
+
+    def scaled(
+        self, total_gpus: float, seed: int | None = None, minimum_gpus=None, keep_declared: bool = False
+    ) -> Fleet:
+        """The same clusters re-sampled so that the fleet's sampled clusters have about `total_gpus` GPUs, split by
+        weight (each cluster at least one node, and at least `minimum_gpus[i]` GPUs where given; `minimum_gpus`
+        indexes the sampled clusters). Only sampled clusters re-size: a declared cluster's nodes are real machines,
+        so a fleet holding one is refused (ValueError) rather than silently missing the target, unless
+        `keep_declared`, where declared clusters stay as they are, beside the re-sized ones."""
         declared = [c.name for c in self.clusters if c.declared]
+        if declared and keep_declared:
+            sampled = self.sampled().scaled(total_gpus, seed, minimum_gpus)
+            resized = iter(sampled.clusters)
+            out = copy.copy(self)
+            out.clusters = [c if c.declared else next(resized) for c in self.clusters]
+            return out
         if declared:
             raise ValueError(
                 f"cannot re-size the fleet to {total_gpus:g} GPUs: cluster(s) {', '.join(declared)} declare their "

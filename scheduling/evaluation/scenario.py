@@ -108,6 +108,8 @@ def build_scenario(
     start = utc(start).floor("h")
     hours = int(round(days * 24))
     fleet = load_fleet(fleet_path, regions=regions, data_dir=data_dir)
+    if load is not None:  # sized to a load: the sampled clusters (declared ones are machines of a fixed size)
+        fleet = fleet.sampled()
     speed = SpeedModel(data_dir)
 
     def draw(fleet, power):

@@ -23,7 +23,6 @@ Hours whose actual rate is missing (ServeGen's collection gaps) are not scored o
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
@@ -33,21 +32,20 @@ from common.timeutil import HOUR
 from forecasting.data import service_load_hourly
 from forecasting.evaluation.service_load import SERVICE_LOAD_MODELS
 from scheduling.domain.fleet import load_fleet
-from scheduling.models.serving import ServingModel, at_load, fit_serving_model
+from scheduling.models.serving import fit_serving_model
 from scheduling.planning.forecasts import GridSeries, make_forecasts
 from scheduling.planning.serving import (
-    Provision,
     Service,
     ServingCluster,
     ServingPolicy,
     plan_services,
-    replica_limit,
+    serve,
+    static_provision,
+    wanted_demand,
 )
 
 SLO_MS = 100.0
-RECENT_MARGIN = 1.25  # the plan serves at least this much over the last observed hour's demand
 SERVING_GPUS = 256
-DEFAULT_BATCH = 256
 SERVING_REGIONS = 6
 US = ("us-west", "us-south", "us-east", "us-northeast")
 SERVICES = (
@@ -63,31 +61,6 @@ def serving_clusters(fleet=None, gpus: int = SERVING_GPUS, gpu: str = "H100", pu
     fleet = fleet if fleet is not None else load_fleet(regions=SERVING_REGIONS)
     regions = dict(zip(fleet.cluster_regions, fleet.cluster_zones))
     return [ServingCluster(f"{r}-{gpu.lower()}", r, z, gpu, gpus, pue) for r, z in regions.items()]
-
-
-def static_provision(model: ServingModel, service: Service, peak: float, cluster: ServingCluster) -> Provision:
-    """The counterfactual: home cluster, smallest replica, default batch cap, replicas for `peak` tokens/s."""
-    key = min(model.keys(model=service.model, gpu=service.gpu, task=service.task), key=lambda k: k.num_gpus)
-    caps = model.batch_caps(key)
-    cap = min(caps, key=lambda c: (abs(math.log(c / DEFAULT_BATCH)), c))
-    limit = replica_limit(model, key, cap, service.slo_ms, ServingPolicy().headroom)
-    if limit <= 0:  # no load meets the target at this cap: sized by throughput alone
-        limit = ServingPolicy().headroom * model.predict(key, cap).tokens_per_s
-    n = max(service.min_replicas, math.ceil(peak / limit - 1e-9))
-    return Provision(service.name, cluster.name, key, int(cap), n, peak, float("nan"))
-
-
-def serve(model: ServingModel, p: Provision, demand: float, service: Service, cluster, ci: float) -> dict:
-    """One hour of `p` at the actual `demand` (tokens/s) and intensity `ci`: tokens, kWh, kgCO2e, target met."""
-    point = at_load(model, p.key, demand / p.replicas, p.batch_cap)
-    kwh = p.replicas * point.power_w / 1000.0 * cluster.pue
-    return {
-        "tokens": point.served_tokens_per_s * p.replicas * 3600.0,
-        "kwh": kwh,
-        "kgco2e": kwh * ci / 1000.0,
-        "slo_met": (not point.saturated) and point.latency_ms <= service.slo_ms,
-        "latency_ms": point.latency_ms,
-    }
 
 
 def evaluate_services(
@@ -135,7 +108,7 @@ def evaluate_services(
         intensity = {c.name: float(F[0, zone_of[c.name]]) for c in clusters}
         # the day-ahead P90, but never below the last observed hour (known at t) with a margin: bursts outlast a day
         wanted = {
-            s.name: max(float(forecast[s.name].get(t, np.nan)), RECENT_MARGIN * _last_known(demand[s.name], t))
+            s.name: wanted_demand(float(forecast[s.name].get(t, np.nan)), _last_known(demand[s.name], t))
             for s in services
         }
         plan = plan_services(model, list(services), wanted, clusters, intensity,
@@ -148,8 +121,9 @@ def evaluate_services(
                     rows.append({"service": s.name, "hour": t, "unserved": True})
                 continue
             p = plan[s.name]
-            mine = serve(model, p, d, s, by_name[p.cluster], float(actual[zone_of[p.cluster]]))
-            ref = serve(model, static[s.name], d, s, home[s.name], float(actual[zone_of[home[s.name].name]]))
+            c, h = by_name[p.cluster], home[s.name]
+            mine = serve(model, p, d, s.slo_ms, c.pue, float(actual[zone_of[c.name]]))
+            ref = serve(model, static[s.name], d, s.slo_ms, h.pue, float(actual[zone_of[h.name]]))
             rows.append(
                 {
                     "service": s.name,

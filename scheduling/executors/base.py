@@ -33,6 +33,13 @@ it asks the executor (`running`), and what happened becomes data through `sync` 
   latest timely start unless a plan moves them (such a run is attempt 0 of the adopting plan: no ``dispatched``
   event); dropped here when a plan sends them to another executor's cluster or the queue cancels them, never once
   they run.
+* ``scale_service(key, at, *, plan_id, provision) -> ref`` (optional, `serves`): from `at` on, run the
+  inference service's replicas in one cluster as `provision` says (`SERVICE_PROVISION_FIELDS`: replicas, GPUs per
+  replica, batch cap, the served model and its rate source; 0 replicas stops it there); `key` is
+  ``tenant/service@cluster``, the plan id its idempotency key. ``service_scaling_ref(plan_id, key)`` answers whether
+  that scaling reached the executor. ``service_usage(now, since) -> frame`` (`SERVICE_USAGE_COLUMNS`): per service,
+  cluster and whole hour in [since, now), what its replicas served (requests, output tokens, energy, the latency at
+  their load), a pure function of the window like `sync`.
 * ``drained_nodes(now) -> {node: why}`` (optional): the nodes the resource manager itself drains (Slurm's DRAIN);
   their running jobs end there and no new job starts there.
 
@@ -87,6 +94,32 @@ EVENT_COLUMNS: dict[str, str] = {
     "gpu_milli": "INTEGER",
     "power_limit_w": "DOUBLE",
     "energy_kwh": "DOUBLE",  # measured by the executor; NULL where it measures none
+}
+
+# What a service's scaling carries (`scale_service`): where and how its replicas run, and what the executor needs to
+# serve them (the replay executor serves the rate source's requests with the serving model).
+SERVICE_PROVISION_FIELDS = (
+    "tenant", "service_id", "cluster", "replicas", "num_gpus", "tensor_parallel", "batch_cap", "model", "gpu",
+    "task", "curve", "latency_slo_ms", "rate_source", "rate_scale", "nodes",
+)  # fmt: skip
+# What `service_usage` returns: one row per service, cluster and hour it ran in.
+SERVICE_USAGE_COLUMNS: dict[str, str] = {
+    "service": "VARCHAR",  # tenant/service_id
+    "tenant": "VARCHAR",
+    "service_id": "VARCHAR",
+    "hour_utc": "TIMESTAMPTZ",
+    "executor": "VARCHAR",
+    "cluster": "VARCHAR",
+    "plan_id": "VARCHAR",  # the plan whose scaling was in force
+    "replicas": "INTEGER",
+    "gpus": "INTEGER",
+    "batch_cap": "INTEGER",
+    "requests": "DOUBLE",  # requests that came in during the hour
+    "demand_tokens_per_s": "DOUBLE",  # output tokens/s asked for
+    "tokens": "DOUBLE",  # output tokens served
+    "energy_kwh": "DOUBLE",  # the replicas' GPUs (no PUE)
+    "latency_ms": "DOUBLE",  # the latency percentile the service's target bounds, at the load each replica carried
+    "saturated": "BOOLEAN",  # the replicas could not keep up (the target is then missed)
 }
 
 # What `dispatch` returns per job.
@@ -210,6 +243,8 @@ class Executor(ABC):
     changes_power_limits: bool = False
     # whether `preempt` stops a running job at a checkpoint (the planner preempts only those executors' jobs)
     preempts: bool = False
+    # whether `scale_service` runs inference services (the planner places services only on those executors' clusters)
+    serves: bool = False
 
     def __init__(self, name: str | None = None):
         self.name = str(name or self.kind)
@@ -251,6 +286,19 @@ class Executor(ABC):
     def preemption_ref(self, plan_id: str, job_id: str) -> str | None:
         """The ref of the preemption plan `plan_id` made of `job_id`, or None when none reached the executor."""
         return None
+
+    def scale_service(self, key: str, at, *, plan_id: str, provision: dict) -> str | None:
+        """Run the service's replicas in one cluster as `provision` says from `at` on (see the module doc).
+        UnsupportedAction where the executor runs no services."""
+        raise UnsupportedAction(f"executor {self.name!r} ({self.kind}) runs no inference services")
+
+    def service_scaling_ref(self, plan_id: str, key: str) -> str | None:
+        """The ref of the scaling plan `plan_id` made of `key`, or None when none reached the executor."""
+        return None
+
+    def service_usage(self, now, since=None) -> pd.DataFrame:
+        """SERVICE_USAGE_COLUMNS rows of the whole hours in [since, now). None served by default."""
+        return typed_frame([], SERVICE_USAGE_COLUMNS)
 
     def imports(self, now) -> list[dict]:
         """Jobs users left in this executor's own queue for the planner, as queue submissions (user fields; the

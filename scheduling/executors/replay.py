@@ -66,6 +66,7 @@ from scheduling.executors.base import (
     typed_frame,
 )
 from scheduling.executors.items import check_items
+from scheduling.executors.replay_serving import ReplayServing
 from warehouse.db import create_tables, reader, table_exists, writer
 
 TABLE = "executor.replay_runs"
@@ -203,6 +204,7 @@ class ReplayExecutor(Executor):
     job_files = ()  # it runs the dispatch items; no Pod manifests or batch scripts to read
     changes_power_limits = True
     preempts = True
+    serves = True
     SETTINGS = ("name", "truth", "sigma", "failure_rate", "seed")
 
     def __init__(
@@ -226,6 +228,18 @@ class ReplayExecutor(Executor):
             raise ValueError(f"executor {self.name!r}: setting 'failure_rate' must be in [0, 1], got {failure_rate!r}")
         self.truth_path = None if truth is None else Path(truth)
         self.truth = {} if truth is None else read_truth(truth)
+        self.serving = ReplayServing(self.name, db_path)
+
+    # ------------------------------------------------------------------------------------------- services
+
+    def scale_service(self, key: str, at, *, plan_id: str, provision: dict) -> str | None:
+        return self.serving.scale(key, at, plan_id=plan_id, provision=provision)
+
+    def service_scaling_ref(self, plan_id: str, key: str) -> str | None:
+        return self.serving.scaling_ref(plan_id, key)
+
+    def service_usage(self, now, since=None) -> pd.DataFrame:
+        return self.serving.usage(now, since)
 
     # ------------------------------------------------------------------------------------------- dispatch
 

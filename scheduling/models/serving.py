@@ -18,7 +18,8 @@ whose throughput the demand fills), the execution model of an hour of serving.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -233,3 +234,30 @@ def at_load(model: ServingModel, key: ServingKey, tokens_per_s: float, batch_cap
 def fit_serving_model(data_dir: Path | str | None = None) -> ServingModel:
     """The serving model fitted on every ML.ENERGY LLM run."""
     return ServingModel().fit(load_serving_runs(data_dir))
+
+
+@functools.lru_cache(maxsize=4)
+def _cached(data_dir: str | None) -> ServingModel:
+    return fit_serving_model(data_dir)
+
+
+def serving_model(data_dir: Path | str | None = None) -> ServingModel:
+    """`fit_serving_model`, fitted once per data directory and shared (read-only) by whoever plans or serves."""
+    return _cached(None if data_dir is None else str(data_dir))
+
+
+def curve_id(key: ServingKey) -> str:
+    """A curve's key as one text (what plans and executors store)."""
+    return "|".join(str(getattr(key, f.name)) for f in fields(ServingKey))
+
+
+def key_of(curve: str) -> ServingKey:
+    """The ServingKey of a `curve_id` text."""
+    parts = str(curve).split("|")
+    names = [f.name for f in fields(ServingKey)]
+    if len(parts) != len(names):
+        raise ValueError(f"serving curve {curve!r}: expected {len(names)} fields ({', '.join(names)})")
+    values = dict(zip(names, parts))
+    for name in ("num_gpus", "tensor_parallel", "expert_parallel"):
+        values[name] = int(values[name])
+    return ServingKey(**values)

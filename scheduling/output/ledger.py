@@ -33,6 +33,8 @@ class Ledger:
     rollups: dict[str, pd.DataFrame]
     jobs: pd.DataFrame
     runs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    services: dict = field(default_factory=dict)  # `service_totals` per service and "all"; {} without services
+    service_hours: pd.DataFrame = field(default_factory=pd.DataFrame)  # marts.service_ledger rows of the period
 
     def to_dict(self) -> dict:
         return {
@@ -40,6 +42,7 @@ class Ledger:
             "end": self.end,
             "totals": self.totals,
             "rollups": {k: v.to_dict(orient="records") for k, v in self.rollups.items()},
+            "services": self.services,
         }
 
 
@@ -63,7 +66,9 @@ LEDGER_SELECT = (
     "stg_jobs__assignments+",
     "stg_jobs__power_changes+",
     "stg_telemetry__gpu_telemetry+",
+    "stg_services__usage+",
 )
+SERVICE_LEDGER = "marts.service_ledger"
 
 
 def totals_of(sums: pd.Series) -> dict:
@@ -86,6 +91,75 @@ def totals_of(sums: pd.Series) -> dict:
         "saving_pct": round(100.0 * saving / counterfactual, 2) if counterfactual else None,
         "measured_energy_pct": round(100.0 * int(sums.get("measured_energy_jobs", 0)) / jobs, 2) if jobs else None,
     }
+
+
+def service_totals(hours: pd.DataFrame) -> dict:
+    """The figures of service-hours (marts.service_ledger rows): hours, tokens, kgCO2e and gCO2e per 1k tokens,
+    served and static, the reduction (% of static), the latency target's attainment (% of hours), mean GPUs. Hours
+    whose zone lacks intensity are left out of the carbon figures (counted in `missing_intensity_hours`)."""
+    valued = hours[~hours["missing_intensity"].astype(bool)]
+    tokens, kg = float(valued["tokens"].sum()), float(valued["kgco2e"].sum())
+    static_tokens, static_kg = float(valued["static_tokens"].sum()), float(valued["static_kgco2e"].sum())
+    g = 1e6 * kg / tokens if tokens else None
+    static_g = 1e6 * static_kg / static_tokens if static_tokens else None
+    n = int(len(hours))
+    return {
+        "service_hours": n,
+        "missing_intensity_hours": n - int(len(valued)),
+        "tokens": round(tokens, 1),
+        "kgco2e": round(kg, 6),
+        "g_per_1k_tokens": None if g is None else round(g, 6),
+        "static_kgco2e": round(static_kg, 6),
+        "static_g_per_1k_tokens": None if static_g is None else round(static_g, 6),
+        "reduction_pct": round(100.0 * (1.0 - g / static_g), 2) if g is not None and static_g else None,
+        "slo_attainment_pct": round(100.0 * float(hours["slo_met"].astype(bool).sum()) / n, 2) if n else None,
+        "static_slo_attainment_pct": (
+            round(100.0 * float(hours["static_slo_met"].fillna(False).astype(bool).sum()) / n, 2) if n else None
+        ),
+        "mean_gpus": round(float(hours["gpus"].mean()), 2) if n else None,
+        "static_gpus": round(float(hours["static_gpus"].mean()), 2) if n else None,
+    }
+
+
+def service_rows(services: dict) -> list[dict]:
+    """`Ledger.services` as table rows for people: service-hours, tokens, gCO2e per 1k tokens served and static,
+    the reduction, the latency target's attainment, GPUs."""
+    return [
+        {
+            "service": name,
+            "hours": t["service_hours"],
+            "M tokens": round(t["tokens"] / 1e6, 2),
+            "kgCO2e": t["kgco2e"],
+            "g/1k tokens": t["g_per_1k_tokens"],
+            "static g/1k": t["static_g_per_1k_tokens"],
+            "reduction %": t["reduction_pct"],
+            "SLO met %": t["slo_attainment_pct"],
+            "static SLO %": t["static_slo_attainment_pct"],
+            "GPUs (mean)": t["mean_gpus"],
+            "static GPUs": t["static_gpus"],
+        }
+        for name, t in services.items()
+    ]
+
+
+def read_service_ledger(con, start=None, end=None) -> tuple[dict, pd.DataFrame]:
+    """(`service_totals` per service and "all", the rows) of the service-hours in [start, end)."""
+    if not table_exists(con, SERVICE_LEDGER):
+        return {}, pd.DataFrame()
+    clauses, params = [], []
+    if start is not None:
+        clauses.append("hour_utc >= ?")
+        params.append(utc(start).to_pydatetime())
+    if end is not None:
+        clauses.append("hour_utc < ?")
+        params.append(utc(end).to_pydatetime())
+    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+    hours = con.execute(f"SELECT * FROM {SERVICE_LEDGER}{where} ORDER BY service, hour_utc", params).df()
+    if hours.empty:
+        return {}, hours
+    out = {name: service_totals(part) for name, part in hours.groupby("service", sort=True)}
+    out["all"] = service_totals(hours)
+    return out, hours
 
 
 def rollup(daily: pd.DataFrame, by: str) -> pd.DataFrame:
@@ -118,8 +192,10 @@ def read_ledger(con, start=None, end=None) -> Ledger:
     start = utc(start) if start is not None else None
     end = utc(end) if end is not None else None
     where, params = _days(start, end)
+    services, service_hours = read_service_ledger(con, start, end)
     if not all(table_exists(con, t) for t in LEDGER_TABLES):
-        return Ledger(start, end, totals_of(pd.Series(dtype=float)), {}, pd.DataFrame(), pd.DataFrame())
+        empty = Ledger(start, end, totals_of(pd.Series(dtype=float)), {}, pd.DataFrame(), pd.DataFrame())
+        return Ledger(**{**empty.__dict__, "services": services, "service_hours": service_hours})
     daily = con.execute(f"SELECT * FROM marts.carbon_ledger_daily{where}", params).df()
     jobs = con.execute(f"SELECT * FROM marts.carbon_ledger{where} ORDER BY tenant, job_id", params).df()
     runs = con.execute(
@@ -129,13 +205,13 @@ def read_ledger(con, start=None, end=None) -> Ledger:
         params,
     ).df()
     if daily.empty:
-        return Ledger(start, end, totals_of(pd.Series(dtype=float)), {}, jobs, runs)
+        return Ledger(start, end, totals_of(pd.Series(dtype=float)), {}, jobs, runs, services, service_hours)
     rollups = {
         "tenant": rollup(daily, "tenant"),
         "region": rollup(daily, "region"),
         "day": rollup(daily, "submitted_day"),
     }
-    return Ledger(start, end, totals_of(daily[list(SUMS)].sum()), rollups, jobs, runs)
+    return Ledger(start, end, totals_of(daily[list(SUMS)].sum()), rollups, jobs, runs, services, service_hours)
 
 
 # ------------------------------------------------------------------------------------------------ report
@@ -217,6 +293,9 @@ def write_ledger_report(book: Ledger, out_dir: Path | None = None) -> Path:
             sections.append(f"<h2>Per {html.escape(key)}</h2>" + _table(frame))
     else:
         sections.append("<p>No job has ended in this period yet: the ledger fills as the loop runs.</p>")
+    if book.services:
+        rows = pd.DataFrame(service_rows(book.services))
+        sections.append("<h2>Inference services</h2>" + _table(rows))
     page = (
         "<!doctype html><html><head><meta charset='utf-8'><title>Carbon ledger</title>"
         "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"

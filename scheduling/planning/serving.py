@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from scheduling.models.serving import ServingKey, ServingModel, UnknownServingConfiguration, at_load
 
 HEADROOM = 0.85
+RECENT_MARGIN = 1.25  # an hour is provisioned for at least this much over the last observed hour's demand
+DEFAULT_BATCH = 256  # the static counterfactual's batch cap: vLLM's default max_num_seqs (the nearest measured cap)
 
 
 @dataclass(frozen=True)
@@ -33,9 +35,13 @@ class Service:
     allowed_regions: tuple[str, ...] = ()
     min_replicas: int = 1
     task: str = "lm-arena-chat"
+    gpu_models: tuple[str, ...] = ()  # GPU models its replicas may use (empty: any the serving data has)
 
     def allows(self, region: str) -> bool:
         return not self.allowed_regions or region in self.allowed_regions
+
+    def runs_on(self, gpu: str) -> bool:
+        return not self.gpu_models or gpu in self.gpu_models
 
 
 @dataclass(frozen=True)
@@ -132,7 +138,7 @@ def plan_services(
         floor_gpus = before.gpus * (1.0 - policy.max_shed) if before is not None else 0.0
         choices = []
         for cluster in clusters:
-            if not service.allows(cluster.region):
+            if not service.allows(cluster.region) or not service.runs_on(cluster.gpu):
                 continue
             ci = intensity[cluster.name]
             for kg, key, cap, n in options(model, service, d, cluster, ci, policy):
@@ -153,3 +159,38 @@ def plan_services(
         free[name] -= n * key.num_gpus
         out[service.name] = Provision(service.name, name, key, cap, n, d, kg)
     return out
+
+
+def wanted_demand(forecast_p90: float, last_observed: float, margin: float = RECENT_MARGIN) -> float:
+    """The demand (tokens/s) an hour is provisioned for: the forecast P90, or `margin` x the last observed hour's
+    demand where that is more (bursts outlast a day-ahead forecast); the latter alone where there is no forecast."""
+    recent = margin * last_observed if math.isfinite(last_observed) else 0.0
+    return max(forecast_p90, recent) if math.isfinite(forecast_p90) else recent
+
+
+def static_provision(model: ServingModel, service: Service, peak: float, cluster: ServingCluster) -> Provision:
+    """The counterfactual: `cluster` (the home region's), the smallest replica, the default batch cap
+    (`DEFAULT_BATCH`, the nearest measured), the GPUs' default power limit, replicas for `peak` tokens/s."""
+    key = min(model.keys(model=service.model, gpu=cluster.gpu, task=service.task), key=lambda k: k.num_gpus)
+    caps = model.batch_caps(key)
+    cap = min(caps, key=lambda c: (abs(math.log(c / DEFAULT_BATCH)), c))
+    limit = replica_limit(model, key, cap, service.slo_ms, ServingPolicy().headroom)
+    if limit <= 0:  # no load meets the target at this cap: sized by throughput alone
+        limit = ServingPolicy().headroom * model.predict(key, cap).tokens_per_s
+    n = max(service.min_replicas, math.ceil(peak / limit - 1e-9))
+    return Provision(service.name, cluster.name, key, int(cap), n, peak, float("nan"))
+
+
+def serve(model: ServingModel, p: Provision, demand: float, slo_ms: float, pue: float, ci: float) -> dict:
+    """One hour of provision `p` at the actual `demand` (tokens/s) and intensity `ci` (gCO2e/kWh): output tokens
+    served, kWh (PUE included), kgCO2e, the latency at the load each replica carries and whether the target held
+    (no replica saturated, latency within `slo_ms`)."""
+    point = at_load(model, p.key, demand / p.replicas, p.batch_cap)
+    kwh = p.replicas * point.power_w / 1000.0 * pue
+    return {
+        "tokens": point.served_tokens_per_s * p.replicas * 3600.0,
+        "kwh": kwh,
+        "kgco2e": kwh * ci / 1000.0,
+        "slo_met": (not point.saturated) and point.latency_ms <= slo_ms,
+        "latency_ms": point.latency_ms,
+    }

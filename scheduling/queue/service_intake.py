@@ -42,6 +42,7 @@ COLUMNS: dict[str, str] = {
     "allowed_regions": "VARCHAR[] NOT NULL",
     "min_replicas": "INTEGER NOT NULL",
     "rate_source": "VARCHAR NOT NULL",
+    "rate_scale": "DOUBLE NOT NULL DEFAULT 1.0",
     "spec_hash": "VARCHAR NOT NULL",
     "created_from": "VARCHAR NOT NULL",
 }
@@ -51,6 +52,7 @@ CREATE TABLE IF NOT EXISTS {SERVICES} (
     {", ".join(f"{c} {t}" for c, t in COLUMNS.items())},
     PRIMARY KEY (tenant, service_id)
 );
+ALTER TABLE {SERVICES} ADD COLUMN IF NOT EXISTS rate_scale DOUBLE DEFAULT 1.0;
 """
 
 

@@ -41,6 +41,7 @@ DEFAULT_TASK = {"p90_itl": "lm-arena-chat", "mean_tpot": "chat"}
 MAX_SLO_MS = 10_000.0
 MAX_REPLICAS = 1_000
 RATE_SOURCES = ("servegen:<model>", "file:<path>", "history")
+MAX_RATE_SCALE = 1000.0
 
 SERVICE_FIELD_DOCS: dict[str, str] = {
     "tenant": "Owning team (lower-case DNS label); the submission's tenant when left out.",
@@ -55,6 +56,8 @@ SERVICE_FIELD_DOCS: dict[str, str] = {
     "allowed_regions": "Regions its replicas may run in; empty = any.",
     "min_replicas": f"Replicas it keeps at any load (0..{MAX_REPLICAS}); default 1.",
     "rate_source": f"Where its request rate comes from: {', '.join(RATE_SOURCES)}.",
+    "rate_scale": f"Share of the rate source's requests it serves (0 < x <= {MAX_RATE_SCALE:g}; default 1): a trace's "
+    "shape at another size.",
 }
 SERVICE_FIELDS = tuple(SERVICE_FIELD_DOCS)
 
@@ -73,6 +76,7 @@ class ServiceSpec:
     allowed_regions: tuple[str, ...]
     min_replicas: int
     rate_source: str
+    rate_scale: float = 1.0
 
     @property
     def planner_id(self) -> str:
@@ -85,7 +89,12 @@ class ServiceSpec:
 
     def spec_hash(self) -> str:
         """SHA-256 of the fields except `submitted_at`: the same service submitted again is a no-op."""
-        values = {k: _plain(v) for k, v in asdict(self).items() if k != "submitted_at"}
+        # rate_scale at its default is left out: services stored before the field keep their hash
+        values = {
+            k: _plain(v)
+            for k, v in asdict(self).items()
+            if k != "submitted_at" and not (k == "rate_scale" and v == 1.0)
+        }
         return hashlib.sha256(json.dumps(values, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -121,6 +130,7 @@ def parse_service(raw, *, where: str | None = None, default_tenant=None, default
     take("allowed_regions", _names, ())
     take("min_replicas", lambda v: _int(v, 0, MAX_REPLICAS), 1)
     take("rate_source", lambda v: _text(v, 1000, None), None, True)
+    take("rate_scale", lambda v: _float(v, 0.0, MAX_RATE_SCALE, lo_open=True), 1.0)
     allowed, home = values["allowed_regions"], values["home_region"]
     if allowed and home and home not in allowed:
         errors.append(FieldError("home_region", home, f"is outside allowed_regions {list(allowed)}"))
