@@ -26,7 +26,7 @@ from scheduling.executors.replay import DEFAULT_FAILURE_RATE, DEFAULT_SIGMA, Rep
 from scheduling.output.ledger import Ledger, ledger, write_ledger_report
 from scheduling.planning.forecasts import PREFERRED_MODELS
 from scheduling.queue.intake import IntakeReport, submit_mappings
-from scheduling.queue.service_intake import submit_service_file
+from scheduling.queue.service_intake import EXAMPLE_SERVICES, submit_service_file
 from scheduling.queue.trace import trace_jobs
 from scheduling.tasks import build_ledger
 
@@ -35,7 +35,7 @@ BASELINE_POLICY = "performance-first"
 # the share of the demo fleet's GPU-hours the day's jobs ask for: a busy fleet, where deadlines are at stake
 DEFAULT_DEMO_LOAD = 0.8
 # three inference services beside the jobs, on the reference fleet's H100 clusters
-DEMO_SERVICES = Path(__file__).resolve().parents[1] / "docs" / "examples" / "services.yaml"
+DEMO_SERVICES = EXAMPLE_SERVICES
 
 
 @dataclass

@@ -5,6 +5,8 @@ Routes (relative to where the app is mounted, /carbon in Airflow):
   /                           overview            /api/overview
   /plan[?plan_id=|dag_id=&run_id=]  current plan  /api/plan[...]
   /jobs/{tenant}/{job_id}     job page            /api/jobs/{tenant}/{job_id}
+  /services                   services            /api/services
+  /services/{tenant}/{id}     one service         /api/services/{tenant}/{id}
 
 Without a valid session a page redirects to the log-in page (`login_url(next)`) and the API answers 401.
 """
@@ -91,5 +93,21 @@ def create_app(
     @app.get("/api/jobs/{tenant}/{job_id}")
     def job_json(request: Request, tenant: str, job_id: str) -> Response:
         return read(request, data.job_page, tenant, job_id)
+
+    @app.get("/services", response_class=HTMLResponse)
+    def services_page(request: Request) -> Response:
+        return read(request, data.services, render=pages.services_page)
+
+    @app.get("/api/services")
+    def services_json(request: Request) -> Response:
+        return read(request, data.services)
+
+    @app.get("/services/{tenant}/{service_id}", response_class=HTMLResponse)
+    def service_page(request: Request, tenant: str, service_id: str) -> Response:
+        return read(request, data.service_page, tenant, service_id, render=pages.service_page)
+
+    @app.get("/api/services/{tenant}/{service_id}")
+    def service_json(request: Request, tenant: str, service_id: str) -> Response:
+        return read(request, data.service_page, tenant, service_id)
 
     return app

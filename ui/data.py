@@ -33,7 +33,7 @@ from scheduling.domain.fleet import load_fleet
 from scheduling.domain.fleet_file import fleet_path
 from scheduling.executors.power_log import TABLE as POWER_CHANGES
 from scheduling.executors.preempt_log import TABLE as PREEMPTIONS
-from scheduling.output.ledger import LEDGER_TABLES, read_ledger
+from scheduling.output.ledger import LEDGER_TABLES, SERVICE_LEDGER, read_ledger, service_totals
 from scheduling.planning.pausing import explain_pause
 from scheduling.planning.recap import explain_change
 from scheduling.queue.store import HISTORY, JOBS, UnknownJob, job_document
@@ -352,3 +352,55 @@ def job_page(con, tenant: str, job_id: str) -> dict:
     return {
         "found": True, **doc, "runs": runs, "ledger": ledger_row, "power_changes": power, "preemptions": preemptions,
     }  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------ services
+
+PROVISIONS = "plan.service_provisions"
+
+
+def services(con, days: int = WINDOW_DAYS) -> dict:
+    """Every service of the ledger's last `days` days (up to its latest hour): `service_totals` per service."""
+    if not _has(con, SERVICE_LEDGER):
+        return {"window": None, "services": []}
+    last = con.execute(f"SELECT max(hour_utc) FROM {SERVICE_LEDGER}").fetchone()[0]
+    if last is None:
+        return {"window": None, "services": []}
+    end = utc(last) + HOUR
+    start = end - pd.Timedelta(days=days)
+    hours = con.execute(
+        f"SELECT * FROM {SERVICE_LEDGER} WHERE hour_utc >= ? AND hour_utc < ? ORDER BY service, hour_utc",
+        [start.to_pydatetime(), end.to_pydatetime()],
+    ).df()
+    rows = [{"service": name, **service_totals(part)} for name, part in hours.groupby("service", sort=True)]
+    return {"window": {"start": start, "end": end, "days": days}, "services": rows}
+
+
+def service_page(con, tenant: str, service_id: str, days: int = WINDOW_DAYS) -> dict:
+    """One service: its totals, hour by hour over the last `days` days of its ledger (load, GPUs, replicas,
+    gCO2e per 1k tokens served and static, target met) and the latest plans' provisions with their explanation."""
+    name = f"{tenant}/{service_id}"
+    doc = {"service": name, "totals": None, "hours": [], "provisions": []}
+    if _has(con, SERVICE_LEDGER):
+        last = con.execute(f"SELECT max(hour_utc) FROM {SERVICE_LEDGER} WHERE service = ?", [name]).fetchone()[0]
+        if last is not None:
+            start = utc(last) + HOUR - pd.Timedelta(days=days)
+            hours = con.execute(
+                f"SELECT hour_utc, clusters, replicas, gpus, demand_tokens_per_s, tokens, kgco2e, g_per_1k_tokens, "
+                f"static_gpus, static_g_per_1k_tokens, slo_met, latency_ms, latency_slo_ms, missing_intensity FROM "
+                f"{SERVICE_LEDGER} WHERE service = ? AND hour_utc >= ? ORDER BY hour_utc",
+                [name, start.to_pydatetime()],
+            ).df()
+            full = con.execute(f"SELECT * FROM {SERVICE_LEDGER} WHERE service = ? AND hour_utc >= ?",
+                               [name, start.to_pydatetime()]).df()  # fmt: skip
+            doc["totals"] = service_totals(full)
+            doc["hours"] = _rows(hours.drop(columns="missing_intensity"))
+    if _has(con, PROVISIONS):
+        doc["provisions"] = _rows(
+            con.execute(
+                f"SELECT plan_time, cluster, replicas, gpus, batch_cap, planned_tokens_per_s, predicted_latency_ms, "
+                f"expected_kgco2e, explanation FROM {PROVISIONS} WHERE service = ? ORDER BY plan_time DESC LIMIT 24",
+                [name],
+            ).df()
+        )
+    return doc

@@ -52,7 +52,8 @@ def page(title: str, base: str, body: str, doc: dict | None = None) -> str:
     )
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title><style>{STYLE}</style>"
-        f'</head><body><nav><a href="{base}/">Overview</a><a href="{base}/plan">Current plan</a></nav>'
+        f'</head><body><nav><a href="{base}/">Overview</a><a href="{base}/plan">Current plan</a>'
+        f'<a href="{base}/services">Services</a></nav>'
         f"<h1>{esc(title)}</h1>{banner}{body}</body></html>"
     )
 
@@ -366,4 +367,80 @@ def job_page(doc: dict, base: str) -> str:
             parts.append(f"<details><summary>Earlier decisions ({len(decisions) - 1})</summary>{older}</details>")
     else:
         parts.append("<p class='note'>No plan has decided on this job yet.</p>")
+    return page(title, base, "".join(parts), doc)
+
+
+# ------------------------------------------------------------------------------------------------ services
+
+
+def service_href(base: str, service: str) -> str:
+    tenant, _, service_id = str(service).partition("/")
+    return f"{base}/services/{quote(tenant, safe='')}/{quote(service_id, safe='')}"
+
+
+SERVICE_COLUMNS = ["service", "service_hours", "tokens", "kgco2e", "g_per_1k_tokens", "static_g_per_1k_tokens",
+                   "reduction_pct", "slo_attainment_pct", "mean_gpus", "static_gpus"]  # fmt: skip
+
+
+def services_page(doc: dict, base: str) -> str:
+    if doc.get("window") is None:
+        body = (
+            '<p class="empty">No service has served an hour yet: submit services with <code>python -m scheduling '
+            "services submit FILE</code>; each loop hour plans their replicas and the ledger fills as they serve.</p>"
+        )
+        return page("Carbon: services", base, body, doc)
+    w = doc["window"]
+    body = (
+        f"<p>The last {esc(w['days'])} days of the services' ledger, to {esc(w['end'])}, against static "
+        "provisioning for the peak in the home region.</p>"
+        + table(doc["services"], SERVICE_COLUMNS, ("service",), {"service": lambda r: service_href(base, r["service"])})
+    )
+    return page("Carbon: services", base, body, doc)
+
+
+def service_page(doc: dict, base: str) -> str:
+    title = f"Service {doc['service']}"
+    if doc.get("totals") is None and not doc.get("provisions"):
+        return page(title, base, '<p class="empty">This service has not been planned or served yet.</p>', doc)
+    parts = []
+    t = doc.get("totals")
+    if t is not None:
+        kpis = [("gCO2e per 1k tokens", t["g_per_1k_tokens"]), ("static", t["static_g_per_1k_tokens"]),
+                ("reduction %", t["reduction_pct"]), ("latency target met %", t["slo_attainment_pct"]),
+                ("service-hours", t["service_hours"]), ("mean GPUs", t["mean_gpus"])]  # fmt: skip
+        parts.append(
+            '<div id="totals">'
+            + "".join(f'<span class="kpi" data-key="{esc(k)}"><b>{esc(v)}</b>{esc(k)}</span>' for k, v in kpis)
+            + "</div>"
+        )
+    hours = doc.get("hours") or []
+    if hours:
+        times = [h["hour_utc"] for h in hours]
+        parts += [
+            "<h2>Load</h2>",
+            svg.lines(times, [("demand", [h["demand_tokens_per_s"] for h in hours])], "tokens/s", "Demand"),
+            "<h2>GPUs</h2>",
+            svg.lines(
+                times,
+                [("planned", [h["gpus"] for h in hours]), ("static", [h["static_gpus"] for h in hours])],
+                "GPUs",
+                "GPUs held",
+            ),  # fmt: skip
+            "<h2>Carbon per 1k tokens</h2>",
+            svg.lines(
+                times,
+                [
+                    ("planned", [h["g_per_1k_tokens"] for h in hours]),
+                    ("static", [h["static_g_per_1k_tokens"] for h in hours]),
+                ],
+                "gCO2e / 1k tokens",
+                "Carbon per 1k output tokens",
+            ),  # fmt: skip
+            table(hours, list(hours[0]), ("hour_utc", "clusters")).replace("<table>", '<table id="hours">', 1),
+        ]
+    if doc.get("provisions"):
+        parts += [
+            "<h2>The latest plans</h2>",
+            table(doc["provisions"], list(doc["provisions"][0]), ("plan_time", "cluster", "explanation")),
+        ]
     return page(title, base, "".join(parts), doc)

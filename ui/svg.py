@@ -140,3 +140,35 @@ def timeline(start, end, rows: list[dict], bars: list[dict], bands: dict[str, li
         )
         body.append(f'<a href="{escape(bar["href"])}">{rect}</a>' if bar.get("href") else rect)
     return _svg(width, height, body, title)
+
+
+def lines(times: list, series: list[tuple[str, list]], unit: str, title: str) -> str:
+    """Lines over time (hourly points), one per series (label, values, same length as `times`), a legend, y scale
+    and the first and last time on the x axis."""
+    width, height, left, bottom, top = 720, 220, 56, 40, 24
+    n = max(len(times), 1)
+    peak = max([_num(v) for _, values in series for v in values] + [1e-9])
+    plot_w, plot_h = width - left - 10, height - bottom - top
+    body = [f'<text x="{left}" y="14" font-weight="bold">{escape(title)}</text>']
+    for k in range(5):
+        y = top + plot_h * (1 - k / 4)
+        body.append(f'<line x1="{left}" x2="{width - 10}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>')
+        body.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">{peak * k / 4:.3g}</text>')
+    body.append(
+        f'<text x="12" y="{top + plot_h / 2:.0f}" transform="rotate(-90 12 {top + plot_h / 2:.0f})" '
+        f'text-anchor="middle">{escape(unit)}</text>'
+    )
+    for j, (label, values) in enumerate(series):
+        points = " ".join(
+            f"{left + plot_w * i / max(n - 1, 1):.1f},{top + plot_h * (1 - _num(v) / peak):.1f}"
+            for i, v in enumerate(values)
+        )
+        body.append(f'<polyline points="{points}" fill="none" stroke="{color(j)}" stroke-width="1.5"/>')
+        x = left + j * 150
+        body.append(f'<rect x="{x}" y="{height - 16}" width="10" height="10" fill="{color(j)}"/>')
+        body.append(f'<text x="{x + 14}" y="{height - 7}">{escape(label)}</text>')
+    if times:
+        first, last = utc(times[0]), utc(times[-1])
+        body.append(f'<text x="{left}" y="{height - bottom + 14}">{first:%Y-%m-%d %H:%M}</text>')
+        body.append(f'<text x="{width - 10}" y="{height - bottom + 14}" text-anchor="end">{last:%Y-%m-%d %H:%M}</text>')
+    return _svg(width, height, body, title)

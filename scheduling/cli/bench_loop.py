@@ -13,7 +13,9 @@ dispatches to a real executor):
   that the executor reports exactly that many running at T; with --checkpointing every one of them checkpoints
   (the hour then also decides which to preempt, for carbon and for due jobs, `scheduling.planning.pausing`);
 * the queue: `--queued` trace jobs arriving over the 24 hours before T (T is a midnight by default), submitted
-  after that, so that all of them are queued at T.
+  after that, so that all of them are queued at T;
+* with `--services N`, N inference services submitted a day before T (the example file's three models in turn, at
+  `BENCH_SERVICE_SCALE` of their ServeGen rate, allowed anywhere): the hour also plans their replicas first.
 
 Each repeat copies the prepared file and runs the hour T in a fresh process (as an Airflow task or `plan-hourly`
 does: cold caches; what the command module imports is loaded before the clock starts, anything a step imports
@@ -36,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 from tabulate import tabulate
 
 from common.jsonutil import to_jsonable
@@ -49,8 +52,10 @@ from scheduling.output.plan_store import plan_id_for
 from scheduling.planning.pausing import Pausing
 from scheduling.planning.policies.registry import DEFAULT_POLICY, POLICY_NAMES
 from scheduling.queue import store
+from scheduling.queue.files import read_job_file
 from scheduling.queue.frame import job_frame
 from scheduling.queue.intake import submit_mappings
+from scheduling.queue.service_intake import EXAMPLE_SERVICES, submit_service_file
 from scheduling.queue.spec import parse_job
 from scheduling.queue.trace import CHECKPOINT_INTERVAL_MIN, trace_jobs
 from scheduling.service import DEFAULT_HORIZON_H, make_plan, plan_fleet, validate_inputs, write_plan
@@ -89,6 +94,13 @@ def register(subparsers) -> None:
         "--checkpointing",
         action="store_true",
         help="every running job checkpoints: the hour also decides which of them to preempt",
+    )
+    b.add_argument(
+        "--services",
+        type=int,
+        default=0,
+        help="inference services in the queue (the example file's three models in turn, each at 2 %% of its "
+        "ServeGen rate; default 0)",
     )
     b.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     b.set_defaults(func=cmd_bench_loop)
@@ -136,6 +148,28 @@ def _queued_jobs(day, n: int, fleet, data_dir=None) -> list[dict]:
     if len(jobs) < n:
         raise ValueError(f"the trace of {day:%Y-%m-%d} gave {len(jobs)} jobs this fleet can host, fewer than {n}")
     return _evenly(jobs, n)
+
+
+BENCH_SERVICE_SCALE = 0.02  # each bench service serves this share of its ServeGen model's requests
+
+
+def _submit_services(n: int, T, db: Path, fleet, data_dir=None) -> int:
+    """`n` services submitted a day before T: the example file's services in turn, under ids svc-000 ..., each at
+    BENCH_SERVICE_SCALE of its ServeGen rate and allowed anywhere."""
+    if n == 0:
+        return 0
+    example = read_job_file(EXAMPLE_SERVICES, key="services")
+    rows = []
+    for i in range(n):
+        base = dict(example[i % len(example)].data)
+        base.update(service_id=f"svc-{i:03d}", rate_scale=BENCH_SERVICE_SCALE, min_replicas=1, allowed_regions=[])
+        rows.append(base)
+    path = db.with_name("bench-services.yaml")
+    path.write_text(yaml.safe_dump({"services": rows}))
+    report = submit_service_file(path, as_of=T - pd.Timedelta(days=1), fleet=fleet, db_path=db, data_dir=data_dir)
+    if report.counts.get("accepted", 0) != n:
+        raise ValueError(f"intake of the services: {report.counts}")
+    return n
 
 
 def _queue_counts(db: Path, T) -> dict[str, int]:
@@ -201,6 +235,7 @@ def prepare(
     schedule_root: Path,
     data_dir=None,
     checkpointing: bool = False,
+    services: int = 0,
 ) -> dict:
     """Build the state the measured hour T starts from in the warehouse copy `db` (see the module doc)."""
     fleet = bench_fleet(fleet_gpus, data_dir)
@@ -223,6 +258,7 @@ def prepare(
             raise ValueError(f"intake of the queue: {report.counts}")
     return {
         "fleet": {"clusters": len(fleet), "gpus": int(fleet.total_gpus)},
+        "services": _submit_services(services, T, db, fleet, data_dir),
         "queue": _queue_counts(db, T),
         "running_at_T": int(len(reported)),
         "trial_plan_started": started,
@@ -269,6 +305,7 @@ def measure_hour(spec: dict) -> dict:
         "unplaced": int(summary["n_unplaced"]),
         "dispatched": int(sent["sent"] + sent["reconciled"]),
         "preempted": int(summary.get("preempted", {}).get("decided", 0)),
+        "services": summary.get("services", {}),
         "running_checkpointing": int(running_checkpointing_jobs(spec["db"], spec["as_of"])),
         "forecast_source": summary["forecast_source"],
     }
@@ -294,10 +331,11 @@ def bench_loop(
     db=None,
     data_dir=None,
     checkpointing: bool = False,
+    services: int = 0,
 ) -> dict:
     """Prepare the state once, measure the hour `repeats` times; the JSON document of the command."""
-    if min(queued, running, fleet_gpus) < 0 or repeats < 1:
-        raise ValueError("--queued, --running and --fleet-gpus must be >= 0, --repeats >= 1")
+    if min(queued, running, fleet_gpus, services) < 0 or repeats < 1:
+        raise ValueError("--queued, --running, --services and --fleet-gpus must be >= 0, --repeats >= 1")
     T = utc_hour(as_of)
     validate_inputs(T, policy, None, horizon_hours)
     source = Path(db) if db else warehouse_path()
@@ -317,6 +355,7 @@ def bench_loop(
             schedule_root=tmp / "schedules-prep",
             data_dir=data_dir,
             checkpointing=checkpointing,
+            services=services,
         )
         prepare_s = time.perf_counter() - t0
         hours = []
@@ -353,6 +392,7 @@ def bench_loop(
         "dispatched": last["dispatched"],
         "preempted": last["preempted"],
         "running_checkpointing": last["running_checkpointing"],
+        "services": last["services"],
         "events": last["events"],
         "entered": last["entered"],
         **median,
@@ -409,6 +449,7 @@ def cmd_bench_loop(args: argparse.Namespace) -> int:
             db=args.db,
             data_dir=args.data_dir,
             checkpointing=args.checkpointing,
+            services=args.services,
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -420,6 +461,11 @@ def cmd_bench_loop(args: argparse.Namespace) -> int:
         ("queued / running at T", f"{out['queued']} / {out['running']}"),
         ("events loaded / dispatched", f"{out['events']} / {out['dispatched']}"),
         ("running checkpointing / preempted", f"{out['running_checkpointing']} / {out['preempted']}"),
+        (
+            "services / served / their GPUs",
+            f"{out['services'].get('services', 0)} / {out['services'].get('served', 0)}"
+            f" / {out['services'].get('gpus', 0)}",
+        ),
         ("loop hour (median)", f"{out['loop_hour_s']:.2f} s  (target < {TARGETS['loop_hour_s']:g} s)"),
         ("  sync / plan / dispatch", f"{out['sync_s']:.2f} / {out['plan_s']:.2f} / {out['dispatch_s']:.2f} s"),
         ("process peak RSS", f"{out['process_peak_rss_mb']:.0f} MB  (target < {TARGETS['peak_mb']:g} MB)"),

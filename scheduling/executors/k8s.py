@@ -48,7 +48,11 @@ Settings (the fleet's ``executor:`` block): ``namespace`` (default gpu-jobs), a 
 ``kubeconfig_path``, or ``host`` + ``token_env`` + ``ca_cert_path``, else in-cluster), ``sharing``
 (`k8s_sharing`), ``clock`` (`clock.PlanClock`), ``fail_open_after_min`` (default 60), ``name``, and ``clusters``:
 cluster -> connection keys and ``sharing`` overriding the above, for one executor over several clusters (then
-every cluster it serves is listed there; moves between them need this).
+every cluster it serves is listed there; moves between them need this), ``serving_image`` (the inference
+services' server image, `k8s_services`).
+
+Inference services: `scale_service` creates or scales one Deployment per service and cluster
+(`scheduling.executors.k8s_services`).
 """
 
 from __future__ import annotations
@@ -75,7 +79,7 @@ from scheduling.executors.base import (
 )
 from scheduling.executors.clock import PlanClock
 from scheduling.executors.items import check_items
-from scheduling.executors.k8s_api import CONNECTION_KEYS, ApiError, PodApi
+from scheduling.executors.k8s_api import CONNECTION_KEYS, ApiError, DeploymentApi, PodApi
 from scheduling.executors.k8s_pods import (
     CANCELLED_AT,
     ITEM_FIELDS,
@@ -92,6 +96,14 @@ from scheduling.executors.k8s_pods import (
     power_change_patch,
     power_changes,
     selector,
+)
+from scheduling.executors.k8s_services import (
+    DEFAULT_SERVING_IMAGE,
+    deployment_manifest,
+    deployment_name,
+    scaling_patch,
+    scaling_record,
+    scalings,
 )
 from scheduling.executors.k8s_sharing import GpuSharing
 from scheduling.output.schedules import GATE_NAME, NAMESPACE
@@ -120,7 +132,8 @@ class KubernetesExecutor(Executor):
     job_files = ("k8s",)
     changes_power_limits = True
     preempts = True
-    SETTINGS = ("name", *CONNECTION_KEYS, "sharing", "clock", "fail_open_after_min", "clusters")
+    serves = True
+    SETTINGS = ("name", *CONNECTION_KEYS, "sharing", "clock", "fail_open_after_min", "clusters", "serving_image")
 
     def __init__(
         self,
@@ -132,9 +145,11 @@ class KubernetesExecutor(Executor):
         clock: Mapping | None = None,
         fail_open_after_min: float = 60.0,
         clusters: Mapping[str, Mapping] | None = None,
+        serving_image: str = DEFAULT_SERVING_IMAGE,
         **connection: Any,
     ):
         super().__init__(name)
+        self.serving_image = str(serving_image)
         self.db_path = db_path  # unused: the Pods are the executor's whole state
         where = f"executor {self.name!r}"
         self.clock = PlanClock.from_setting(clock, f"{where}: clock")
@@ -158,6 +173,7 @@ class KubernetesExecutor(Executor):
             self._connections[DEFAULT] = base
             self._sharing[DEFAULT] = GpuSharing.from_setting(sharing, f"{where}: sharing")
         self._apis: dict[str, PodApi] = {}
+        self._deployments: dict[str, DeploymentApi] = {}
 
     # ------------------------------------------------------------------------------------------- connections
 
@@ -487,6 +503,52 @@ class KubernetesExecutor(Executor):
             if item is not None and item["job_id"] == str(job_id) and mark is not None:
                 if json.loads(mark)["plan_id"] == plan_id:
                     return self._preempt_ref(connection, pod, plan_id)
+        return None
+
+    # ------------------------------------------------------------------------------------------- services
+
+    def deployments(self, connection: str) -> DeploymentApi:
+        if connection not in self._deployments:
+            settings = self._connections[connection]
+            self._deployments[connection] = DeploymentApi(settings, settings["namespace"])
+        return self._deployments[connection]
+
+    def _service_at(self, key: str) -> tuple[str, str, str]:
+        """(service, cluster, connection) of a scaling key `tenant/service@cluster`."""
+        service, _, cluster = str(key).rpartition("@")
+        connection = self._connection_of(cluster)
+        if not service or connection is None:
+            raise ValueError(f"service scaling {key!r}: no connection of executor {self.name!r} serves {cluster!r}")
+        return service, cluster, connection
+
+    def scale_service(self, key: str, at, *, plan_id: str, provision: dict) -> str | None:
+        """Create or scale the service's Deployment in the cluster's connection (`k8s_services`); the same
+        (plan_id, key) again changes nothing and returns the same ref."""
+        service, _, connection = self._service_at(key)
+        at = utc(at)
+        api = self.deployments(connection)
+        name = deployment_name(service)
+        ref = f"{connection}/{self._connections[connection]['namespace']}/{name}@{plan_id}"
+        existing = api.get(name)
+        if existing is not None and any(r["plan_id"] == plan_id for r in scalings(existing)):
+            return ref
+        record = scaling_record(plan_id, at, self.clock.to_wall(at), provision)
+        if existing is None:
+            if int(provision["replicas"]) == 0:
+                return ref  # nothing runs there: nothing to stop
+            api.create(deployment_manifest(service, provision, record, executor=self.name,
+                                           namespace=self._connections[connection]["namespace"],
+                                           image=self.serving_image))  # fmt: skip
+        else:
+            api.patch(name, scaling_patch(existing, provision, record))
+        return ref
+
+    def service_scaling_ref(self, plan_id: str, key: str) -> str | None:
+        service, _, connection = self._service_at(key)
+        name = deployment_name(service)
+        existing = self.deployments(connection).get(name)
+        if existing is not None and any(r["plan_id"] == plan_id for r in scalings(existing)):
+            return f"{connection}/{self._connections[connection]['namespace']}/{name}@{plan_id}"
         return None
 
     # ------------------------------------------------------------------------------------------- cancel

@@ -81,3 +81,33 @@ class PodApi:
         if grace_period_s is None:
             return self._call("delete_namespaced_pod", name, self.namespace)
         return self._call("delete_namespaced_pod", name, self.namespace, grace_period_seconds=int(grace_period_s))
+
+
+class DeploymentApi:
+    """apps/v1 Deployments of one namespace on one cluster connection (the inference services' replicas)."""
+
+    def __init__(self, settings: Mapping[str, Any], namespace: str):
+        self.namespace = namespace
+        self.api = client.AppsV1Api(api_client(settings))
+
+    _call = PodApi._call
+
+    def create(self, deployment: dict) -> dict:
+        return self._call("create_namespaced_deployment", self.namespace, deployment)
+
+    def get(self, name: str) -> dict | None:
+        """The Deployment, or None where there is none."""
+        try:
+            return self._call("read_namespaced_deployment", name, self.namespace)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list(self, label_selector: str) -> list[dict]:
+        found = self._call("list_namespaced_deployment", self.namespace, label_selector=label_selector)
+        return list(found.get("items", []))
+
+    def patch(self, name: str, operations: list[dict]) -> dict:
+        """A JSON patch (RFC 6902)."""
+        return self._call("patch_namespaced_deployment", name, self.namespace, operations)

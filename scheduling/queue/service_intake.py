@@ -29,6 +29,8 @@ from warehouse.config import data_dir as configured_data_dir
 from warehouse.db import Rejection, create_tables, reader, table_exists, writer
 
 SERVICES = "queue.services"
+# the example services (docs/examples/services.yaml): what `make run` and the loop benchmark submit
+EXAMPLE_SERVICES = Path(__file__).resolve().parents[2] / "docs" / "examples" / "services.yaml"
 COLUMNS: dict[str, str] = {
     "tenant": "VARCHAR NOT NULL",
     "service_id": "VARCHAR NOT NULL",

@@ -3,9 +3,9 @@ the serving data and the fleet (`parse_service`, `check_service`).
 
 A service has no deadline: it has a load to serve every hour within its latency target. Its model must be one the
 serving data knows (`scheduling.models.serving`), on GPU models that data has for it; its request rate comes from
-ServeGen's trace (`servegen:<model>`), a CSV file of hourly rates (`file:<path>`, columns hour_utc and
-requests_per_s) or its own history in the warehouse (`history`). Errors name the service and the field, like a
-job's (`JobSpecError`).
+ServeGen's trace (`servegen:<model>`), a CSV file of hourly rates (`file:<path>`, columns hour_utc, requests_per_s
+and mean_output_tokens) or its own history in the warehouse (`history`). Errors name the service and the field,
+like a job's (`JobSpecError`).
 """
 
 from __future__ import annotations
@@ -203,6 +203,6 @@ def _check_rate_source(source: str, servegen_models, base_dir: Path | None) -> l
             return [FieldError("rate_source", source, f"no such file {path}")]
         with open(path, newline="") as f:
             header = next(csv.reader(f), [])
-        missing = {"hour_utc", "requests_per_s"} - set(header)
+        missing = {"hour_utc", "requests_per_s", "mean_output_tokens"} - set(header)
         return [FieldError("rate_source", source, f"{path} lacks column(s) {sorted(missing)}")] if missing else []
     return [FieldError("rate_source", source, f"must be one of {', '.join(RATE_SOURCES)}")]

@@ -1,6 +1,6 @@
 """A local Kubernetes API server for tests: a real `http.server` on 127.0.0.1 that speaks enough of the core/v1
 Pod API for create, get, list (equality label selectors, the field selector spec.nodeName), JSON patch (RFC 6902)
-and delete, keeps Pods in memory
+and delete, and of apps/v1 Deployments for create, get, list and JSON patch, keeps them in memory
 and records every request. No cluster runs on the test machines; this is what the executor's client calls reach.
 
 It enforces the API rules the executor relies on: a Pod name is unique in its namespace (409), a Pod may not set
@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlparse
 
 _POD = re.compile(r"^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?$")
+_DEPLOYMENT = re.compile(r"^/apis/apps/v1/namespaces/([^/]+)/deployments(?:/([^/]+))?$")
 
 
 def _status(code: int, reason: str, message: str) -> dict:
@@ -79,6 +80,7 @@ class KubeApiServer:
     def __init__(self, token: str | None = None):
         self.token = token
         self.pods: dict[tuple[str, str], dict] = {}
+        self.deployments: dict[tuple[str, str], dict] = {}
         self.requests: list[dict] = []
         self.lock = threading.Lock()
         self._uid = 0
@@ -134,6 +136,10 @@ class KubeApiServer:
     def answer(self, method: str, url, body, authorization: str | None) -> tuple[int, dict]:
         if self.token is not None and authorization != f"Bearer {self.token}":
             return 401, _status(401, "Unauthorized", "Unauthorized")
+        deployment = _DEPLOYMENT.match(url.path)
+        if deployment is not None:
+            return self._deployment(method, url, body, unquote(deployment.group(1)),
+                                    deployment.group(2) and unquote(deployment.group(2)))  # fmt: skip
         match = _POD.match(url.path)
         if match is None:
             return 404, _status(404, "NotFound", f"no route {url.path}")
@@ -175,6 +181,35 @@ class KubeApiServer:
             if deleting and not patched["metadata"].get("finalizers"):
                 del self.pods[(namespace, name)]
             return 200, patched
+        return 405, _status(405, "MethodNotAllowed", method)
+
+    def _deployment(self, method: str, url, body, namespace: str, name: str | None) -> tuple[int, dict]:
+        """apps/v1 Deployments: create (409 on a taken name), get, list by label selector, JSON patch."""
+        if name is None and method == "GET":
+            selector = parse_qs(url.query).get("labelSelector", [""])[0]
+            items = [copy.deepcopy(d) for (ns, _), d in sorted(self.deployments.items()) if ns == namespace]
+            return 200, {"kind": "DeploymentList", "apiVersion": "apps/v1", "metadata": {},
+                         "items": [d for d in items if _matches(d, selector)]}  # fmt: skip
+        if name is None and method == "POST":
+            key = (namespace, body["metadata"]["name"])
+            if key in self.deployments:
+                return 409, _status(409, "AlreadyExists", f'deployments.apps "{key[1]}" already exists')
+            self._uid += 1
+            stored = copy.deepcopy(body)
+            stored["metadata"]["uid"] = f"uid-{self._uid}"
+            self.deployments[key] = stored
+            return 201, stored
+        found = self.deployments.get((namespace, name))
+        if found is None:
+            return 404, _status(404, "NotFound", f'deployments.apps "{name}" not found')
+        if method == "GET":
+            return 200, found
+        if method == "PATCH":
+            try:
+                self.deployments[(namespace, name)] = _patch(found, body)
+            except (ValueError, KeyError, IndexError) as exc:
+                return 422, _status(422, "Invalid", str(exc))
+            return 200, self.deployments[(namespace, name)]
         return 405, _status(405, "MethodNotAllowed", method)
 
     def _create(self, namespace: str, pod: dict) -> tuple[int, dict]:

@@ -177,3 +177,22 @@ def test_running_an_hour_again_changes_nothing(served):
         usage_after = con.execute("SELECT * FROM raw.service_usage ORDER BY hour_utc").df()
     pd.testing.assert_frame_equal(before, after)
     pd.testing.assert_frame_equal(usage, usage_after)
+
+
+def test_the_carbon_pages_show_the_service(served):
+    from fastapi.testclient import TestClient
+
+    from ui.app import create_app
+
+    client = TestClient(create_app(lambda: None, db_path=served["db"]), root_path="/carbon")
+    listed = client.get("/carbon/api/services").json()
+    assert [s["service"] for s in listed["services"]] == ["ml/chat"]
+    ledger = served["ledger"]
+    row = listed["services"][0]
+    assert row["service_hours"] == len(ledger)
+    assert row["g_per_1k_tokens"] == pytest.approx(1e6 * ledger["kgco2e"].sum() / ledger["tokens"].sum(), abs=1e-6)
+    one = client.get("/carbon/api/services/ml/chat").json()
+    assert len(one["hours"]) == len(ledger) and one["provisions"][0]["explanation"]
+    html = client.get("/carbon/services/ml/chat").text
+    assert "Carbon per 1k output tokens" in html and "<polyline" in html and 'id="hours"' in html
+    assert 'href="/carbon/services/ml/chat"' in client.get("/carbon/services").text

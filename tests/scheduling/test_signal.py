@@ -10,7 +10,7 @@ import yaml
 from scheduling.domain.fleet import fleet_from_spec
 from scheduling.domain.fleet_file import DEFAULT_FLEET_PATH
 from scheduling.planning.forecasts import GridSeries, make_forecasts
-from scheduling.service import _forecasts
+from scheduling.service import plan_forecasts
 
 T = pd.Timestamp("2021-07-15T12:00Z")
 EXAMPLE = "docs/examples/fleet.yaml"
@@ -93,7 +93,7 @@ def test_marginal_actuals_come_from_the_marginal_column(tmp_warehouse):
 def test_a_zone_without_marginal_data_is_an_error_not_the_average(tmp_warehouse):
     _mart(tmp_warehouse, marginal_zones=("CISO",))
     with pytest.raises(ValueError, match=r"signal marginal: no carbon_intensity_marginal_gco2_per_kwh for .*\['DE'\]"):
-        _forecasts(_fleet("marginal"), T, 24, db_path=tmp_warehouse)
+        plan_forecasts(_fleet("marginal"), T, 24, db_path=tmp_warehouse)
 
 
 def test_the_grid_files_have_no_marginal_signal(data_dir):
@@ -104,13 +104,13 @@ def test_the_grid_files_have_no_marginal_signal(data_dir):
 def test_marginal_plan_uses_the_live_forecast_then_the_naive(tmp_warehouse):
     _mart(tmp_warehouse, marginal_zones=("CISO", "DE"))
     fleet = _fleet("marginal")
-    naive = _forecasts(fleet, T, 24, db_path=tmp_warehouse)  # no live forecast stored yet
+    naive = plan_forecasts(fleet, T, 24, db_path=tmp_warehouse)  # no live forecast stored yet
     F, version, meta = naive.at(T, 24)
     assert naive.name == "naive" and F.min() >= 600 and meta["fallback_share"] == 1.0
 
     _live_forecasts(tmp_warehouse, T + pd.Timedelta(hours=1), 999.0)  # issued after T: never used
     _live_forecasts(tmp_warehouse, T - pd.Timedelta(hours=2), 450.0)
-    provider = _forecasts(fleet, T, 24, db_path=tmp_warehouse)
+    provider = plan_forecasts(fleet, T, 24, db_path=tmp_warehouse)
     F, version, meta = provider.at(T, 24)
     assert provider.name == "live" and version.startswith("staging.stg_grid__live_forecasts:watttime:watttime@")
     ciso, de = fleet.zones.index("CISO"), fleet.zones.index("DE")
@@ -122,7 +122,7 @@ def test_marginal_plan_uses_the_live_forecast_then_the_naive(tmp_warehouse):
 def test_average_plan_is_unchanged_and_never_reads_the_live_forecasts(tmp_warehouse):
     _mart(tmp_warehouse, marginal_zones=("CISO", "DE"))
     _live_forecasts(tmp_warehouse, T - pd.Timedelta(hours=2), 450.0)
-    provider = _forecasts(_fleet(None), T, 24, db_path=tmp_warehouse)
+    provider = plan_forecasts(_fleet(None), T, 24, db_path=tmp_warehouse)
     F, _, _ = provider.at(T, 24)
     assert provider.grid.signal == "average" and F.min() >= 200 and F.max() < 224
     with pytest.raises(ValueError, match="forecasts are of the marginal signal; this grid is average"):
