@@ -27,7 +27,7 @@ from scheduling.output.ledger import Ledger, ledger, write_ledger_report
 from scheduling.planning.forecasts import PREFERRED_MODELS
 from scheduling.queue.intake import IntakeReport, submit_mappings
 from scheduling.queue.service_intake import EXAMPLE_SERVICES, submit_service_file
-from scheduling.queue.trace import trace_jobs
+from scheduling.queue.trace import job_gpu_hours, trace_jobs
 from scheduling.tasks import build_ledger
 
 # the simulator's policies on the same jobs: the loop's policy and the baseline without carbon awareness
@@ -47,11 +47,6 @@ class LoopDemo:
     report: Path
     simulated: list[dict]
     load: dict
-
-
-def job_gpu_hours(jobs: list[dict]) -> float:
-    """GPU-hours the intake mappings ask for: GPUs x per-GPU share x estimated run time."""
-    return float(sum(j["gpus"] * j.get("gpu_milli", 1000) / 1000.0 * j["est_duration_h"] for j in jobs))
 
 
 def demo_fleet(fleet, day, n_jobs: int, load: float | None):

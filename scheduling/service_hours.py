@@ -78,7 +78,7 @@ CREATE TABLE IF NOT EXISTS {PROVISIONS} (
     PRIMARY KEY (plan_id, service)
 );
 """
-HISTORY_DAYS = 8  # the history the load forecast is fitted on (the seasonal naive needs five days)
+HISTORY_DAYS = 7  # the history the load forecast is fitted on (the seasonal naive needs five days)
 PEAK_DAYS = 7  # the static counterfactual is provisioned for the peak of this many days before the hour
 
 

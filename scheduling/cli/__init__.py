@@ -5,9 +5,20 @@ from __future__ import annotations
 
 import argparse
 
-from scheduling.cli import bench_loop, bench_recap, compare_loop, fgd, jobs, models, operate, planning, slurm
+from scheduling.cli import (
+    bench_loop,
+    bench_recap,
+    compare_loop,
+    fgd,
+    jobs,
+    models,
+    operate,
+    planning,
+    services_loop,
+    slurm,
+)
 
-COMMAND_MODULES = (fgd, jobs, models, planning, operate, bench_loop, compare_loop, bench_recap, slurm)
+COMMAND_MODULES = (fgd, jobs, models, planning, operate, bench_loop, compare_loop, services_loop, bench_recap, slurm)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -65,7 +65,7 @@ def register(subparsers) -> None:
     c.set_defaults(func=cmd_compare_loop)
 
 
-def _open_jobs(db: Path) -> int:
+def open_jobs(db: Path) -> int:
     jobs = store.list_jobs(db_path=db)
     return int(jobs["state"].isin(OPEN_STATES).sum()) if len(jobs) else 0
 
@@ -125,10 +125,10 @@ def compare_loop(
             "recapping": Recapping(enabled=False),
         }
         hours = 0
-        while hours < max_hours and (hours < 24 or _open_jobs(copy)):
+        while hours < max_hours and (hours < 24 or open_jobs(copy)):
             loop.run_hour(day + hours * HOUR, **settings)
             hours += 1
-        left = _open_jobs(copy)
+        left = open_jobs(copy)
         loop_s = time.perf_counter() - t0
         build_ledger(db_path=copy)
         book = ledger(day, day + pd.Timedelta(days=1), db_path=copy)

@@ -88,3 +88,8 @@ def write_trace_file(path, day, n: int, fleet, *, seed: int | None = None, data_
         "day": str(day.date()),
         "seed": int(day.strftime("%Y%m%d")) if seed is None else int(seed),
     }
+
+
+def job_gpu_hours(jobs: list[dict]) -> float:
+    """GPU-hours the intake mappings ask for: GPUs x per-GPU share x estimated run time."""
+    return float(sum(j["gpus"] * j.get("gpu_milli", 1000) / 1000.0 * j["est_duration_h"] for j in jobs))
