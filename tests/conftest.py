@@ -44,7 +44,7 @@ def operate_day(root: Path, data_dir: Path, day: str, n_jobs: int, hours: int) -
     db = root / "warehouse.duckdb"
     ingest(["grid_ensembleci"], data_dir=data_dir, db_path=db, progress=False)
     build(select="+grid_hourly", warehouse_path=db, target_path=root / "target")
-    fleet = plan_fleet(None, data_dir)
+    fleet = plan_fleet(None, data_dir).sampled()
     jobs = write_trace_file(root / "jobs.yaml", day, n_jobs, fleet, data_dir=data_dir)["path"]
     report = submit_file(jobs, db_path=db, data_dir=data_dir)
     assert not report.rejected, report.rejected[:3]

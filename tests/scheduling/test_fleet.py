@@ -66,7 +66,8 @@ def test_default_fleet(fleet):
 
 
 def test_select_and_scale(fleet):
-    six = fleet.select(6)
+    assert [c.name for c in fleet.select(6).clusters if c.declared] == ["usw-h100", "use-h100", "eun-h100", "euc-h100"]
+    six = fleet.select(6).sampled()  # the batch clusters: what re-sizes
     assert len(six) == 6 and six.zones == ["CISO", "ERCO", "PJM", "ISNE", "SE", "DE"]
     by_zone = fleet.select(["SE", "us-west"])
     assert sorted(by_zone.zones) == ["CISO", "SE"]
@@ -296,7 +297,14 @@ def test_scaled_refuses_declared_clusters(fleet, data_dir):
     assert [c.declared for c in mixed.clusters] == [False, True] and mixed.clusters[0].n_gpus >= 16
     with pytest.raises(ValueError, match=r"cluster\(s\) eun-v100 declare their nodes.*source: openb\|pai"):
         mixed.scaled(48)
-    assert fleet.select(2).scaled(16).total_gpus > 0  # sampled fleets re-size as before
+    assert fleet.select(2).sampled().scaled(16).total_gpus > 0  # sampled fleets re-size as before
+    # keep_declared: the sampled clusters share the target, the declared ones stay as they are
+    kept = mixed.scaled(48, keep_declared=True)
+    assert [c.name for c in kept.clusters] == ["usw-t4", "eun-v100"]
+    assert kept.clusters[1].nodes.equals(mixed.clusters[1].nodes)
+    assert abs(kept.clusters[0].n_gpus - 48) <= kept.clusters[0].max_node_gpus / 2
+    with pytest.raises(ValueError, match="no sampled cluster"):
+        declared.sampled()
 
 
 def _broken(edit) -> dict:

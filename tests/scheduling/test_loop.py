@@ -44,7 +44,7 @@ def _count(db, sql):
 
 def _submit_day(db, tmp_path, data_dir, n=40, day="2021-07-15"):
     path = tmp_path / f"jobs-{day}.yaml"
-    write_trace_file(path, day, n, plan_fleet(None, data_dir), data_dir=data_dir)
+    write_trace_file(path, day, n, plan_fleet(None, data_dir).sampled(), data_dir=data_dir)
     report = submit_file(path, db_path=db, data_dir=data_dir)
     assert not report.rejected, report.rejected[:3]
     return report
@@ -55,7 +55,7 @@ def _executor(db, **settings):
 
 
 def _ctx(db, tmp_path, data_dir, as_of=T, executor=None, **kwargs):
-    fleet = plan_fleet(None, data_dir)
+    fleet = plan_fleet(None, data_dir).sampled()
     executor = executor or _executor(db)
     return loop.context(
         as_of,
@@ -223,7 +223,7 @@ def test_the_deadline_reserve_leaves_a_share_of_the_run_time_before_the_deadline
     """With the reserve r every job planned in time ends r x its fastest run time before its deadline, unless it
     has less spare than that (then it keeps all of it); without it jobs may end at the deadline itself."""
     _submit_day(tmp_warehouse, tmp_path, data_dir)
-    fleet = plan_fleet(None, data_dir)
+    fleet = plan_fleet(None, data_dir).sampled()
     jobs = pending_job_frame(T, fleet, db_path=tmp_warehouse, data_dir=data_dir)
     plain = JobTable(jobs, fleet, data_dir=data_dir)
     reserved = JobTable(jobs, fleet, data_dir=data_dir, deadline_reserve=0.2)
@@ -393,7 +393,7 @@ def test_slower_limits_are_offered_only_where_a_long_run_still_fits(tmp_warehous
     """With an option margin m a job keeps a limit below the default only where its run time there times m fits
     between its submission and its deadline; the default limit stays everywhere."""
     _submit_day(tmp_warehouse, tmp_path, data_dir)
-    fleet = plan_fleet(None, data_dir)
+    fleet = plan_fleet(None, data_dir).sampled()
     jobs = pending_job_frame(T, fleet, db_path=tmp_warehouse, data_dir=data_dir)
     plain = JobTable(jobs, fleet, data_dir=data_dir)
     margin = JobTable(jobs, fleet, data_dir=data_dir, option_margin=1.4)
@@ -415,7 +415,7 @@ def test_a_slower_limit_or_cluster_starts_only_where_a_long_run_still_ends_by_th
     slower than the job's fastest, its run time x the cluster margin; on the fastest, the run time before the
     planning deadline."""
     _submit_day(tmp_warehouse, tmp_path, data_dir)
-    fleet = plan_fleet(None, data_dir)
+    fleet = plan_fleet(None, data_dir).sampled()
     jobs = pending_job_frame(T, fleet, db_path=tmp_warehouse, data_dir=data_dir)
     table = JobTable(jobs, fleet, data_dir=data_dir, deadline_reserve=0.2, option_margin=1.4, cluster_margin=1.2)
     idx = np.arange(len(jobs))

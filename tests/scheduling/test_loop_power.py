@@ -25,7 +25,7 @@ H = pd.Timedelta(hours=1)
 
 def _operate(tmp_path, data_dir, hours, recapping=None, n=40):
     db = tmp_path / "warehouse.duckdb"
-    fleet = plan_fleet(None, data_dir)
+    fleet = plan_fleet(None, data_dir).sampled()
     path = tmp_path / "jobs.yaml"
     write_trace_file(path, "2021-07-15", n, fleet, data_dir=data_dir)
     assert not submit_file(path, db_path=db, data_dir=data_dir).rejected

@@ -52,7 +52,7 @@ def operated(tmp_path_factory, data_dir):
     assert build(select="+grid_hourly", warehouse_path=db, target_path=tmp / "target").ok
     (tmp / "jobs.yaml").write_text(SPEC)
     assert not submit_file(tmp / "jobs.yaml", db_path=db, data_dir=data_dir).rejected
-    fleet = plan_fleet(None, data_dir)
+    fleet = plan_fleet(None, data_dir).sampled()
     executor = ReplayExecutor(db_path=db, sigma=0.0, failure_rate=0.0)
     settings = dict(db_path=db, data_dir=data_dir, schedule_root=tmp / "s", fleet=fleet,
                     executors=dict.fromkeys(fleet.names, executor), pausing=Pausing(for_carbon=True))  # fmt: skip
@@ -177,7 +177,7 @@ def test_a_drained_nodes_checkpointing_job_moves_to_another_node(tmp_path, data_
     db = tmp_path / "warehouse.duckdb"
     (tmp_path / "jobs.yaml").write_text(SPEC)
     assert not submit_file(tmp_path / "jobs.yaml", db_path=db, data_dir=data_dir).rejected
-    fleet = plan_fleet(None, data_dir)
+    fleet = plan_fleet(None, data_dir).sampled()
     executor = ReplayExecutor(db_path=db, sigma=0.0, failure_rate=0.0)
     settings = dict(db_path=db, data_dir=data_dir, schedule_root=tmp_path / "s",
                     executors=dict.fromkeys(fleet.names, executor))  # fmt: skip
@@ -229,7 +229,7 @@ def test_a_due_job_preempts_a_checkpointing_run_with_slack_and_both_keep_their_d
     spec = SPEC.replace("gpus: 1", "gpus: 8")
     (tmp_path / "jobs.yaml").write_text(spec)
     assert not submit_file(tmp_path / "jobs.yaml", db_path=db, data_dir=data_dir).rejected
-    full = plan_fleet(None, data_dir)
+    full = plan_fleet(None, data_dir).sampled()
     west = next(c for c in full.clusters if c.name == "usw-v100m16")
     kept = west.nodes["sn"].iloc[0]
     fleet = full.with_drained({west.name: dict.fromkeys(west.nodes["sn"].iloc[1:], "maintenance")})

@@ -27,10 +27,10 @@ BAD = [
     ("unknown-home-region", {"home_region": "mars-1"}, "home_region"),
     ("unknown-allowed-region", {"allowed_regions": ["us-west", "moon"]}, "allowed_regions"),
     ("home-outside-allowed", {"allowed_regions": ["eu-north"]}, "home_region"),
-    ("gpu-model-nobody-has", {"gpu_models": ["H100"]}, "gpu_models"),
+    ("gpu-model-nobody-has", {"gpu_models": ["B200"]}, "gpu_models"),
     (
         "no-node-in-allowed-regions",
-        {"gpus": 8, "allowed_regions": ["us-east", "us-south"], "home_region": "us-east"},
+        {"gpus": 8, "allowed_regions": ["us-south"], "home_region": "us-south"},
         "allowed_regions",
     ),
     ("huge-job-type", {"job_type": LONG}, "job_type"),

@@ -71,7 +71,7 @@ BAD_VALUES = {
     "job_type": ["", "y" * 200, "bad\x00type"],
     "home_region": ["atlantis", "", "us west"],
     "allowed_regions": [["nowhere"], "a|b|c", 5],
-    "gpu_models": [["H100"], [""], 7],
+    "gpu_models": [["B200"], [""], 7],
     "est_duration_h": [0, -1, 10_000, "long"],
     "deadline": ["tomorrow", "1999-01-01T00:00:00Z"],
     "flexibility": [-0.5, 100, "some"],
