@@ -58,6 +58,7 @@ from scheduling.service import (
     DEFAULT_HORIZON_H,
     make_plan,
     plan_fleet,
+    plan_forecasts,
     validate_inputs,
     write_plan,
 )
@@ -592,10 +593,11 @@ def plan(ctx: LoopContext, *, dry_run: bool = False, created_from: str = "loop")
     t0 = time.perf_counter()
     pending, running, arrived = inputs(ctx)
     fleet = drained_fleet(ctx)
+    forecasts = plan_forecasts(fleet.schedulable(), ctx.plan_time, ctx.horizon_hours, ctx.db_path, ctx.data_dir)
     # the services first: the GPUs their replicas hold this hour are taken capacity for the batch plan
     services = service_hours.plan_service_hour(
         ctx.plan_time, ctx.plan_id, fleet, ctx.executors, running, horizon_hours=ctx.horizon_hours,
-        db_path=ctx.db_path, data_dir=ctx.data_dir, policy=ctx.serving,
+        db_path=ctx.db_path, data_dir=ctx.data_dir, policy=ctx.serving, forecasts=forecasts,
     )  # fmt: skip
     held = services["rows"]
     result, info = make_plan(
@@ -611,6 +613,7 @@ def plan(ctx: LoopContext, *, dry_run: bool = False, created_from: str = "loop")
         data_dir=ctx.data_dir,
         recapping=ctx.recapping,
         pausing=ctx.pausing,
+        forecasts=forecasts,
     )
     summary = write_plan(
         result,

@@ -186,8 +186,10 @@ def make_plan(
     data_dir=None,
     recapping: Recapping | None = None,
     pausing: Pausing | None = None,
+    forecasts=None,
 ):
-    """(Plan, info) for the planning hour `as_of`, without writing anything.
+    """(Plan, info) for the planning hour `as_of`, without writing anything (`forecasts`: the intensity forecasts
+    of `fleet` at that hour, `plan_forecasts`' by default).
 
     `jobs`: the planner job frame of the pending jobs (`scheduling.queue.frame`); `running`: the jobs running at T
     (job_id, cluster, num_gpu, gpu_milli, cpu_milli, memory_mib, end_time[, node, gpu_devices]) -- their resources
@@ -214,7 +216,8 @@ def make_plan(
         "unhostable": list(jobs.attrs.get("unhostable", [])),
         "deadline_reserve": float(deadline_reserve),
     }
-    forecasts = plan_forecasts(fleet, plan_time, horizon_hours, db_path, data_dir)
+    if forecasts is None:
+        forecasts = plan_forecasts(fleet, plan_time, horizon_hours, db_path, data_dir)
     info["forecast_source"] = forecasts.name
     info["signal"] = fleet.signal
     power_table = _power_table(fleet, db_path, data_dir, as_of=plan_time)

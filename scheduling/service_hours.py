@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from common.timeutil import HOUR, utc
-from forecasting.evaluation.service_load import SERVICE_LOAD_MODELS
+from forecasting.evaluation.service_load import service_load_naive
 from scheduling.executors.service_log import record_scalings
 from scheduling.models.serving import at_load, curve_id, key_of, serving_model
 from scheduling.planning.serving import (
@@ -142,33 +142,35 @@ def free_devices(fleet, running: pd.DataFrame, names) -> dict[str, dict[str, lis
 
 def demand(services: pd.DataFrame, plan_time, data_dir=None, db_path=None) -> pd.DataFrame:
     """Per service: the P90 forecast of hour `plan_time` from its history before it, the last observed hour's demand
-    and the demand the hour is provisioned for (tokens/s)."""
+    and the demand the hour is provisioned for (tokens/s). Services on one shared source at one scale (not their
+    own history) have one history: it is read and forecast once."""
     T = utc(plan_time)
-    frames = []
+    series, of = {}, {}
     for row in services.to_dict(orient="records"):
-        h = rate_history(row, T - pd.Timedelta(days=HISTORY_DAYS), T, data_dir=data_dir, db_path=db_path)
-        frames.append(h.assign(region=row["service"]))
-    rows = []
-    if not frames:
+        shared = row["rate_source"] != "history"
+        key = f"{row['rate_source']}@{float(row.get('rate_scale') or 1.0)!r}" if shared else row["service"]
+        of[row["service"]] = key
+        if key not in series:
+            h = rate_history(row, T - pd.Timedelta(days=HISTORY_DAYS), T, data_dir=data_dir, db_path=db_path)
+            series[key] = h.assign(region=key)
+    if not series:
         return pd.DataFrame(columns=["service", "forecast_p90", "last", "wanted", "peak"])
-    history = pd.concat(frames, ignore_index=True)
-    forecaster = SERVICE_LOAD_MODELS["naive-24"]().fit(history, "demand_tokens_per_s")
+    history = pd.concat(series.values(), ignore_index=True)
+    forecaster = service_load_naive(max_horizon=1).fit(history, "demand_tokens_per_s")
     p90 = forecaster.predict(T, 1, history).set_index("region")["p90"]
-    for service, part in history.groupby("region", sort=False):
+    figures = {}
+    for key, part in history.groupby("region", sort=False):
         known = part["demand_tokens_per_s"].dropna()
         last = float(known.iloc[-1]) if len(known) else float("nan")
         recent = part.loc[part["hour_utc"] >= T - pd.Timedelta(days=PEAK_DAYS), "demand_tokens_per_s"]
-        f = float(p90.get(service, float("nan")))
-        rows.append(
-            {
-                "service": service,
-                "forecast_p90": f,
-                "last": last,
-                "wanted": wanted_demand(f, last),
-                "peak": float(recent.max()) if recent.notna().any() else float("nan"),
-            }
-        )
-    return pd.DataFrame(rows)
+        f = float(p90.get(key, float("nan")))
+        figures[key] = {
+            "forecast_p90": f,
+            "last": last,
+            "wanted": wanted_demand(f, last),
+            "peak": float(recent.max()) if recent.notna().any() else float("nan"),
+        }
+    return pd.DataFrame([{"service": service, **figures[key]} for service, key in of.items()])
 
 
 def previous_provisions(plan_time, db_path=None) -> dict[str, Provision]:

@@ -25,9 +25,14 @@ from forecasting.models.naive import SeasonalNaive
 TARGET = "requests_per_s"
 
 
+def service_load_naive(max_horizon: int = 96) -> Forecaster:
+    """The seasonal naive of the service loads: residual quantiles from every hour's issues (seven days hold too
+    few midnight issues), relative, for horizons 1..`max_horizon` (the loop needs the next hour only)."""
+    return SeasonalNaive(24, max_horizon=max_horizon, issue_hour=None, min_history_h=24 * 5, residuals="relative")
+
+
 def _naive() -> Forecaster:
-    # every hour's issues give the residual quantiles: seven days hold too few midnight issues
-    return SeasonalNaive(24, max_horizon=96, issue_hour=None, min_history_h=24 * 5, residuals="relative")
+    return service_load_naive()
 
 
 def _lgbm() -> Forecaster:

@@ -124,12 +124,25 @@ class ServingModel:
 
     def __init__(self) -> None:
         self._curves: dict[ServingKey, pd.DataFrame] = {}
+        # per curve: the caps, their logs and each quantity's logs (what `predict` interpolates), the latency kind
+        self._arrays: dict[ServingKey, tuple] = {}
+        self._points: dict[tuple[ServingKey, float], ServingPoint] = {}  # predict's answers (planning asks often)
 
     def fit(self, runs: pd.DataFrame) -> ServingModel:
         self._curves = {
             ServingKey(*k): g[["batch_cap", *QUANTITIES, "latency_kind"]].reset_index(drop=True)
             for k, g in runs.groupby(list(KEY), sort=True)
         }
+        self._arrays = {
+            key: (
+                c["batch_cap"].to_numpy(float),
+                np.log(c["batch_cap"].to_numpy(float)),
+                {q: np.log(c[q].to_numpy(float)) for q in QUANTITIES},
+                str(c["latency_kind"].iat[0]),
+            )
+            for key, c in self._curves.items()
+        }
+        self._points = {}
         return self
 
     def keys(self, model: str | None = None, gpu: str | None = None, task: str | None = None) -> list[ServingKey]:
@@ -144,7 +157,8 @@ class ServingModel:
 
     def batch_caps(self, key: ServingKey) -> list[int]:
         """The measured batch caps of a curve (ascending)."""
-        return self._curve(key)["batch_cap"].tolist()
+        self._curve(key)
+        return [int(c) for c in self._arrays[key][0]]
 
     def predict(self, key: ServingKey, batch_cap: float, power_limit_w: float | None = None) -> ServingPoint:
         """The curve's point at `batch_cap` (see the module doc); refused outside the data."""
@@ -153,25 +167,30 @@ class ServingModel:
                 f"{key.model} on {key.gpu}: power limit {power_limit_w} W: the serving runs are at the GPUs' default "
                 "limit only"
             )
-        curve = self._curve(key)
-        caps = curve["batch_cap"].to_numpy(float)
         cap = float(batch_cap)
+        known = self._points.get((key, cap))
+        if known is not None:
+            return known
+        self._curve(key)  # refuses an unknown curve, naming what is measured
+        caps, log_caps, logs, kind = self._arrays[key]
         if not (caps[0] <= cap <= caps[-1]):
             raise UnknownServingConfiguration(
                 f"{key.model} on {key.num_gpus}x {key.gpu} (TP {key.tensor_parallel}, {key.task}): batch cap "
                 f"{batch_cap} is outside the measured {int(caps[0])}..{int(caps[-1])}"
             )
-        values = {
-            q: float(np.exp(np.interp(np.log(cap), np.log(caps), np.log(curve[q].to_numpy(float))))) for q in QUANTITIES
-        }
-        return ServingPoint(
+        x = np.log(cap)
+        values = {q: float(np.exp(np.interp(x, log_caps, logs[q]))) for q in QUANTITIES}
+        point = ServingPoint(
             values["tokens_per_s"],
             values["joules_per_token"],
             values["latency_ms"],
-            str(curve["latency_kind"].iat[0]),
+            kind,
             values["tokens_per_s"] * values["joules_per_token"],
             bool(np.isclose(caps, cap).any()),
         )
+        if point.measured:  # measured caps recur; interpolated ones (at_load's) rarely do
+            self._points[(key, cap)] = point
+        return point
 
     def _curve(self, key: ServingKey) -> pd.DataFrame:
         curve = self._curves.get(key)
