@@ -16,6 +16,7 @@ capacity the batch plan cannot use (one pool: `service_rows`, bound to nodes lik
 
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
@@ -78,6 +79,7 @@ CREATE TABLE IF NOT EXISTS {PROVISIONS} (
     PRIMARY KEY (plan_id, service)
 );
 """
+log = logging.getLogger(__name__)
 HISTORY_DAYS = 7  # the history the load forecast is fitted on (the seasonal naive needs five days)
 PEAK_DAYS = 7  # the static counterfactual is provisioned for the peak of this many days before the hour
 
@@ -151,7 +153,11 @@ def demand(services: pd.DataFrame, plan_time, data_dir=None, db_path=None) -> pd
         key = f"{row['rate_source']}@{float(row.get('rate_scale') or 1.0)!r}" if shared else row["service"]
         of[row["service"]] = key
         if key not in series:
-            h = rate_history(row, T - pd.Timedelta(days=HISTORY_DAYS), T, data_dir=data_dir, db_path=db_path)
+            try:
+                h = rate_history(row, T - pd.Timedelta(days=HISTORY_DAYS), T, data_dir=data_dir, db_path=db_path)
+            except (OSError, ValueError) as exc:  # fail open: this service goes unplanned, the others are planned
+                log.warning("service %s: its rate source cannot be read: %s", row["service"], exc)
+                h = pd.DataFrame({"hour_utc": [T - HOUR], "demand_tokens_per_s": [float("nan")]})
             series[key] = h.assign(region=key)
     if not series:
         return pd.DataFrame(columns=["service", "forecast_p90", "last", "wanted", "peak"])

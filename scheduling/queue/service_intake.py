@@ -5,7 +5,8 @@ rules as jobs (`scheduling.queue.intake`).
     frame = list_services()                                                                  # queue.services
 
 A file holds a top-level `services:` list (YAML or JSON; fields: `service_spec.SERVICE_FIELD_DOCS`). Each entry is
-parsed and checked (`service_spec.check_service`: the serving data, the fleet's regions, the rate source); an id
+parsed and checked (`service_spec.check_service`: the serving data, the fleet's regions, the rate source; a relative
+`file:` source is stored as an absolute path); an id
 given twice in one file is refused for every occurrence. A new service is **accepted**, the same spec again is
 **unchanged**, a different one is **replaced** with `replace=True` and **rejected** otherwise; every rejected entry
 puts one row per bad field into `quarantine.rejected_rows` (table_name `queue.services`) naming the service and the
@@ -15,6 +16,7 @@ field, and the good ones land all the same, in one transaction. Submitting the s
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -97,8 +99,9 @@ def submit_service_file(
             specs.append(None)
             errors.append([*exc.errors, *checked])
             continue
-        specs.append(spec)
-        errors.append(check_service(spec, serving, regions, rates, path.parent))
+        found = check_service(spec, serving, regions, rates, path.parent)
+        specs.append(spec if found else with_absolute_rate_file(spec, path.parent))
+        errors.append(found)
     twice = Counter(s.planner_id for s in specs if s is not None)
     for i, spec in enumerate(specs):
         if spec is not None and twice[spec.planner_id] > 1:
@@ -134,6 +137,15 @@ def submit_service_file(
             con.execute("ROLLBACK")
             raise
     return IntakeReport(source, batch_id, outcomes)
+
+
+def with_absolute_rate_file(spec: ServiceSpec, base_dir: Path) -> ServiceSpec:
+    """`spec` with a relative `file:` rate source made absolute (it is checked against the submitted file's folder;
+    the loop reads it from anywhere)."""
+    kind, _, rest = spec.rate_source.partition(":")
+    if kind != "file" or Path(rest).is_absolute():
+        return spec
+    return replace(spec, rate_source=f"file:{(base_dir / rest).resolve()}")
 
 
 def named_raw(data, tenant) -> dict:

@@ -196,3 +196,19 @@ def test_the_carbon_pages_show_the_service(served):
     html = client.get("/carbon/services/ml/chat").text
     assert "Carbon per 1k output tokens" in html and "<polyline" in html and 'id="hours"' in html
     assert 'href="/carbon/services/ml/chat"' in client.get("/carbon/services").text
+
+
+def test_a_service_whose_rate_source_cannot_be_read_leaves_the_others_planned(tmp_path, data_dir):
+    from scheduling.service_hours import demand
+
+    services = pd.DataFrame(
+        [
+            {"service": "ml/gone", "tenant": "ml", "service_id": "gone", "rate_source": f"file:{tmp_path}/none.csv",
+             "rate_scale": 1.0},
+            {"service": "ml/chat", "tenant": "ml", "service_id": "chat", "rate_source": "servegen:language/m-small",
+             "rate_scale": 1.0},
+        ]
+    )  # fmt: skip
+    got = demand(services, DAY + 12 * H, data_dir=data_dir).set_index("service")
+    assert np.isnan(got.loc["ml/gone", "forecast_p90"]) and got.loc["ml/gone", "wanted"] == 0.0
+    assert got.loc["ml/chat", "wanted"] > 0 and np.isfinite(got.loc["ml/chat", "forecast_p90"])

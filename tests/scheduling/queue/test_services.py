@@ -88,3 +88,28 @@ def test_a_file_of_services_is_not_a_job_file(tmp_path):
     with pytest.raises(JobFileError, match="no top-level `jobs:` list"):
         read_job_file(path)
     assert len(read_job_file(path, key="services")) == 1
+
+
+def test_a_relative_rate_file_is_stored_absolute_and_read_from_anywhere(tmp_path, data_dir, monkeypatch):
+    import pandas as pd
+
+    from scheduling.queue.service_rates import rate_history
+
+    folder = tmp_path / "team"
+    folder.mkdir()
+    hours = pd.date_range("2021-07-14T00:00Z", periods=24, freq="h")
+    pd.DataFrame({"hour_utc": hours, "requests_per_s": 2.0, "mean_output_tokens": 100.0}).to_csv(
+        folder / "rates.csv", index=False
+    )
+    spec = {**yaml.safe_load(EXAMPLE.read_text())["services"][2], "rate_source": "file:rates.csv", "rate_scale": 0.5}
+    db = tmp_path / "w.duckdb"
+    report = submit_service_file(_file(folder, [spec]), as_of=AS_OF, db_path=db, data_dir=data_dir)
+    assert report.counts["accepted"] == 1, report.to_dict()
+    row = list_services(db).iloc[0]
+    assert row["rate_source"] == f"file:{(folder / 'rates.csv').resolve()}"
+    monkeypatch.chdir(tmp_path)  # the loop runs from elsewhere
+    got = rate_history(row, hours[0], hours[-1] + pd.Timedelta(hours=1))
+    assert got["demand_tokens_per_s"].tolist() == [2.0 * 0.5 * 100.0] * 24
+    # the same file again: unchanged (the stored spec is the absolute one both times)
+    again = submit_service_file(_file(folder, [spec]), as_of=AS_OF, db_path=db, data_dir=data_dir)
+    assert again.counts["unchanged"] == 1
