@@ -627,6 +627,7 @@ def plan(ctx: LoopContext, *, dry_run: bool = False, created_from: str = "loop")
         job_files={cluster: executor.job_files for cluster, executor in ctx.executors.items()},
     )
     summary["files"] = len(summary["files"])
+    summary["n_running"] = int(len(running))  # the jobs' runs; the services' replicas are in summary["services"]
     summary["power"] = _power_summary(info.get("recaps"))
     summary["services"] = dict(services["summary"])
     if not dry_run and not services["provisions"].empty:
