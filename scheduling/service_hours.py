@@ -112,16 +112,19 @@ def as_service(row) -> Service:
     )
 
 
+def serving_cluster(c) -> ServingCluster:
+    """The planner's view of a fleet cluster."""
+    return ServingCluster(c.name, c.config.region, c.config.zone, c.config.gpu_model, c.n_gpus, c.config.pue)
+
+
 def serving_clusters(fleet, executors) -> list[ServingCluster]:
     """The fleet's clusters services may use: their executor serves and the serving data knows their GPU model."""
     known = {k.gpu for k in serving_model().keys()}
-    out = []
-    for c in fleet.clusters:
-        executor = executors.get(c.name)
-        if executor is not None and executor.serves and c.config.gpu_model in known:
-            out.append(ServingCluster(c.name, c.config.region, c.config.zone, c.config.gpu_model, c.n_gpus,
-                                      c.config.pue))  # fmt: skip
-    return out
+    return [
+        serving_cluster(c)
+        for c in fleet.clusters
+        if c.name in executors and executors[c.name].serves and c.config.gpu_model in known
+    ]
 
 
 def free_devices(fleet, running: pd.DataFrame, names) -> dict[str, dict[str, list[int]]]:
@@ -439,7 +442,7 @@ def with_counterfactual(usage: pd.DataFrame, fleet, db_path=None, data_dir=None)
             service = as_service(spec)
             r["latency_slo_ms"] = service.slo_ms
             home = [
-                ServingCluster(h.name, h.config.region, h.config.zone, h.config.gpu_model, h.n_gpus, h.config.pue)
+                serving_cluster(h)
                 for h in fleet.clusters
                 if h.config.region == service.home_region and h.config.gpu_model in known
                 and service.runs_on(h.config.gpu_model)
@@ -452,10 +455,9 @@ def with_counterfactual(usage: pd.DataFrame, fleet, db_path=None, data_dir=None)
                 h = home[0]
                 p = static_provision(model, service, peak, h)
                 got = serve(model, p, float(r["demand_tokens_per_s"]), service.slo_ms, h.pue, 0.0)
-                point = at_load(model, p.key, float(r["demand_tokens_per_s"]) / p.replicas, p.batch_cap)
                 r.update(static_cluster=h.name, static_zone=h.zone, static_gpus=p.gpus, static_tokens=got["tokens"],
                          static_kwh=got["kwh"], static_latency_ms=got["latency_ms"],
-                         static_saturated=bool(point.saturated))  # fmt: skip
+                         static_saturated=got["saturated"])  # fmt: skip
         out.append(r)
     return pd.DataFrame(out)
 

@@ -357,6 +357,11 @@ def job_page(con, tenant: str, job_id: str) -> dict:
 # ------------------------------------------------------------------------------------------------ services
 
 PROVISIONS = "plan.service_provisions"
+# what the service page shows of each hour
+SERVICE_HOUR_COLUMNS = (
+    "hour_utc", "clusters", "replicas", "gpus", "demand_tokens_per_s", "tokens", "kgco2e", "g_per_1k_tokens",
+    "static_gpus", "static_g_per_1k_tokens", "slo_met", "latency_ms", "latency_slo_ms",
+)  # fmt: skip
 
 
 def services(con, days: int = WINDOW_DAYS) -> dict:
@@ -385,16 +390,12 @@ def service_page(con, tenant: str, service_id: str, days: int = WINDOW_DAYS) -> 
         last = con.execute(f"SELECT max(hour_utc) FROM {SERVICE_LEDGER} WHERE service = ?", [name]).fetchone()[0]
         if last is not None:
             start = utc(last) + HOUR - pd.Timedelta(days=days)
-            hours = con.execute(
-                f"SELECT hour_utc, clusters, replicas, gpus, demand_tokens_per_s, tokens, kgco2e, g_per_1k_tokens, "
-                f"static_gpus, static_g_per_1k_tokens, slo_met, latency_ms, latency_slo_ms, missing_intensity FROM "
-                f"{SERVICE_LEDGER} WHERE service = ? AND hour_utc >= ? ORDER BY hour_utc",
+            full = con.execute(
+                f"SELECT * FROM {SERVICE_LEDGER} WHERE service = ? AND hour_utc >= ? ORDER BY hour_utc",
                 [name, start.to_pydatetime()],
             ).df()
-            full = con.execute(f"SELECT * FROM {SERVICE_LEDGER} WHERE service = ? AND hour_utc >= ?",
-                               [name, start.to_pydatetime()]).df()  # fmt: skip
             doc["totals"] = service_totals(full)
-            doc["hours"] = _rows(hours.drop(columns="missing_intensity"))
+            doc["hours"] = _rows(full[list(SERVICE_HOUR_COLUMNS)])
     if _has(con, PROVISIONS):
         doc["provisions"] = _rows(
             con.execute(

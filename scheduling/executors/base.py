@@ -98,10 +98,24 @@ EVENT_COLUMNS: dict[str, str] = {
 
 # What a service's scaling carries (`scale_service`): where and how its replicas run, and what the executor needs to
 # serve them (the replay executor serves the rate source's requests with the serving model).
-SERVICE_PROVISION_FIELDS = (
-    "tenant", "service_id", "cluster", "replicas", "num_gpus", "tensor_parallel", "batch_cap", "model", "gpu",
-    "task", "curve", "latency_slo_ms", "rate_source", "rate_scale", "nodes",
-)  # fmt: skip
+SERVICE_PROVISION_COLUMNS: dict[str, str] = {
+    "tenant": "VARCHAR",
+    "service_id": "VARCHAR",
+    "cluster": "VARCHAR",
+    "replicas": "INTEGER NOT NULL",
+    "num_gpus": "INTEGER",  # per replica
+    "tensor_parallel": "INTEGER",
+    "batch_cap": "INTEGER",
+    "model": "VARCHAR",
+    "gpu": "VARCHAR",
+    "task": "VARCHAR",
+    "curve": "VARCHAR",  # the serving data's curve (`scheduling.models.serving.curve_id`)
+    "latency_slo_ms": "DOUBLE",
+    "rate_source": "VARCHAR",
+    "rate_scale": "DOUBLE",
+    "nodes": "VARCHAR",  # the nodes the plan bound the replicas to (comma-separated)
+}
+SERVICE_PROVISION_FIELDS = tuple(SERVICE_PROVISION_COLUMNS)
 # What `service_usage` returns: one row per service, cluster and hour it ran in.
 SERVICE_USAGE_COLUMNS: dict[str, str] = {
     "service": "VARCHAR",  # tenant/service_id

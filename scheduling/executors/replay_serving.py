@@ -12,7 +12,13 @@ import math
 import pandas as pd
 
 from common.timeutil import HOUR, utc
-from scheduling.executors.base import SERVICE_PROVISION_FIELDS, SERVICE_USAGE_COLUMNS, check_window, typed_frame
+from scheduling.executors.base import (
+    SERVICE_PROVISION_COLUMNS,
+    SERVICE_PROVISION_FIELDS,
+    SERVICE_USAGE_COLUMNS,
+    check_window,
+    typed_frame,
+)
 from scheduling.models.serving import at_load, key_of, serving_model
 from scheduling.queue.service_rates import rate_history
 from warehouse.db import create_tables, reader, table_exists, writer
@@ -23,21 +29,7 @@ SERVICE_COLUMNS: dict[str, str] = {
     "plan_id": "VARCHAR NOT NULL",  # the plan that decided the scaling (its idempotency key with key)
     "key": "VARCHAR NOT NULL",  # tenant/service@cluster
     "scaled_at": "TIMESTAMPTZ NOT NULL",
-    "tenant": "VARCHAR",
-    "service_id": "VARCHAR",
-    "cluster": "VARCHAR",
-    "replicas": "INTEGER NOT NULL",
-    "num_gpus": "INTEGER",
-    "tensor_parallel": "INTEGER",
-    "batch_cap": "INTEGER",
-    "model": "VARCHAR",
-    "gpu": "VARCHAR",
-    "task": "VARCHAR",
-    "curve": "VARCHAR",
-    "latency_slo_ms": "DOUBLE",
-    "rate_source": "VARCHAR",
-    "rate_scale": "DOUBLE",
-    "nodes": "VARCHAR",
+    **SERVICE_PROVISION_COLUMNS,
     "scale_ref": "VARCHAR NOT NULL",
 }
 DDL = f"""

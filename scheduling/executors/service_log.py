@@ -15,7 +15,12 @@ import pandas as pd
 
 from common.timeutil import utc
 from scheduling.executors.action_log import STATUS_COLUMNS, ActionLog
-from scheduling.executors.base import SERVICE_PROVISION_FIELDS, SERVICE_USAGE_COLUMNS, typed_frame
+from scheduling.executors.base import (
+    SERVICE_PROVISION_COLUMNS,
+    SERVICE_PROVISION_FIELDS,
+    SERVICE_USAGE_COLUMNS,
+    typed_frame,
+)
 from warehouse.db import create_tables, writer
 
 TABLE = "plan.service_scalings"
@@ -23,24 +28,11 @@ COLUMNS: dict[str, str] = {
     "plan_id": "VARCHAR NOT NULL",  # the plan that decided the scaling
     "job_id": "VARCHAR NOT NULL",  # tenant/service@cluster
     "service": "VARCHAR NOT NULL",  # tenant/service_id
-    "tenant": "VARCHAR",
-    "service_id": "VARCHAR",
-    "cluster": "VARCHAR NOT NULL",
     "executor": "VARCHAR NOT NULL",
     "scaled_at": "TIMESTAMPTZ NOT NULL",  # the plan's time
     "from_replicas": "INTEGER",
-    "replicas": "INTEGER NOT NULL",
-    "num_gpus": "INTEGER",
-    "tensor_parallel": "INTEGER",
-    "batch_cap": "INTEGER",
-    "model": "VARCHAR",
-    "gpu": "VARCHAR",
-    "task": "VARCHAR",
-    "curve": "VARCHAR",  # the serving data's curve (`scheduling.models.serving.curve_id`)
-    "latency_slo_ms": "DOUBLE",
-    "rate_source": "VARCHAR",
-    "rate_scale": "DOUBLE",
-    "nodes": "VARCHAR",  # the nodes the plan bound the replicas to (comma-separated)
+    **SERVICE_PROVISION_COLUMNS,
+    "cluster": "VARCHAR NOT NULL",
     **STATUS_COLUMNS,
 }
 LOG = ActionLog(

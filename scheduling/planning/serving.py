@@ -183,8 +183,8 @@ def static_provision(model: ServingModel, service: Service, peak: float, cluster
 
 def serve(model: ServingModel, p: Provision, demand: float, slo_ms: float, pue: float, ci: float) -> dict:
     """One hour of provision `p` at the actual `demand` (tokens/s) and intensity `ci` (gCO2e/kWh): output tokens
-    served, kWh (PUE included), kgCO2e, the latency at the load each replica carries and whether the target held
-    (no replica saturated, latency within `slo_ms`)."""
+    served, kWh (PUE included), kgCO2e, the latency at the load each replica carries, whether a replica saturated
+    and whether the target held (none saturated, latency within `slo_ms`)."""
     point = at_load(model, p.key, demand / p.replicas, p.batch_cap)
     kwh = p.replicas * point.power_w / 1000.0 * pue
     return {
@@ -193,4 +193,5 @@ def serve(model: ServingModel, p: Provision, demand: float, slo_ms: float, pue: 
         "kgco2e": kwh * ci / 1000.0,
         "slo_met": (not point.saturated) and point.latency_ms <= slo_ms,
         "latency_ms": point.latency_ms,
+        "saturated": bool(point.saturated),
     }
