@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -63,6 +64,7 @@ def register(subparsers) -> None:
     c.add_argument("--sigma", type=float, default=DEFAULT_SIGMA)
     c.add_argument("--failure-rate", type=float, default=DEFAULT_FAILURE_RATE)
     c.add_argument("--db", default=None, help="warehouse to copy (default WAREHOUSE_PATH); never written")
+    c.add_argument("--keep", default=None, help="keep the two warehouses (without.duckdb, with.duckdb) in this folder")
     c.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     c.add_argument("--no-progress", action="store_true")
     c.set_defaults(func=cmd_services_loop)
@@ -103,8 +105,9 @@ def services_loop(
     failure_rate: float = DEFAULT_FAILURE_RATE,
     db=None,
     progress=None,
+    keep=None,
 ) -> dict:
-    """The comparison's JSON document (see the module doc)."""
+    """The comparison's JSON document (see the module doc); `keep`: a folder the two warehouses are copied to."""
     if days < 1 or n_jobs < 1 or not 0 < load <= 1:
         raise ValueError("--days and --jobs must be >= 1, --load in (0, 1]")
     say = progress or (lambda _msg: None)
@@ -122,6 +125,9 @@ def services_loop(
             if not copy_warehouse(source, copy):
                 raise ValueError(f"no warehouse at {source}: run `make run` (or ingest + transform) first")
             runs[name] = _run(copy, Path(tmp) / name, start, days, jobs, fleet, file, settings, say)
+            if keep is not None:
+                Path(keep).mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(copy, Path(keep) / copy.name)
     keys = ("jobs", "finished", "failed", "deadlines_met_pct", "deadline_regret_pct", "saving_pct")
     batch = {name: {k: r["totals"].get(k) for k in keys} for name, r in runs.items()}
     served = runs["with"]["services"].get("all", {})
@@ -152,7 +158,7 @@ def cmd_services_loop(args: argparse.Namespace) -> int:
     say = (lambda msg: None) if args.no_progress else (lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
     try:
         doc = services_loop(args.start, args.days, args.jobs, args.load, args.services, args.policy, args.sigma,
-                            args.failure_rate, args.db, progress=say)  # fmt: skip
+                            args.failure_rate, args.db, progress=say, keep=args.keep)  # fmt: skip
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

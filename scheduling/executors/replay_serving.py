@@ -18,6 +18,7 @@ from scheduling.executors.base import (
     SERVICE_USAGE_COLUMNS,
     check_window,
     typed_frame,
+    typed_values,
 )
 from scheduling.models.serving import at_load, key_of, serving_model
 from scheduling.queue.service_rates import rate_history
@@ -60,7 +61,7 @@ class ReplayServing:
             raise ValueError(f"service {key}: replicas must be a whole number >= 0, got {replicas!r}")
         row = {f: provision[f] for f in SERVICE_PROVISION_FIELDS}
         row.update(executor=self.name, plan_id=plan_id, key=key, scaled_at=utc(at), scale_ref=self.ref(plan_id, key))
-        frame = typed_frame([row], SERVICE_COLUMNS)
+        values = typed_values(row, SERVICE_COLUMNS)
         with writer(self.db_path) as con:
             create_tables(con, DDL)
             con.execute("BEGIN TRANSACTION")
@@ -70,9 +71,11 @@ class ReplayServing:
                     [self.name, plan_id, key],
                 ).fetchone()
                 if done is None:
-                    con.register("_scaling", frame)
-                    con.execute(f"INSERT INTO {SERVICES} BY NAME SELECT * FROM _scaling")
-                    con.unregister("_scaling")
+                    con.execute(
+                        f"INSERT INTO {SERVICES} ({', '.join(SERVICE_COLUMNS)}) "
+                        f"VALUES ({', '.join('?' * len(SERVICE_COLUMNS))})",
+                        values,
+                    )
                 con.execute("COMMIT")
             except BaseException:
                 con.execute("ROLLBACK")

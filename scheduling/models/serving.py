@@ -123,33 +123,33 @@ class ServingModel:
     """`fit(runs)` on `load_serving_runs`' frame, then `predict(key, batch_cap)`; `keys(...)` finds the curves."""
 
     def __init__(self) -> None:
-        self._curves: dict[ServingKey, pd.DataFrame] = {}
         # per curve: the caps, their logs and each quantity's logs (what `predict` interpolates), the latency kind
         self._arrays: dict[ServingKey, tuple] = {}
         self._points: dict[tuple[ServingKey, float], ServingPoint] = {}  # predict's answers (planning asks often)
+        self.derived: dict[str, dict] = {}  # callers' memos of answers derived from the curves (cleared by `fit`)
 
     def fit(self, runs: pd.DataFrame) -> ServingModel:
-        self._curves = {
-            ServingKey(*k): g[["batch_cap", *QUANTITIES, "latency_kind"]].reset_index(drop=True)
-            for k, g in runs.groupby(list(KEY), sort=True)
-        }
+        caps = runs["batch_cap"].to_numpy(float)
+        logs = {q: np.log(runs[q].to_numpy(float)) for q in QUANTITIES}
+        kinds = runs["latency_kind"].astype(str).to_numpy()
         self._arrays = {
-            key: (
-                c["batch_cap"].to_numpy(float),
-                np.log(c["batch_cap"].to_numpy(float)),
-                {q: np.log(c[q].to_numpy(float)) for q in QUANTITIES},
-                str(c["latency_kind"].iat[0]),
+            ServingKey(*k): (
+                caps[rows],
+                np.log(caps[rows]),
+                {q: v[rows] for q, v in logs.items()},
+                str(kinds[rows[0]]),
             )
-            for key, c in self._curves.items()
+            for k, rows in sorted(runs.groupby(list(KEY), sort=True).indices.items())
         }
         self._points = {}
+        self.derived = {}
         return self
 
     def keys(self, model: str | None = None, gpu: str | None = None, task: str | None = None) -> list[ServingKey]:
         """The measured curves, optionally of one model, GPU type or task."""
         return [
             k
-            for k in self._curves
+            for k in self._arrays
             if (model is None or k.model == model)
             and (gpu is None or k.gpu == gpu)
             and (task is None or k.task == task)
@@ -157,8 +157,7 @@ class ServingModel:
 
     def batch_caps(self, key: ServingKey) -> list[int]:
         """The measured batch caps of a curve (ascending)."""
-        self._curve(key)
-        return [int(c) for c in self._arrays[key][0]]
+        return [int(c) for c in self._curve(key)[0]]
 
     def predict(self, key: ServingKey, batch_cap: float, power_limit_w: float | None = None) -> ServingPoint:
         """The curve's point at `batch_cap` (see the module doc); refused outside the data."""
@@ -171,8 +170,7 @@ class ServingModel:
         known = self._points.get((key, cap))
         if known is not None:
             return known
-        self._curve(key)  # refuses an unknown curve, naming what is measured
-        caps, log_caps, logs, kind = self._arrays[key]
+        caps, log_caps, logs, kind = self._curve(key)  # refuses an unknown curve, naming what is measured
         if not (caps[0] <= cap <= caps[-1]):
             raise UnknownServingConfiguration(
                 f"{key.model} on {key.num_gpus}x {key.gpu} (TP {key.tensor_parallel}, {key.task}): batch cap "
@@ -192,10 +190,10 @@ class ServingModel:
             self._points[(key, cap)] = point
         return point
 
-    def _curve(self, key: ServingKey) -> pd.DataFrame:
-        curve = self._curves.get(key)
+    def _curve(self, key: ServingKey) -> tuple:
+        curve = self._arrays.get(key)
         if curve is None:
-            known = sorted({(k.model, k.gpu) for k in self._curves if k.model == key.model or k.gpu == key.gpu})
+            known = sorted({(k.model, k.gpu) for k in self._arrays if k.model == key.model or k.gpu == key.gpu})
             raise UnknownServingConfiguration(
                 f"no serving data for {key}; measured for this model or GPU: {known[:10]}"
                 + (" ..." if len(known) > 10 else "")

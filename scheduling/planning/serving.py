@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from scheduling.models.serving import ServingKey, ServingModel, UnknownServingConfiguration, at_load
 
 HEADROOM = 0.85
+MEMO_LIMIT = 10_000  # entries kept per memo before it starts again (a long simulation asks for many demands)
 RECENT_MARGIN = 1.25  # an hour is provisioned for at least this much over the last observed hour's demand
 DEFAULT_BATCH = 256  # the static counterfactual's batch cap: vLLM's default max_num_seqs (the nearest measured cap)
 
@@ -85,7 +86,16 @@ class ServingPolicy:
 def replica_limit(model: ServingModel, key: ServingKey, batch_cap: int, slo_ms: float, headroom: float) -> float:
     """The largest demand (tokens/s) one replica at `batch_cap` carries within `slo_ms`, at most `headroom` of the
     cap's throughput; 0 where no load meets the target. The latency rises with the demand along the curve, so the
-    limit is the largest measured operating point within the target (or the cap's own)."""
+    limit is the largest measured operating point within the target (or the cap's own). Memoized per model: every
+    service and cluster of an hour asks again."""
+    memo = model.derived.setdefault("replica_limit", {})
+    args = (key, int(batch_cap), float(slo_ms), float(headroom))
+    if args not in memo:
+        memo[args] = _replica_limit(model, *args)
+    return memo[args]
+
+
+def _replica_limit(model: ServingModel, key: ServingKey, batch_cap: int, slo_ms: float, headroom: float) -> float:
     caps = [c for c in model.batch_caps(key) if c <= batch_cap]
     best = 0.0
     reach = 0.0
@@ -100,10 +110,23 @@ def replica_limit(model: ServingModel, key: ServingKey, batch_cap: int, slo_ms: 
 def options(model: ServingModel, service: Service, demand: float, cluster: ServingCluster, ci: float, policy):
     """Every (kgCO2e, key, batch cap, replicas) that serves `demand` on `cluster` within the target, at intensity
     `ci` (gCO2e/kWh)."""
+    return [
+        (n * power_w / 1000.0 * cluster.pue * ci / 1000.0, key, cap, n)
+        for key, cap, n, power_w in _sized(model, service, demand, cluster.gpu, policy.headroom)
+    ]
+
+
+def _sized(model: ServingModel, service: Service, demand: float, gpu: str, headroom: float) -> list[tuple]:
+    """Every (key, batch cap, replicas, draw per replica in W) that serves `demand` on `gpu` within the target.
+    Memoized per model (bounded): services of one model and target share the answer, whatever the cluster."""
+    memo = model.derived.setdefault("sized", {})
+    args = (service.model, gpu, service.task, float(service.slo_ms), int(service.min_replicas), float(demand), headroom)
+    if args in memo:
+        return memo[args]
     out = []
-    for key in model.keys(model=service.model, gpu=cluster.gpu, task=service.task):
+    for key in model.keys(model=service.model, gpu=gpu, task=service.task):
         for cap in model.batch_caps(key):
-            limit = replica_limit(model, key, cap, service.slo_ms, policy.headroom)
+            limit = replica_limit(model, key, cap, service.slo_ms, headroom)
             if limit <= 0:
                 continue
             n = max(service.min_replicas, math.ceil(demand / limit - 1e-9))
@@ -111,8 +134,10 @@ def options(model: ServingModel, service: Service, demand: float, cluster: Servi
                 point = at_load(model, key, demand / n, cap)
             except UnknownServingConfiguration:
                 continue
-            kg = n * point.power_w / 1000.0 * cluster.pue * ci / 1000.0
-            out.append((kg, key, int(cap), n))
+            out.append((key, int(cap), n, point.power_w))
+    if len(memo) >= MEMO_LIMIT:
+        memo.clear()
+    memo[args] = out
     return out
 
 

@@ -143,3 +143,26 @@ def test_bad_events_are_quarantined_with_the_reason(tmp_warehouse):
     assert reasons[3] == "time not UTC: it has no time zone" and reasons[4] == "time not UTC: offset +0200"
     assert reasons[5] == "not a time" and reasons[6].startswith("outside the window [2021-07-15T12:00:00Z")
     assert reasons[7] == "not a number" and "executor 'slurm'" in reasons[8] and reasons[9].startswith("duplicate")
+
+
+def test_typed_values_match_typed_frame_for_one_row():
+    """A single-row INSERT's values are typed as the frame path types them: NaN and missing are NULL, integers
+    rounded, times in UTC, text as str."""
+    import duckdb
+
+    from scheduling.executors.base import typed_frame, typed_values
+
+    columns = {"at_time": "TIMESTAMPTZ NOT NULL", "n": "INTEGER NOT NULL", "x": "DOUBLE", "ok": "BOOLEAN", "name": "VARCHAR",
+               "gone": "VARCHAR"}  # fmt: skip
+    row = {"at_time": "2021-07-01T02:00:00+02:00", "n": 3.0000001, "x": float("nan"), "ok": True, "name": 7}
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute(f"CREATE TABLE t ({', '.join(f'{k} {v}' for k, v in columns.items())})")
+    con.execute(f"INSERT INTO t VALUES ({', '.join('?' * len(columns))})", typed_values(row, columns))
+    frame = typed_frame([row], columns)
+    con.register("f", frame)
+    con.execute("INSERT INTO t BY NAME SELECT * FROM f")
+    first, second = con.execute("SELECT * FROM t").fetchall()
+    assert first == second
+    assert first[1] == 3 and first[2] is None and first[5] is None and first[4] == "7"
+    assert str(first[0]).startswith("2021-07-01 00:00:00")
