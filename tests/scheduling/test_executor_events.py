@@ -152,8 +152,8 @@ def test_typed_values_match_typed_frame_for_one_row():
 
     from scheduling.executors.base import typed_frame, typed_values
 
-    columns = {"at_time": "TIMESTAMPTZ NOT NULL", "n": "INTEGER NOT NULL", "x": "DOUBLE", "ok": "BOOLEAN", "name": "VARCHAR",
-               "gone": "VARCHAR"}  # fmt: skip
+    columns = {"at_time": "TIMESTAMPTZ NOT NULL", "n": "INTEGER NOT NULL", "x": "DOUBLE", "ok": "BOOLEAN",
+               "name": "VARCHAR", "gone": "VARCHAR"}  # fmt: skip
     row = {"at_time": "2021-07-01T02:00:00+02:00", "n": 3.0000001, "x": float("nan"), "ok": True, "name": 7}
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
