@@ -24,6 +24,7 @@ dispatched as pending and their runs as not yet running, so it is the same plan.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ from scheduling.executors.preempt_log import apply_preemptions, read_preemptions
 from scheduling.executors.registry import make_executor
 from scheduling.executors.runs import ASSIGNMENTS
 from scheduling.executors.service_log import apply_scalings, load_service_usage, read_scalings
+from scheduling.output.loop_log import logged_step
 from scheduling.output.plan_store import plan_id_for, read_plan
 from scheduling.planning.pausing import Pausing
 from scheduling.planning.policies.registry import DEFAULT_POLICY
@@ -391,6 +393,11 @@ def _imported(executor: Executor, ctx: LoopContext, condition: str, params: list
     return [r[0] for r in rows]
 
 
+def _sync_details(_ctx, out: dict) -> dict:
+    return {"unreachable": sorted(out["unreachable"]), "unconfirmed": len(out["unconfirmed"])}
+
+
+@logged_step("sync", _sync_details)
 @one_connection
 def sync(ctx: LoopContext) -> dict:
     """Step 1 (see the module doc): staged submissions, cancellations, the executors' events of [T-1h, T)."""
@@ -587,6 +594,13 @@ def _run_details(running: pd.DataFrame, ctx: LoopContext) -> pd.DataFrame:
     return out
 
 
+def _plan_details(ctx: LoopContext, _out) -> dict:
+    """The fleet the hour planned on: GPUs and zone per cluster (monitoring sets allocations against them)."""
+    fleet = {c.name: {"gpus": int(c.n_gpus), "zone": c.config.zone} for c in ctx.fleet.clusters}
+    return {"fleet": json.dumps(fleet, sort_keys=True)}
+
+
+@logged_step("plan", _plan_details)
 @one_connection
 def plan(ctx: LoopContext, *, dry_run: bool = False, created_from: str = "loop") -> tuple[Plan, dict, pd.DataFrame]:
     """Step 2 (see the module doc): (the plan, its summary, the pending job frame)."""
@@ -677,6 +691,13 @@ def _power_summary(recaps: pd.DataFrame | None) -> dict:
 # ------------------------------------------------------------------------------------------------ 3. dispatch
 
 
+def _dispatch_details(_ctx, out: dict) -> dict:
+    """The executors that could not be reached and the jobs and actions that failed."""
+    failed = len(out["failed"]) + sum(len(out[k]["failed"]) for k in ("power", "preempted", "services") if k in out)
+    return {"unreachable": sorted(out.get("unreachable") or {}), "dispatch_failed": failed}
+
+
+@logged_step("dispatch", _dispatch_details)
 @one_connection
 def dispatch_plan(ctx: LoopContext, result: Plan | None = None, pending: pd.DataFrame | None = None) -> dict:
     """Step 3 (see the module doc): the plan's jobs that start at T, to their clusters' executors, exactly once;
