@@ -97,6 +97,13 @@ def test_without_a_session_pages_and_json_are_refused(airflow):
     assert requests.get(f"{airflow.base}/carbon/api/overview", headers=token, timeout=30).status_code == 200
 
 
+def test_the_metrics_need_no_airflow_session(airflow):
+    """A Prometheus scraper holds no Airflow session: /carbon/metrics answers the exposition text without one."""
+    reply = requests.get(f"{airflow.base}/carbon/metrics", timeout=30)
+    assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/plain")
+    assert "# TYPE carbon_planner_saving_ratio gauge" in reply.text
+
+
 def test_the_plugin_adds_the_nav_entry_and_the_dag_run_view(airflow):
     plugins = airflow.api("GET", "/plugins").json()["plugins"]
     carbon = next(p for p in plugins if p["name"] == "carbon")
