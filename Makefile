@@ -45,11 +45,11 @@ lint: $(STAMP)
 
 ## The test suite (what CI runs): lint first, then the tests. Long training tests are marked `slow` and skipped.
 test: setup lint
-	@bash deploy/install-services.sh postgresql slurm chromium
+	@bash deploy/install-services.sh postgresql slurm chromium prometheus
 	$(PY) -m pytest -q -m "not slow" tests
 
 test-all: setup lint
-	@bash deploy/install-services.sh postgresql redis-server slurm chromium
+	@bash deploy/install-services.sh postgresql redis-server slurm chromium prometheus
 	$(PY) -m pytest -q tests
 
 ## The twelve small instances against the node-aware optimum (docs/results/planner/exact.md; about 40 min on 2 cores):

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install the Debian server packages the tests start themselves: PostgreSQL (tests/deploy/), Slurm 22.05 with munge
-# (tests/scheduling/slurm/) and headless Chromium (tests/ui/, the Carbon pages in a browser) for `make test`, and Redis
-# too for `make test-all`.
-# Usage: deploy/install-services.sh [postgresql] [redis-server] [slurm] [chromium]
+# (tests/scheduling/slurm/), headless Chromium (tests/ui/, the Carbon pages in a browser) and Prometheus with promtool
+# (tests/ui/test_metrics.py, deploy/prometheus/) for `make test`, and Redis too for `make test-all`.
+# Usage: deploy/install-services.sh [postgresql] [redis-server] [slurm] [chromium] [prometheus]
 # Installs only what is missing, starts no service (the tests run throwaway servers in temporary folders and stop
 # them), and creates no default cluster. Without root it only says so: the tests then skip and name the reason.
 set -euo pipefail
@@ -14,6 +14,7 @@ for package in "$@"; do
         redis-server) command -v redis-server > /dev/null || missing+=(redis-server) ;;
         slurm) { command -v slurmctld && command -v munged; } > /dev/null || missing+=(slurm-wlm munge) ;;
         chromium) command -v chromium > /dev/null || missing+=(chromium) ;;
+        prometheus) { command -v prometheus && command -v promtool; } > /dev/null || missing+=(prometheus) ;;
         *) echo "install-services: unknown package $package" >&2; exit 2 ;;
     esac
 done
