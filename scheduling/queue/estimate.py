@@ -127,11 +127,7 @@ def derive(
     speed = np.maximum(speed, 1e-6)
     regions = np.array(fleet.cluster_regions, dtype=object)
     names = np.array(fleet.names, dtype=object)
-    home = np.full(n, -1, dtype=np.int64)
-    for i, s in enumerate(specs):
-        hits = np.flatnonzero(host[i] & (regions == s.home_region))
-        if len(hits):
-            home[i] = hits[0]
+    home = home_indices([s.home_region for s in specs], host, regions)
     inv = np.where(host, 1.0 / speed, np.inf)  # hours per reference hour on each cluster; inf where not hostable
     fastest = np.argmin(inv, axis=1) if n else np.zeros(0, dtype=np.int64)
     hostable_any = host.any(axis=1)
@@ -180,6 +176,17 @@ def derive(
         }
     )
     return frame, host
+
+
+def home_indices(home_regions: Sequence[str], host: np.ndarray, regions: np.ndarray) -> np.ndarray:
+    """Per job, the index of its home cluster: the first cluster (fleet order) of its home region that can host it;
+    -1 where none can. What "home" means for a job's run time estimate and its run-now counterfactual."""
+    home = np.full(len(home_regions), -1, dtype=np.int64)
+    for i, region in enumerate(home_regions):
+        hits = np.flatnonzero(host[i] & (regions == region))
+        if len(hits):
+            home[i] = hits[0]
+    return home
 
 
 def _home_cluster(region: str, hostable_home: int, names: np.ndarray, regions: np.ndarray) -> str | None:

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 
 from common.timeutil import iso_z, utc
-from scheduling.domain.jobs import generate_jobs
+from scheduling.domain.jobs import SpeedModel, durations, generate_jobs, hostable
+from scheduling.queue.estimate import home_indices
 from scheduling.queue.spec import MIN_CPU_MILLI, MIN_MEMORY_MIB
 
 DEMO_TENANT = "demo"
@@ -34,6 +36,26 @@ def trace_frame(day, n: int, fleet, *, seed: int | None = None, data_dir=None) -
     # a trace pod that requests no CPU or memory (openb has one asking 0 MiB) asks for the least the queue takes
     jobs["cpu_milli"] = jobs["cpu_milli"].clip(lower=MIN_CPU_MILLI)
     jobs["memory_mib"] = jobs["memory_mib"].clip(lower=MIN_MEMORY_MIB)
+    return home_by_region(jobs, fleet, data_dir)
+
+
+def home_by_region(jobs: pd.DataFrame, fleet, data_dir=None) -> pd.DataFrame:
+    """The jobs homed as the queue homes a job it is given with a home region (`estimate.home_indices`: the
+    region's first cluster that hosts it), their home run time and deadline (home run time x (1 + flexibility))
+    taken there. The generator draws a home cluster; where a region has several (a declared H100 cluster beside a
+    sampled one), the intake's `est_duration_h` must be the run time on the cluster the queue calls home."""
+    host = hostable(jobs, fleet)
+    home = home_indices(list(jobs["home_region"]), host, np.array(fleet.cluster_regions, dtype=object))
+    names = np.array(fleet.names, dtype=object)
+    moved = (home >= 0) & (names[np.maximum(home, 0)] != jobs["home_cluster"].to_numpy(object))
+    if not moved.any():
+        return jobs
+    d = durations(jobs, fleet, SpeedModel(data_dir))[np.arange(len(jobs)), np.maximum(home, 0)]
+    jobs = jobs.copy()
+    jobs.loc[moved, "home_cluster"] = names[home[moved]]
+    jobs.loc[moved, "duration_h_home"] = d[moved]
+    deadline = jobs["submit_time"] + pd.to_timedelta(d * (1.0 + jobs["flexibility"].to_numpy(float)), unit="h")
+    jobs.loc[moved, "deadline"] = deadline[moved]
     return jobs
 
 

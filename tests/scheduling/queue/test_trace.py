@@ -46,3 +46,26 @@ def test_every_trace_job_passes_the_intake(data_dir, fleet_gpus):
     kept = (asked["memory_mib"] >= 1).to_numpy()
     assert (frame["memory_mib"].to_numpy()[kept] == asked["memory_mib"].to_numpy()[kept]).all()
     assert (frame["memory_mib"].to_numpy()[~kept] == 1).all()
+
+
+def test_the_queue_sees_the_trace_jobs_as_the_simulator_does(data_dir):
+    """On a fleet whose regions hold two clusters (the reference fleet's declared H100 clusters beside sampled
+    ones), the queue homes each trace job where the trace does and reads the same home run time and deadline:
+    the loop and the simulator plan the same jobs."""
+    from scheduling.queue.frame import job_frame
+    from scheduling.service import plan_fleet
+
+    fleet = plan_fleet(None, data_dir)
+    regions = pd.Series(fleet.cluster_regions)
+    assert regions.duplicated().any()  # some region has several clusters
+    frame = trace_frame(DAY, 400, fleet, data_dir=data_dir)
+    specs = [parse_job(job) for job in trace_jobs(DAY, 400, fleet, data_dir=data_dir)]
+    seen = job_frame(specs, fleet, data_dir=data_dir)
+    assert list(seen["home_cluster"]) == list(frame["home_cluster"])
+    assert seen["duration_h_home"].to_numpy() == pytest.approx(frame["duration_h_home"].to_numpy(), rel=1e-3)
+    deadlines = pd.to_datetime(seen["deadline"], utc=True) - pd.to_datetime(frame["deadline"], utc=True)
+    assert deadlines.abs().max() <= pd.Timedelta(seconds=1)
+    from scheduling.domain.jobs import generate_jobs
+
+    drawn = generate_jobs(400, DAY, 24, fleet, seed=int(DAY.strftime("%Y%m%d")), data_dir=data_dir)
+    assert (drawn["home_cluster"] != frame["home_cluster"]).any()  # the generator drew homes the queue calls otherwise
