@@ -8,7 +8,9 @@ capacity the batch plan cannot use (one pool: `service_rows`, bound to nodes lik
   last observed hour where that is more (`wanted_demand`). Where the free GPUs cannot serve that P90 (a level shift
   in the history widens it), for 1.25 x the last hour alone.
 * **Clusters**: those whose executor serves (`Executor.serves`) with a GPU model the serving data knows; the
-  GPUs free for services are the devices no running batch job holds (a running job is never displaced).
+  GPUs free for services are the devices no running batch job holds (a running job is never displaced). With
+  `ServingPolicy.yield_to_batch`, a service first looks at those less the GPUs the last batch plan starts jobs on
+  this hour (`batch_starts`), and only where that leaves it no option at all the free GPUs.
 * **Carbon**: the fleet's intensity forecast for hour T in the cluster's zone, times the replicas' draw and PUE.
 * **Written**: `plan.service_provisions` (one row per service: where, how, why), and the changes against the last
   hour as `plan.service_scalings` (`scheduling.executors.service_log`), carried out exactly once at dispatch.
@@ -182,6 +184,22 @@ def demand(services: pd.DataFrame, plan_time, data_dir=None, db_path=None) -> pd
     return pd.DataFrame([{"service": service, **figures[key]} for service, key in of.items()])
 
 
+def batch_starts(plan_time, db_path=None) -> dict[str, int]:
+    """GPUs per cluster on which the plan of the hour before `plan_time` starts batch jobs in [T, T+1h) (whole GPUs,
+    shares rounded up)."""
+    T = utc(plan_time)
+    with reader(db_path) as con:
+        if not (table_exists(con, "plan.assignments") and table_exists(con, "plan.plans")):
+            return {}
+        rows = con.execute(
+            "SELECT a.cluster, ceil(sum(a.gpu_count * a.gpu_milli) / 1000.0) FROM plan.assignments a "
+            "JOIN plan.plans p USING (plan_id) WHERE p.plan_time = ? AND a.status = 'tentative' "
+            "AND a.start_time >= ? AND a.start_time < ? GROUP BY a.cluster",
+            [(T - HOUR).to_pydatetime(), T.to_pydatetime(), (T + HOUR).to_pydatetime()],
+        ).fetchall()
+    return {str(c): int(n) for c, n in rows}
+
+
 def previous_provisions(plan_time, db_path=None) -> dict[str, Provision]:
     """The provisions of the latest plan before `plan_time` (within the hour before it): what runs now."""
     with reader(db_path) as con:
@@ -235,8 +253,19 @@ def plan_service_hour(plan_time, plan_id: str, fleet, executors, running, *, hor
     previous = previous_provisions(T, db_path)
     specs = {r["service"]: r for r in services.to_dict(orient="records")}
     wanted = {s: float(wants.loc[s, "wanted"]) for s in specs if math.isfinite(float(wants.loc[s, "wanted"]))}
-    plan = plan_services(model, [as_service(r) for r in specs.values()], wanted, clusters, intensity, free, previous,
+    policy = policy or ServingPolicy()
+    room = free
+    if policy.yield_to_batch:  # first the GPUs the batch plan does not start jobs on this hour
+        starts = batch_starts(T, db_path)
+        room = {c: max(0, n - starts.get(c, 0)) for c, n in free.items()}
+    plan = plan_services(model, [as_service(r) for r in specs.values()], wanted, clusters, intensity, room, previous,
                          policy)  # fmt: skip
+    if room != free and len(plan) < len(wanted):  # the others on any free GPU: their latency target comes first
+        left = dict(free)
+        for p in plan.values():
+            left[p.cluster] -= p.gpus
+        rest = [as_service(specs[s]) for s in wanted if s not in plan]
+        plan.update(plan_services(model, rest, wanted, clusters, intensity, left, previous, policy))
     # a P90 the free GPUs cannot serve: the hour is provisioned for the recent rule alone (1.25 x the last hour)
     recent = {s: wanted_demand(float("nan"), float(wants.loc[s, "last"])) for s in specs if s not in plan}
     recent = {s: d for s, d in recent.items() if 0 < d < wanted.get(s, float("inf"))}
@@ -306,8 +335,9 @@ def plan_service_hour(plan_time, plan_id: str, fleet, executors, running, *, hor
                     "gpu_milli": 1000,
                     "cpu_milli": 0,
                     "memory_mib": 0,
-                    # services hold this hour's GPUs over the batch plan's horizon (their later hours are not known)
-                    "end_time": T + int(horizon_hours) * HOUR,
+                    # services hold this hour's GPUs over the batch plan's horizon (their later hours are not known),
+                    # or over `hold_hours`
+                    "end_time": T + int(policy.hold_hours or horizon_hours) * HOUR,
                 }
             )
     frame = pd.DataFrame(provisions).reindex(columns=list(PROVISION_COLUMNS))

@@ -36,6 +36,7 @@ from scheduling.cli.compare_loop import open_jobs
 from scheduling.executors.replay import DEFAULT_FAILURE_RATE, DEFAULT_SIGMA, ReplayExecutor
 from scheduling.output.ledger import ledger, service_rows
 from scheduling.planning.policies.registry import DEFAULT_POLICY, POLICY_NAMES
+from scheduling.planning.serving import ServingPolicy
 from scheduling.queue.intake import submit_mappings
 from scheduling.queue.service_intake import EXAMPLE_SERVICES, submit_service_file
 from scheduling.queue.trace import job_gpu_hours, trace_jobs
@@ -64,6 +65,17 @@ def register(subparsers) -> None:
     c.add_argument("--sigma", type=float, default=DEFAULT_SIGMA)
     c.add_argument("--failure-rate", type=float, default=DEFAULT_FAILURE_RATE)
     c.add_argument("--db", default=None, help="warehouse to copy (default WAREHOUSE_PATH); never written")
+    c.add_argument(
+        "--yield-to-batch",
+        action="store_true",
+        help="services leave the GPUs the last batch plan starts jobs on to those jobs where they can",
+    )
+    c.add_argument(
+        "--hold-hours",
+        type=int,
+        default=None,
+        help="hours the batch plan holds the services' GPUs (default: its whole horizon)",
+    )
     c.add_argument("--keep", default=None, help="keep the two warehouses (without.duckdb, with.duckdb) in this folder")
     c.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     c.add_argument("--no-progress", action="store_true")
@@ -80,7 +92,7 @@ def _run(copy: Path, tmp: Path, start, days: int, jobs: list[dict], fleet, servi
         if report.rejected:
             raise ValueError(f"{services}: {len(report.rejected)} service(s) rejected: {report.counts}")
     executor = ReplayExecutor(db_path=copy, sigma=settings["sigma"], failure_rate=settings["failure_rate"])
-    context = {"policy": settings["policy"], "db_path": copy, "fleet": fleet,
+    context = {"policy": settings["policy"], "db_path": copy, "fleet": fleet, "serving": settings["serving"],
                "executors": dict.fromkeys(fleet.names, executor), "schedule_root": tmp / "schedules"}  # fmt: skip
     hours, limit = 0, days * 24 + TAIL_HOURS
     while hours < limit and (hours < days * 24 or open_jobs(copy)):
@@ -106,6 +118,7 @@ def services_loop(
     db=None,
     progress=None,
     keep=None,
+    serving: ServingPolicy | None = None,
 ) -> dict:
     """The comparison's JSON document (see the module doc); `keep`: a folder the two warehouses are copied to."""
     if days < 1 or n_jobs < 1 or not 0 < load <= 1:
@@ -117,7 +130,7 @@ def services_loop(
     first = trace_jobs(start, n_jobs, base)
     fleet = base.scaled(job_gpu_hours(first) / (24.0 * load), seed=0, keep_declared=True)
     jobs = [j for d in range(days) for j in trace_jobs(start + pd.Timedelta(days=d), n_jobs, fleet)]
-    settings = {"policy": policy, "sigma": sigma, "failure_rate": failure_rate}
+    settings = {"policy": policy, "sigma": sigma, "failure_rate": failure_rate, "serving": serving}
     runs = {}
     with tempfile.TemporaryDirectory(prefix="services-loop-") as tmp:
         for name, file in (("without", None), ("with", Path(services))):
@@ -157,8 +170,9 @@ def services_loop(
 def cmd_services_loop(args: argparse.Namespace) -> int:
     say = (lambda msg: None) if args.no_progress else (lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
     try:
+        serving = ServingPolicy(yield_to_batch=args.yield_to_batch, hold_hours=args.hold_hours)
         doc = services_loop(args.start, args.days, args.jobs, args.load, args.services, args.policy, args.sigma,
-                            args.failure_rate, args.db, progress=say, keep=args.keep)  # fmt: skip
+                            args.failure_rate, args.db, progress=say, keep=args.keep, serving=serving)  # fmt: skip
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -81,6 +81,11 @@ class ServingPolicy:
     headroom: float = HEADROOM
     move_saving: float = 0.10
     max_shed: float = 0.25
+    # the loop's side (scheduling/service_hours.py): leave a cluster's GPUs that the last batch plan starts jobs on
+    # this hour to those jobs where another cluster can serve; hold replicas in the batch plan for this many hours
+    # (None: the plan's whole horizon)
+    yield_to_batch: bool = False
+    hold_hours: int | None = None
 
 
 def replica_limit(model: ServingModel, key: ServingKey, batch_cap: int, slo_ms: float, headroom: float) -> float:

@@ -212,3 +212,49 @@ def test_a_service_whose_rate_source_cannot_be_read_leaves_the_others_planned(tm
     got = demand(services, DAY + 12 * H, data_dir=data_dir).set_index("service")
     assert np.isnan(got.loc["ml/gone", "forecast_p90"]) and got.loc["ml/gone", "wanted"] == 0.0
     assert got.loc["ml/chat", "wanted"] > 0 and np.isfinite(got.loc["ml/chat", "forecast_p90"])
+
+
+def test_yielding_to_batch_leaves_the_gpus_the_last_plan_starts_jobs_on(served, tmp_path):
+    """With `yield_to_batch`, a service skips a cluster whose GPUs the previous hour's plan starts batch jobs on in
+    this hour while another cluster can serve it, and still gets served when every cluster is claimed; `hold_hours`
+    bounds how long the batch plan holds the replicas."""
+    import shutil
+
+    from scheduling.service_hours import batch_starts, plan_service_hour
+    from warehouse.db import writer
+
+    db = tmp_path / "warehouse.duckdb"
+    shutil.copyfile(served["db"], db)
+    T = DAY + HOURS * H
+    fleet, executors = served["fleet"], served["settings"]["executors"]
+
+    def cluster_of(policy):
+        out = plan_service_hour(T, "yield-test", fleet, executors, None, horizon_hours=24, db_path=db,
+                                data_dir=served["data_dir"], policy=policy)  # fmt: skip
+        return out["provisions"].set_index("service").loc["ml/chat", "cluster"], out["rows"]
+
+    free_choice, _ = cluster_of(ServingPolicy(move_saving=0.0))
+    other = next(n for n in fleet.names if n != free_choice)
+    with reader(db) as con:
+        previous = con.execute(
+            "SELECT plan_id FROM plan.plans WHERE plan_time = ?", [(T - H).to_pydatetime()]
+        ).fetchone()
+    assert previous is not None
+
+    def claim(cluster: str) -> None:
+        with writer(db) as con:
+            con.execute(
+                "INSERT INTO plan.assignments (plan_id, job_id, cluster, start_time, end_time, gpu_count, gpu_milli, "
+                "status) VALUES (?, ?, ?, ?, ?, 8, 1000, 'tentative')",
+                [previous[0], f"t/batch-{cluster}", cluster, T.to_pydatetime(), (T + 4 * H).to_pydatetime()],
+            )
+
+    claim(free_choice)
+    assert batch_starts(T, db)[free_choice] >= 8
+    yielding = ServingPolicy(move_saving=0.0, yield_to_batch=True, hold_hours=1)
+    moved, rows = cluster_of(yielding)
+    assert moved == other
+    assert (pd.to_datetime(rows["end_time"], utc=True) == T + H).all()  # held for one hour only
+    claim(other)
+    served_anyway, _ = cluster_of(yielding)
+    assert served_anyway == free_choice  # every cluster claimed: the cheapest free GPUs, as without yielding
