@@ -64,7 +64,8 @@ from warehouse.db import reader, table_exists, warehouse_lock, writer
 
 TARGETS = {"loop_hour_s": 5.0, "peak_mb": 500.0}
 PREP_POLICY = "performance-first"  # starts each job at once where it fits: the running set
-LOOP_STATE = ("queue", "executor", "plan")  # schemas the loop writes; raw.job_events is the fourth part
+LOOP_STATE = ("queue", "executor", "plan", "ops")  # schemas the loop writes; and LOOP_RAW
+LOOP_RAW = ("raw.job_events", "raw.service_usage")  # what the loop's sync loads from its executors
 
 
 def register(subparsers) -> None:
@@ -128,8 +129,10 @@ def copy_warehouse(source: Path | None, target: Path) -> bool:
     with writer(target) as con:
         for schema in LOOP_STATE:
             con.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        con.execute("DROP TABLE IF EXISTS raw.job_events")
-        con.execute("DELETE FROM raw._batches WHERE table_name = 'raw.job_events'")
+        for table in LOOP_RAW:
+            con.execute(f"DROP TABLE IF EXISTS {table}")
+            if table_exists(con, "raw._batches"):
+                con.execute("DELETE FROM raw._batches WHERE table_name = ?", [table])
     return source is not None and source.exists()
 
 

@@ -66,15 +66,15 @@ def register(subparsers) -> None:
     c.add_argument("--failure-rate", type=float, default=DEFAULT_FAILURE_RATE)
     c.add_argument("--db", default=None, help="warehouse to copy (default WAREHOUSE_PATH); never written")
     c.add_argument(
-        "--yield-to-batch",
+        "--no-yield-to-batch",
         action="store_true",
-        help="services leave the GPUs the last batch plan starts jobs on to those jobs where they can",
+        help="services take the cleanest free GPUs even where the last batch plan starts jobs this hour",
     )
     c.add_argument(
         "--hold-hours",
         type=int,
-        default=None,
-        help="hours the batch plan holds the services' GPUs (default: its whole horizon)",
+        default=1,
+        help="hours the batch plan holds the services' GPUs (default 1; 0: its whole horizon)",
     )
     c.add_argument("--keep", default=None, help="keep the two warehouses (without.duckdb, with.duckdb) in this folder")
     c.add_argument("--json", action="store_true", help="print one JSON document on stdout")
@@ -170,7 +170,7 @@ def services_loop(
 def cmd_services_loop(args: argparse.Namespace) -> int:
     say = (lambda msg: None) if args.no_progress else (lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
     try:
-        serving = ServingPolicy(yield_to_batch=args.yield_to_batch, hold_hours=args.hold_hours)
+        serving = ServingPolicy(yield_to_batch=not args.no_yield_to_batch, hold_hours=args.hold_hours or None)
         doc = services_loop(args.start, args.days, args.jobs, args.load, args.services, args.policy, args.sigma,
                             args.failure_rate, args.db, progress=say, keep=args.keep, serving=serving)  # fmt: skip
     except ValueError as exc:

@@ -83,9 +83,10 @@ class ServingPolicy:
     max_shed: float = 0.25
     # the loop's side (scheduling/service_hours.py): leave a cluster's GPUs that the last batch plan starts jobs on
     # this hour to those jobs where another cluster can serve; hold replicas in the batch plan for this many hours
-    # (None: the plan's whole horizon)
-    yield_to_batch: bool = False
-    hold_hours: int | None = None
+    # (None: the plan's whole horizon). Measured beside 7 days of jobs: the fleet's carbon -4.6 %, the jobs' saving
+    # 66.8 % instead of 57.1 %, deadlines no worse (docs/results/planner/services.md).
+    yield_to_batch: bool = True
+    hold_hours: int | None = 1
 
 
 def replica_limit(model: ServingModel, key: ServingKey, batch_cap: int, slo_ms: float, headroom: float) -> float:

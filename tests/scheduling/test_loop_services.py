@@ -89,7 +89,8 @@ def served(tmp_path_factory, data_dir):
     assert not submit_file(tmp / "jobs.yaml", fleet_path=tmp / "fleet.yaml", db_path=db, data_dir=data_dir).rejected
     executor = ReplayExecutor(db_path=db, sigma=0.0, failure_rate=0.0)
     settings = dict(db_path=db, data_dir=data_dir, schedule_root=tmp / "s", fleet=fleet,
-                    executors=dict.fromkeys(fleet.names, executor), serving=ServingPolicy(move_saving=0.0))  # fmt: skip
+                    executors=dict.fromkeys(fleet.names, executor),
+                    serving=ServingPolicy(move_saving=0.0, yield_to_batch=False, hold_hours=None))  # fmt: skip
     results = loop.run_hours(DAY, HOURS, **settings)
     assert build(select="stg_services__usage+", warehouse_path=db, target_path=tmp / "target").ok
     with reader(db) as con:
@@ -233,7 +234,7 @@ def test_yielding_to_batch_leaves_the_gpus_the_last_plan_starts_jobs_on(served, 
                                 data_dir=served["data_dir"], policy=policy)  # fmt: skip
         return out["provisions"].set_index("service").loc["ml/chat", "cluster"], out["rows"]
 
-    free_choice, _ = cluster_of(ServingPolicy(move_saving=0.0))
+    free_choice, _ = cluster_of(ServingPolicy(move_saving=0.0, yield_to_batch=False))
     other = next(n for n in fleet.names if n != free_choice)
     with reader(db) as con:
         previous = con.execute(
