@@ -28,6 +28,7 @@ from scheduling.planning.forecasts import PREFERRED_MODELS
 from scheduling.queue.intake import IntakeReport, submit_mappings
 from scheduling.queue.service_intake import EXAMPLE_SERVICES, submit_service_file
 from scheduling.queue.trace import job_gpu_hours, trace_jobs
+from scheduling.service_hours import service_replicas
 from scheduling.tasks import build_ledger
 
 # the simulator's policies on the same jobs: the loop's policy and the baseline without carbon awareness
@@ -127,7 +128,9 @@ def run_demo_loop(
     report = write_ledger_report(book)
     say("simulator: the same jobs with exact run times")
     finished = book.jobs.loc[book.jobs["outcome"] == "finished", "job_id"]
-    simulated = simulate_same_jobs(day, n_jobs, ctx.fleet, [ctx.policy, BASELINE_POLICY], job_ids=finished)
+    # the capacity the services held in the loop is held in the simulator too: both plan the jobs on the same GPUs
+    held = service_replicas() if services is not None else None
+    simulated = simulate_same_jobs(day, n_jobs, ctx.fleet, [ctx.policy, BASELINE_POLICY], job_ids=finished, held=held)
     return LoopDemo(intake, results, issues, book, report, simulated, placed_load(executor, fleet, day))
 
 

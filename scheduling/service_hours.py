@@ -498,3 +498,25 @@ def any_services(db_path=None) -> bool:
         return (
             table_exists(con, "queue.services") and con.execute("SELECT count(*) FROM queue.services").fetchone()[0] > 0
         )
+
+
+def service_replicas(db_path=None) -> pd.DataFrame:
+    """The loop's service replicas as held capacity (`scheduling.evaluation.simulator.simulate`'s `held`): per
+    provision and replica its cluster, node (the provision's nodes in turn), GPUs and hour; empty without
+    services."""
+    with reader(db_path) as con:
+        if not table_exists(con, PROVISIONS):
+            return pd.DataFrame()
+        frame = con.execute(
+            f"SELECT plan_time, service, cluster, nodes, num_gpus, replicas FROM {PROVISIONS} "
+            "WHERE cluster IS NOT NULL AND replicas > 0 ORDER BY plan_time, service"
+        ).df()
+    rows = []
+    for r in frame.itertuples(index=False):
+        nodes = [n for n in str(r.nodes or "").split(",") if n]
+        start = pd.Timestamp(r.plan_time).tz_convert("UTC")
+        for i in range(int(r.replicas)):
+            rows.append({"job_id": f"service:{r.service}#{i}@{start:%Y%m%dT%H}", "cluster": r.cluster,
+                         "node": nodes[i] if i < len(nodes) else None, "num_gpu": int(r.num_gpus), "gpu_milli": 1000,
+                         "start_time": start, "end_time": start + pd.Timedelta(hours=1)})  # fmt: skip
+    return pd.DataFrame(rows)

@@ -12,13 +12,24 @@ from scheduling.queue.trace import trace_frame
 
 
 def simulate_same_jobs(
-    day, n_jobs: int, fleet, policies, job_ids=None, *, speed_model=None, forecasts="auto", db_path=None, data_dir=None
+    day,
+    n_jobs: int,
+    fleet,
+    policies,
+    job_ids=None,
+    *,
+    speed_model=None,
+    forecasts="auto",
+    held=None,
+    db_path=None,
+    data_dir=None,
 ) -> list[dict]:
     """One row per policy: the simulator's run of the loop's jobs (the same trace draw, on the same fleet, planned
     from the stored forecasts), valued against the same run-now counterfactual as the ledger, summed over
     `job_ids` (the intake's ids, e.g. the jobs the ledger counts as finished; default all). `speed_model`: the
     run-time speeds (default Gavel's measured ones; the plans' own for a like-for-like comparison); `forecasts`: the
-    provider kind (`scheduling.planning.forecasts.make_forecasts`)."""
+    provider kind (`scheduling.planning.forecasts.make_forecasts`); `held`: the capacity the loop's services held
+    (`scheduling.service_hours.service_replicas`), held in the simulator too: both plan the jobs on the same GPUs."""
     jobs = trace_frame(day, n_jobs, fleet, data_dir=data_dir)
     sc = scenario_for_jobs(
         jobs, fleet, day, 24, forecasts=forecasts, speed_model=speed_model, db_path=db_path, data_dir=data_dir
@@ -28,7 +39,7 @@ def simulate_same_jobs(
     base = float(run_now(sc)["kg"][keep].sum())
     rows = []
     for policy in policies:
-        result = simulate(sc, policy)
+        result = simulate(sc, policy, held=held)
         kg = float(result.records["kgco2e"].to_numpy()[keep].sum())
         rows.append(
             {

@@ -32,7 +32,7 @@ from scheduling.planning.pausing import Pausing
 from scheduling.planning.policies.base import PlacementPolicy
 from scheduling.planning.policies.registry import DEFAULT_POLICY, make_policy
 from scheduling.planning.problem import PriorityWeights, abs_hours
-from scheduling.planning.session import HourlyPlanner
+from scheduling.planning.session import HourlyPlanner, apply_running
 
 BASELINE = "performance-first"  # the reference: load calibration, reductions and shares are measured against it
 
@@ -126,12 +126,15 @@ def simulate(
     postpone_margin_h: float = 1.0,
     reserve_nodes: bool = False,
     pausing: Pausing | None = None,
+    held: pd.DataFrame | None = None,
 ) -> SimResult:
     """Replay the scenario's trace with one online policy (a registered name or a policy object; see the module
     docstring). `forecasts`: plan from these instead of the scenario's. `postpone_margin_h`: a job may be postponed
     only to a start that leaves this many hours before its latest timely start. `reserve_nodes`: the planner's
     backfill reservations (`HourlyPlanner.reserve_nodes_for`). `pausing`: each hour, stop running checkpointing jobs
-    through dirty stretches as the loop does (`HourlyPlanner.pause_running`)."""
+    through dirty stretches as the loop does (`HourlyPlanner.pause_running`). `held`: capacity outside the jobs (the
+    loop's service replicas), rows of `session.apply_running` with a `start_time`, held from that hour on as the
+    loop's running rows are."""
     t_run = time.perf_counter()
     tbl = sc.table
     n = tbl.n
@@ -159,9 +162,12 @@ def simulate(
     free_parts = np.zeros((sc.hours, C, 3), dtype=np.int64)
     plan_s = []
     late_planned = 0
+    held_at = _by_start_hour(held)
     for t in range(T0, T_max):
         now = pd.Timestamp(t * 3_600_000_000_000, tz="UTC")
         hp.release_finished(t)
+        if t in held_at:
+            apply_running(hp, held_at[t], now)
         if pausing is not None:
             hp.pause_running(now, t)
         pend = hp.pending(t)
@@ -241,6 +247,15 @@ def simulate(
         "by_cluster": by_cluster(sc, alloc, free_parts),
     }
     return SimResult(label, records, metrics, alloc)
+
+
+def _by_start_hour(held: pd.DataFrame | None) -> dict[int, pd.DataFrame]:
+    """`held`'s rows per hour (absolute) they start at."""
+    if held is None or not len(held):
+        return {}
+    epoch = pd.Timestamp(0, tz="UTC")
+    hours = ((pd.to_datetime(held["start_time"], utc=True) - epoch) // pd.Timedelta(hours=1)).to_numpy()
+    return {int(h): held[hours == h].reset_index(drop=True) for h in np.unique(hours)}
 
 
 def run_now(sc: Scenario) -> dict[str, np.ndarray]:

@@ -782,3 +782,22 @@ def test_the_simulator_pauses_a_run_with_the_loops_rule_and_resumes_it_with_the_
     assert hp.paused == [(j, T + 2)] and hp.preempted_runs == [(j, T, 2, 0, c)]
     hp.k[j], hp.c[j] = 0, c  # resumed where it ran: the restore, then the rest
     assert hp.run_hours(j) == pytest.approx(ck_h + tbl.dur[j, 0, c] * (1 - hp.work_done[j]))
+
+
+def test_held_capacity_keeps_jobs_off_those_gpus_for_its_hours(scenario):
+    """Capacity held outside the jobs (the loop's service replicas, `held`) is applied at its start hour like the
+    loop's running rows: with every GPU of the fleet held for the first 6 hours, no job starts before hour 6; a job
+    starts earlier without it."""
+    import pandas as pd
+
+    start = pd.Timestamp(scenario.start).tz_convert("UTC")
+    rows = [
+        {"job_id": f"held:{c.name}:{n.sn}", "cluster": c.name, "node": str(n.sn), "num_gpu": int(n.gpu),
+         "gpu_milli": 1000, "start_time": start, "end_time": start + pd.Timedelta(hours=6)}
+        for c in scenario.fleet.clusters
+        for n in c.nodes.itertuples(index=False)
+    ]  # fmt: skip
+    free = simulate(scenario, "performance-first").records
+    held = simulate(scenario, "performance-first", held=pd.DataFrame(rows)).records
+    first = lambda r: pd.to_datetime(r.loc[r["started"], "start_time"], utc=True).min()  # noqa: E731
+    assert first(free) < start + pd.Timedelta(hours=6) <= first(held)
