@@ -397,8 +397,8 @@ def _sync_details(_ctx, out: dict) -> dict:
     return {"unreachable": sorted(out["unreachable"]), "unconfirmed": len(out["unconfirmed"])}
 
 
-@logged_step("sync", _sync_details)
 @one_connection
+@logged_step("sync", _sync_details)
 def sync(ctx: LoopContext) -> dict:
     """Step 1 (see the module doc): staged submissions, cancellations, the executors' events of [T-1h, T)."""
     T = ctx.plan_time
@@ -600,8 +600,8 @@ def _plan_details(ctx: LoopContext, _out) -> dict:
     return {"fleet": json.dumps(fleet, sort_keys=True)}
 
 
-@logged_step("plan", _plan_details)
 @one_connection
+@logged_step("plan", _plan_details)
 def plan(ctx: LoopContext, *, dry_run: bool = False, created_from: str = "loop") -> tuple[Plan, dict, pd.DataFrame]:
     """Step 2 (see the module doc): (the plan, its summary, the pending job frame)."""
     t0 = time.perf_counter()
@@ -697,8 +697,8 @@ def _dispatch_details(_ctx, out: dict) -> dict:
     return {"unreachable": sorted(out.get("unreachable") or {}), "dispatch_failed": failed}
 
 
-@logged_step("dispatch", _dispatch_details)
 @one_connection
+@logged_step("dispatch", _dispatch_details)
 def dispatch_plan(ctx: LoopContext, result: Plan | None = None, pending: pd.DataFrame | None = None) -> dict:
     """Step 3 (see the module doc): the plan's jobs that start at T, to their clusters' executors, exactly once;
     those jobs -> dispatched. `result`/`pending` default to the stored plan of the hour and the queue."""

@@ -54,7 +54,8 @@ def record_step(row: dict, db_path=None) -> None:
 def logged_step(step: str, details: Callable[[object, object], dict]) -> Callable:
     """Decorate a loop step `fn(ctx, ...)`: time it and record its row; `details(ctx, result)` gives the step's
     own columns (unreachable, dispatch_failed, unconfirmed, fleet). A dry run (`dry_run=True`) records
-    nothing."""
+    nothing. Applied inside the step's warehouse session (`loop.one_connection`), the row costs no connection of
+    its own."""
     if step not in STEPS:
         raise ValueError(f"unknown loop step {step!r}; steps: {', '.join(STEPS)}")
 
