@@ -177,6 +177,7 @@ class PlannerCollector:
         written = _gauge("loop_last_plan_written_timestamp_seconds",
                          "Wall-clock time that plan step finished (Unix time): time() minus this is how long "
                          "the planner has not planned.")  # fmt: skip
+        lag = _gauge("loop_lag_seconds", "Wall-clock seconds from the last completed plan step to this snapshot.")
         duration = _gauge("loop_step_duration_seconds", "Duration of each step's latest run.", ["step"])
         failed = _gauge("loop_step_failed", "1 when each step's latest run raised.", ["step"])
         reachable = _gauge("executor_reachable", "1 when the last hour's sync and dispatch reached the executor.",
@@ -203,6 +204,7 @@ class PlannerCollector:
             )
             if len(done):
                 written.add_metric([], _ts(done["finished_at"].iat[0]))
+                lag.add_metric([], max(0.0, time.time() - _ts(done["finished_at"].iat[0])))
             hour = self._df(
                 f"SELECT executors, unreachable FROM {LOOP_STEPS} WHERE step IN ('sync', 'dispatch') "
                 f"AND plan_time = (SELECT max(plan_time) FROM {LOOP_STEPS} WHERE step = 'sync')"
@@ -222,7 +224,7 @@ class PlannerCollector:
             )
             for r in rows.itertuples(index=False):
                 standing.add_metric([r.executor], float(r.n))
-        yield from (last, written, duration, failed, reachable, unconfirmed, failures, standing)
+        yield from (last, written, lag, duration, failed, reachable, unconfirmed, failures, standing)
 
     # -------------------------------------------------------------------------------------------- carbon
     def carbon(self) -> Iterator:

@@ -101,6 +101,9 @@ def test_the_loop_and_the_fleet_are_reported(scraped, looped_warehouse):
     samples = _samples(scraped)
     last_hour = samples["carbon_planner_loop_last_plan_time_seconds"][0].value
     assert last_hour == pytest.approx(time.mktime(time.strptime(f"{DAY} 11", "%Y-%m-%d %H")) - time.timezone, abs=1)
+    written = samples["carbon_planner_loop_last_plan_written_timestamp_seconds"][0].value
+    lag = samples["carbon_planner_loop_lag_seconds"][0].value
+    assert 0 <= lag and written + lag == pytest.approx(time.time(), abs=600)  # written + lag: when it was read
     steps = {s.labels["step"]: s.value for s in samples["carbon_planner_loop_step_duration_seconds"]}
     assert set(steps) == {"sync", "plan", "dispatch"} and all(v > 0 for v in steps.values())
     assert {s.labels["step"]: s.value for s in samples["carbon_planner_loop_step_failed"]} == dict.fromkeys(steps, 0)
