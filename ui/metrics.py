@@ -46,6 +46,15 @@ MAX_AGE_S = 15.0  # a snapshot older than this is refreshed in the background on
 READ_TIMEOUT_S = 2.0  # how long a refresh waits for a writer before it keeps the last snapshot
 WAITING = ("queued", "planned")
 LIVE = ("dispatched", "running")
+# the assignment each dispatched or running job runs under: the one its latest sent dispatch carried out
+LIVE_RUNS = f"""
+    WITH live AS (
+        SELECT tenant || '/' || job_id AS job_id FROM {JOBS} WHERE state IN ({", ".join(f"'{s}'" for s in LIVE)})
+    ), last_dispatch AS (
+        SELECT job_id, arg_max(plan_id, plan_id) AS plan_id FROM plan.dispatch_log WHERE status = 'sent' GROUP BY job_id
+    )
+    SELECT a.* FROM live JOIN last_dispatch USING (job_id) JOIN plan.assignments a USING (plan_id, job_id)
+"""
 
 
 def _ts(value) -> float | None:
@@ -154,20 +163,9 @@ class PlannerCollector:
         """Running or dispatched jobs whose dispatching plan ends them after their deadline."""
         if not self._has(JOBS, "plan.assignments", "plan.dispatch_log"):
             return 0
-        marks = ", ".join(f"'{s}'" for s in LIVE)
         return int(
             self.con.execute(
-                f"""
-                WITH live AS (
-                    SELECT tenant || '/' || job_id AS job_id FROM {JOBS} WHERE state IN ({marks})
-                ), last_dispatch AS (
-                    SELECT job_id, arg_max(plan_id, plan_id) AS plan_id FROM plan.dispatch_log
-                    WHERE status = 'sent' GROUP BY job_id
-                )
-                SELECT count(*) FROM live JOIN last_dispatch USING (job_id)
-                JOIN plan.assignments a USING (plan_id, job_id)
-                WHERE a.deadline IS NOT NULL AND a.end_time > a.deadline
-                """
+                f"SELECT count(*) FROM ({LIVE_RUNS}) WHERE deadline IS NOT NULL AND end_time > deadline"
             ).fetchone()[0]
         )
 
@@ -416,19 +414,8 @@ class PlannerCollector:
                           ["cluster"])  # fmt: skip
         held: dict[str, float] = {}
         if self._has(JOBS, "plan.assignments", "plan.dispatch_log"):
-            marks = ", ".join(f"'{s}'" for s in LIVE)
             rows = self._df(
-                f"""
-                WITH live AS (
-                    SELECT tenant || '/' || job_id AS job_id FROM {JOBS} WHERE state IN ({marks})
-                ), last_dispatch AS (
-                    SELECT job_id, arg_max(plan_id, plan_id) AS plan_id FROM plan.dispatch_log
-                    WHERE status = 'sent' GROUP BY job_id
-                )
-                SELECT a.cluster, sum(a.gpu_milli * a.gpu_count) AS milli
-                FROM live JOIN last_dispatch USING (job_id) JOIN plan.assignments a USING (plan_id, job_id)
-                GROUP BY ALL ORDER BY ALL
-                """
+                f"SELECT cluster, sum(gpu_milli * gpu_count) AS milli FROM ({LIVE_RUNS}) GROUP BY ALL ORDER BY ALL"
             )
             held.update({r.cluster: float(r.milli) for r in rows.itertuples(index=False)})
         if T is not None and self._has("plan.service_provisions"):
