@@ -16,7 +16,16 @@ from common.timeutil import iso_z
 def to_jsonable(value: Any) -> Any:
     """Plain JSON types: timestamps as ISO Z strings, numpy scalars as Python numbers, NaN/inf as null,
     tuples as lists, sets as sorted lists, mapping keys as strings; anything else as str()."""
-    if value is None or isinstance(value, (bool, str)):
+    kind = type(value)  # the plain types first, by identity: a plan's records are mostly these, and many
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is float:
+        return None if math.isnan(value) or math.isinf(value) else value
+    if kind is dict:
+        return {k if type(k) is str else str(k): to_jsonable(v) for k, v in value.items()}
+    if kind is list:
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, (bool, str)):
         return value
     if isinstance(value, np.bool_):
         return bool(value)
