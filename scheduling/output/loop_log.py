@@ -46,9 +46,15 @@ def record_step(row: dict, db_path=None) -> None:
     values = [row.get(name) for name in COLUMNS]
     with writer(db_path) as con:
         create_tables(con, DDL)
-        con.execute(
-            f"INSERT OR REPLACE INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})", values
-        )
+        # delete-insert in one transaction: a shared catalog (DuckLake) has no key to replace on
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.execute(f"DELETE FROM {TABLE} WHERE plan_time = ? AND step = ?", [row["plan_time"], row["step"]])
+            con.execute(f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})", values)
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
 
 
 def logged_step(step: str, details: Callable[[object, object], dict]) -> Callable:
