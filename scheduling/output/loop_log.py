@@ -2,8 +2,8 @@
 (sync, plan, dispatch), written when the step ends -- also when it raises.
 
 Its times are processing times (the wall clock when the step ran), the one thing an alert on a stalled planner
-needs; the plan's own time stays `plan_time`. A re-run of an hour's step replaces that step's row (the latest run is
-what an operator sees), so the table keeps one row per (plan_time, step).
+needs; the plan's own time stays `plan_time`. One row per (plan_time, step): the first run that completed is kept
+(re-running an hour leaves the warehouse as it was), and a failed run's row is replaced by the next run's.
 """
 
 from __future__ import annotations
@@ -42,14 +42,19 @@ STEPS = ("sync", "plan", "dispatch")
 
 
 def record_step(row: dict, db_path=None) -> None:
-    """Write one step's row (COLUMNS; missing ones NULL), replacing an earlier run of the same hour and step."""
+    """Write one step's row (COLUMNS; missing ones NULL), unless a run of the same hour and step completed before."""
     values = [row.get(name) for name in COLUMNS]
     with writer(db_path) as con:
         create_tables(con, DDL)
         # delete-insert in one transaction: a shared catalog (DuckLake) has no key to replace on
         con.execute("BEGIN TRANSACTION")
         try:
-            con.execute(f"DELETE FROM {TABLE} WHERE plan_time = ? AND step = ?", [row["plan_time"], row["step"]])
+            key = [row["plan_time"], row["step"]]
+            done = con.execute(f"SELECT count(*) FROM {TABLE} WHERE plan_time = ? AND step = ? AND error IS NULL", key)
+            if done.fetchone()[0]:  # a completed run is kept: re-running an hour leaves the warehouse as it was
+                con.execute("COMMIT")
+                return
+            con.execute(f"DELETE FROM {TABLE} WHERE plan_time = ? AND step = ?", key)
             con.execute(f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})", values)
             con.execute("COMMIT")
         except BaseException:
