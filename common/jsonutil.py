@@ -16,7 +16,7 @@ from common.timeutil import iso_z
 def to_jsonable(value: Any) -> Any:
     """Plain JSON types: timestamps as ISO Z strings, numpy scalars as Python numbers, NaN/inf as null,
     tuples as lists, sets as sorted lists, mapping keys as strings; anything else as str()."""
-    kind = type(value)  # the plain types first, by identity: a plan's records are mostly these, and many
+    kind = type(value)  # the plain types first, by identity: a plan's records are mostly made of them
     if kind is str or kind is int or kind is bool or value is None:
         return value
     if kind is float:

@@ -111,8 +111,9 @@ class PlannerCollector:
         yield from self.loop(T)
         yield from self.carbon()
         yield from self.services()
-        yield from self.inputs(T)
-        yield from self.gpus(T)
+        fleet = self.fleet(T)
+        yield from self.inputs(T, fleet)
+        yield from self.gpus(T, fleet)
 
     # -------------------------------------------------------------------------------------------- queue
     def queue(self, T) -> Iterator:
@@ -317,7 +318,7 @@ class PlannerCollector:
         yield from (tokens, grams, static, hours, per_1k, slo)
 
     # -------------------------------------------------------------------------------------------- inputs
-    def inputs(self, T) -> Iterator:
+    def inputs(self, T, fleet: dict[str, dict]) -> Iterator:
         newest = _gauge("grid_newest_hour_timestamp_seconds", "The newest hour of grid data per zone (Unix time).",
                         ["zone"])  # fmt: skip
         age = _gauge("grid_data_age_seconds", "The last planning hour minus the newest grid hour at or before it.",
@@ -341,7 +342,7 @@ class PlannerCollector:
                 "FROM marts.grid_hourly GROUP BY ALL ORDER BY ALL",
                 [t],
             )
-            used = {c["zone"] for c in self.fleet(T).values()}
+            used = {c["zone"] for c in fleet.values()}
             column = TARGET_COLUMNS["carbon_intensity"]
             for r in zones.to_dict("records"):
                 if used and r["region"] not in used:  # a zone no cluster of the fleet is in
@@ -406,7 +407,7 @@ class PlannerCollector:
         yield from (newest, age, actual, issue_age, forecast, error, models)
 
     # -------------------------------------------------------------------------------------------- GPUs
-    def gpus(self, T) -> Iterator:
+    def gpus(self, T, fleet: dict[str, dict]) -> Iterator:
         allocated = _gauge("gpu_milli_allocated", "GPU-milli held at the last planning hour per cluster: the runs "
                            "dispatched or running (as their plan placed them) and the services' replicas.",
                            ["cluster"])  # fmt: skip
@@ -426,7 +427,7 @@ class PlannerCollector:
             )
             for r in replicas.itertuples(index=False):
                 held[r.cluster] = held.get(r.cluster, 0.0) + 1000.0 * float(r.gpus)
-        gpus = {name: int(c["gpus"]) for name, c in self.fleet(T).items()}
+        gpus = {name: int(c["gpus"]) for name, c in fleet.items()}
         for name in sorted(set(gpus) | set(held)):
             allocated.add_metric([name], held.get(name, 0.0))
             if name in gpus:
@@ -434,26 +435,37 @@ class PlannerCollector:
         yield from (allocated, capacity)
 
 
-def render(con) -> bytes:
-    """The exposition text of the warehouse behind `con` (None: no warehouse yet)."""
+class _Families:
+    """A collector of metric families already made."""
+
+    def __init__(self, families):
+        self.families = families
+
+    def collect(self):
+        return self.families
+
+
+def _exposition(collector) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(PlannerCollector(con))
+    registry.register(collector)
     return generate_latest(registry)
 
 
+def render(con) -> bytes:
+    """The exposition text of the warehouse behind `con` (None: no warehouse yet)."""
+    return _exposition(PlannerCollector(con))
+
+
 def _meta(snapshot_at: float, seconds: float, busy: bool) -> bytes:
-    lines = [
-        f"# HELP {PREFIX}_metrics_snapshot_timestamp_seconds When the served snapshot was read (Unix time).",
-        f"# TYPE {PREFIX}_metrics_snapshot_timestamp_seconds gauge",
-        f"{PREFIX}_metrics_snapshot_timestamp_seconds {snapshot_at!r}",
-        f"# HELP {PREFIX}_metrics_read_seconds How long reading the snapshot took.",
-        f"# TYPE {PREFIX}_metrics_read_seconds gauge",
-        f"{PREFIX}_metrics_read_seconds {seconds!r}",
-        f"# HELP {PREFIX}_metrics_warehouse_busy 1 when the last refresh found a writer holding the warehouse.",
-        f"# TYPE {PREFIX}_metrics_warehouse_busy gauge",
-        f"{PREFIX}_metrics_warehouse_busy {1.0 if busy else 0.0}",
+    """The snapshot's own metrics: when it was read, how long that took, whether a writer held the warehouse."""
+    families = [
+        _gauge("metrics_snapshot_timestamp_seconds", "When the served snapshot was read (Unix time)."),
+        _gauge("metrics_read_seconds", "How long reading the snapshot took."),
+        _gauge("metrics_warehouse_busy", "1 when the last refresh found a writer holding the warehouse."),
     ]
-    return ("\n".join(lines) + "\n").encode()
+    for family, value in zip(families, (snapshot_at, seconds, 1.0 if busy else 0.0)):
+        family.add_metric([], value)
+    return _exposition(_Families(families))
 
 
 class MetricsCache:
