@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -9,7 +11,7 @@ from scheduling.evaluation.ablations import ClairvoyantArrivals, DefaultPowerRed
 from scheduling.planning.lp import solve_lp
 from scheduling.planning.policies.base import PlacementPolicy
 from scheduling.planning.policies.registry import make_policy
-from scheduling.planning.policies.rolling_lp import RollingLP, RollingLPOptions
+from scheduling.planning.policies.rolling_lp import RollingLP, RollingLPOptions, _thinned_expected
 from tests.scheduling.test_planner import toy_problem
 
 
@@ -156,6 +158,32 @@ def test_expected_arrivals_keep_the_green_slot_for_the_job_that_needs_it():
     assert out.c[0] == 0 and len(out.k) == 1 and out.placed[0]
     assert (pol.last.job < 1).all() and len(pol.last.u) == 1
     assert pol.last.objective_kg == pytest.approx(0.1)  # the known job's carbon only
+
+
+def test_a_backlog_above_the_budget_sees_its_share_of_the_expected_demand():
+    """Two known jobs, a budget of one: the LP plans j0 and sees half of the two expected jobs (each 500 GPU-milli
+    and 0.75 kW, both able to run only in region 1's green hour 2): one job of 1000 milli and 1.5 kW. Together the
+    expected jobs draw more than j0 (1 kW), so the green slot is theirs and j0 runs in region 0, as with every
+    expected job in the LP; the kept job drawing only its own 0.75 kW would leave the slot to j0."""
+    F = [[100, 300], [100, 300], [100, 20], [100, 300]]
+    free = [[1000, 1000]] * 4
+    pol = RollingLP(RollingLPOptions(capacity_factor=1.0, standby_pool=False, max_lp_jobs=1))
+    expected = toy_problem(F, free, gpu=[500] * 2, dur=[[1, 1]] * 2, kw=[[0.75, 0.75]] * 2, deadline=[3] * 2,
+                           release=[2] * 2)  # fmt: skip
+    alone = toy_problem(F, free, gpu=[1000], dur=[[1, 1]], kw=[[1, 1]], deadline=[4])
+    alone.expected = expected
+    assert pol.plan(alone, now_hour=0).c[0] == 0
+    p = toy_problem(F, free, gpu=[1000] * 2, dur=[[1, 1]] * 2, kw=[[1, 1]] * 2, deadline=[4] * 2)
+    p.expected = expected
+    out = pol.plan(p, now_hour=0)
+    assert out.reason[1] == "deferred_lp_budget" and out.c[0] == 0
+
+    thinned = _thinned_expected(p, 0.5).expected
+    assert thinned.n_jobs == 1 and thinned.jobs["job_id"].tolist() == ["j0"]
+    assert thinned.gpu_total.sum() == expected.gpu_total.sum() and thinned.kw[0, 0, 0] == pytest.approx(1.5)
+    unscaled = dataclasses.replace(thinned, gpu_total=expected.gpu_total[:1], kw=expected.kw[:1])
+    assert pol.plan(dataclasses.replace(p, expected=unscaled), now_hour=0).c[0] == 1
+    assert _thinned_expected(p, 1.0) is p and _thinned_expected(p, 0.1).expected is None
 
 
 def test_expected_jobs_replay_the_last_hours_of_arrivals_shifted_forward(data_dir):

@@ -35,7 +35,8 @@ What the LP sees, and why (`RollingLPOptions` holds the defaults):
 * Size: capacity rows are hourly for the first `hourly_rows` hours, then per 6-hour block (the block's mean), since
   only hour 0 is committed; above `max_power_candidates` candidates one power option per (job, start hour,
   cluster) is kept, the one with the least forecast carbon, and the option is chosen again at dispatch; above
-  `max_lp_jobs` pending jobs the LP plans the most urgent ones and defers the rest to the next hour.
+  `max_lp_jobs` pending jobs the LP plans the most urgent ones and defers the rest to the next hour, and sees the
+  same share of the expected jobs, each standing for those dropped beside it (`_thinned_expected`).
 
 A capacity price on the problem (`problem.capacity_price`) is added to the intensity the LP minimises (`_priced`).
 The variants evaluated beside it (preemption, warm start, learned prices, clairvoyant arrivals, node holds, standby
@@ -420,10 +421,10 @@ class RollingLP(PlacementPolicy):
         (unplaced, reason `deferred_lp_budget`). Bounds the latency and memory of one plan."""
         prio = priority_parts(p, PriorityWeights())
         head = np.sort(np.argsort(prio.priority, kind="stable")[: self.options.max_lp_jobs])
-        part = self._plan_lp(
-            _subset(p, head), agents, [pods[i] for i in head] if pods is not None else None, now_hour, explain=explain
-        )
         N = p.n_jobs
+        sub = _thinned_expected(_subset(p, head), len(head) / N)
+        head_pods = [pods[i] for i in head] if pods is not None else None
+        part = self._plan_lp(sub, agents, head_pods, now_hour, explain=explain)
         k, s, c, cost, late, placed, reason, node, gpus, status, rejections = empty_decisions(N)
         for arr, src in (
             (k, part.k),
@@ -609,6 +610,29 @@ def _subset(p, idx: np.ndarray):
     if p.run_now_dur is not None:
         per_job["run_now_dur"] = p.run_now_dur[idx]
     return dataclasses.replace(p, jobs=p.jobs.iloc[idx].reset_index(drop=True), **per_job)
+
+
+def _thinned_expected(p, share: float):
+    """The problem with its expected jobs thinned to `share` of them, evenly over their arrivals, each kept one
+    standing for the jobs dropped beside it (GPUs, CPU, memory, power and transfer scaled by their count / kept):
+    an LP that plans only that share of the backlog is as large as the share, and still sees the whole expected
+    demand."""
+    e = p.expected
+    if e is None or not e.n_jobs or share >= 1.0:
+        return p
+    n = int(round(e.n_jobs * share))
+    if not n:
+        return dataclasses.replace(p, expected=None)
+    kept = _subset(e, np.unique(np.linspace(0, e.n_jobs - 1, n).round().astype(np.int64)))
+    w = e.n_jobs / kept.n_jobs
+    scaled = {
+        "gpu_total": np.round(kept.gpu_total * w).astype(np.int64),
+        "kw": kept.kw * w,
+        "transfer_kwh": kept.transfer_kwh * w,
+    }
+    if kept.req_other is not None:
+        scaled["req_other"] = kept.req_other * w
+    return dataclasses.replace(p, expected=dataclasses.replace(kept, **scaled))
 
 
 def _priced(p):
