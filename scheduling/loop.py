@@ -563,9 +563,18 @@ def _run_details(running: pd.DataFrame, ctx: LoopContext) -> pd.DataFrame:
         if not table_exists(con, ASSIGNMENTS):
             return running
         con.register("_runs", keys)
+        # a long job's run stops after its chunk (plans written before chunks have no such column: whole runs)
+        has_chunks = bool(
+            con.execute(
+                "SELECT count(*) FROM information_schema.columns WHERE table_schema = ? AND table_name = ? "
+                "AND column_name = 'chunk_end'",
+                ASSIGNMENTS.split("."),
+            ).fetchone()[0]
+        )
+        chunk_end = "a.chunk_end" if has_chunks else "CAST(NULL AS TIMESTAMPTZ)"
         plans = con.execute(
             f"SELECT a.plan_id, a.job_id, a.start_time AS planned_start, a.end_time AS planned_end, "
-            f"a.power_limit_w AS dispatch_limit_w, a.deadline FROM {ASSIGNMENTS} AS a "
+            f"a.power_limit_w AS dispatch_limit_w, a.deadline, {chunk_end} AS chunk_end FROM {ASSIGNMENTS} AS a "
             "JOIN _runs AS r ON r.plan_id = a.plan_id AND r.job_id = a.job_id"
         ).df()
         changes = pd.DataFrame(columns=["plan_id", "job_id", "event_time", "power_limit_w"])

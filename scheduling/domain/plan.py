@@ -49,6 +49,9 @@ EXTRA_ASSIGNMENT_COLUMNS = (
     # the speed the plan assumed on the chosen cluster, relative to a V100 at the default limit (duration_h_ref /
     # run time at the default limit): with the run's actual time, what runtime feedback learns from
     "speed",
+    # when a long checkpointing job's run stops after its chunk, its checkpoint written (`planning.chunks`); NaT:
+    # it runs to the job's end (`end_time`, the whole rest)
+    "chunk_end",
 )
 UNPLACED_COLUMNS = ("job_id", "reason")
 EXPLANATION_KEYS = (
@@ -73,7 +76,7 @@ STATUSES = ("dispatched", "tentative")
 
 def empty_assignments() -> pd.DataFrame:
     cols = {c: pd.Series(dtype=object) for c in ASSIGNMENT_COLUMNS + EXTRA_ASSIGNMENT_COLUMNS}
-    for c in ("start_time", "end_time", "submit_time", "deadline"):
+    for c in ("start_time", "end_time", "submit_time", "deadline", "chunk_end"):
         cols[c] = pd.Series(dtype="datetime64[us, UTC]")
     for c in ("gpu_milli", "gpu_count", "cpu_milli", "memory_mib"):
         cols[c] = pd.Series(dtype="int64")

@@ -127,6 +127,7 @@ def simulate(
     reserve_nodes: bool = False,
     pausing: Pausing | None = None,
     held: pd.DataFrame | None = None,
+    chunks: bool = True,
 ) -> SimResult:
     """Replay the scenario's trace with one online policy (a registered name or a policy object; see the module
     docstring). `forecasts`: plan from these instead of the scenario's. `postpone_margin_h`: a job may be postponed
@@ -134,7 +135,8 @@ def simulate(
     backfill reservations (`HourlyPlanner.reserve_nodes_for`). `pausing`: each hour, stop running checkpointing jobs
     through dirty stretches as the loop does (`HourlyPlanner.pause_running`). `held`: capacity outside the jobs (the
     loop's service replicas), rows of `session.apply_running` with a `start_time`, held from that hour on as the
-    loop's running rows are."""
+    loop's running rows are. `chunks`: long checkpointing jobs planned and run in chunks (`planning.chunks`); False:
+    planned whole."""
     t_run = time.perf_counter()
     tbl = sc.table
     n = tbl.n
@@ -156,6 +158,7 @@ def simulate(
         postpone_margin_h=postpone_margin_h,
         reserve_nodes=reserve_nodes,
         pausing=pausing,
+        chunks=chunks,
     )
     C = len(sc.fleet)
     alloc = np.zeros((sc.hours, C), dtype=np.int64)
@@ -166,6 +169,7 @@ def simulate(
     for t in range(T0, T_max):
         now = pd.Timestamp(t * 3_600_000_000_000, tz="UTC")
         hp.release_finished(t)
+        hp.end_chunks(t)
         if t in held_at:
             apply_running(hp, held_at[t], now)
         if pausing is not None:
@@ -181,7 +185,7 @@ def simulate(
             free_parts[t - T0] = [a.free_breakdown() for a in hp.agents]
         if progress is not None:
             progress.update(1)
-        if t >= T_arr and hp.started.all():
+        if t >= T_arr and hp.started.all() and not (hp.chunk_end_h > t).any():  # every chunk stopped too
             break
     if progress is not None and t + 1 < T_max:
         progress.update(T_max - t - 1)

@@ -24,7 +24,7 @@ COLUMNS: dict[str, str] = {
     "cluster": "VARCHAR",
     "executor": "VARCHAR NOT NULL",
     "preempt_at": "TIMESTAMPTZ NOT NULL",  # the plan's time
-    "reason": "VARCHAR",  # carbon | deadline | drained
+    "reason": "VARCHAR",  # carbon | deadline | drained | chunk
     "save_h": "DOUBLE NOT NULL",
     "work_done": "DOUBLE NOT NULL",  # share of the job the checkpoint is expected to keep
     "kgco2e_kept": "DOUBLE",  # forecast kgCO2e of running on

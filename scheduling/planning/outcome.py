@@ -104,6 +104,9 @@ class PlanOutcome:
     # running jobs this plan preempts (`PlacementPolicy.preemption`): [(job id, cluster index, the job id it made
     # room for, or "carbon" when stopped to resume somewhere cleaner)]
     evicted: list = field(default_factory=list)
+    # hours each job's run takes until it stops after its chunk (`scheduling.planning.chunks`): its checkpoint
+    # written; NaN (or None for all): the run goes on to the job's end
+    chunk_run_h: np.ndarray | None = None
 
     def energy_kwh(self) -> np.ndarray:
         p = self.problem
@@ -111,6 +114,10 @@ class PlanOutcome:
         kk, cc = np.maximum(self.k, 0), np.maximum(self.c, 0)
         e = p.kw[j, kk, cc] * p.dur[j, kk, cc] + p.transfer_kwh[j, cc]
         return np.where(self.placed, e, 0.0)
+
+    def _chunk_run_h(self) -> np.ndarray:
+        n = self.problem.n_jobs
+        return np.full(n, np.nan) if self.chunk_run_h is None else np.asarray(self.chunk_run_h, dtype=float)
 
     def to_plan(self) -> Plan:
         p = self.problem
@@ -155,6 +162,7 @@ class PlanOutcome:
                     "run_now_kw": p.kw[sel, 0, home],
                     "run_now_duration_h": (p.dur[:, 0] if p.run_now_dur is None else p.run_now_dur)[sel, home],
                     "speed": p.speed[sel, cc] if p.speed is not None else np.full(len(sel), np.nan),
+                    "chunk_end": start + pd.to_timedelta(self._chunk_run_h()[sel], unit="h"),
                 }
             )
             a = a[list(ASSIGNMENT_COLUMNS + EXTRA_ASSIGNMENT_COLUMNS)]

@@ -5,6 +5,7 @@ The plan time is always an argument (the DAG's data interval end or `as_of`), ne
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 
@@ -17,6 +18,7 @@ from scheduling.domain.fleet import load_fleet
 from scheduling.domain.plan import Plan
 from scheduling.packing import Pod
 from scheduling.planning.agents import default_workload, job_pods, make_agents
+from scheduling.planning.chunks import chunk_shares, rest_hours
 from scheduling.planning.forecasts import ForecastProvider, GridSeries, make_forecasts
 from scheduling.planning.pausing import Pausing, evictable_running, pause_running
 from scheduling.planning.policies.base import PlacementPolicy
@@ -57,6 +59,7 @@ class HourlyPlanner:
         data_dir=None,
         reserve_nodes: bool = False,
         pausing: Pausing | None = None,
+        chunks: bool = True,
     ):
         fleet = fleet.schedulable()  # a drained node takes no new job (its running jobs: `apply_running`)
         if table is None:
@@ -91,6 +94,11 @@ class HourlyPlanner:
         self.first_start_h = np.full(n, -1, dtype=np.int64)
         self.preempted_runs: list[tuple[int, int, int, int, int]] = []
         self.preemptions = _column(table.jobs, "preemptions", 0, np.int64)
+        # long checkpointing jobs run in chunks (`scheduling.planning.chunks`): the hour each current run stops at
+        # its checkpoint (NaN: it runs to the end), and every chunk's stop [(job, hour)]
+        self.chunks = chunks
+        self.chunk_end_h = np.full(n, np.nan)
+        self.chunk_stops: list[tuple[int, int]] = []
         self.index = {pid: j for j, pid in enumerate(self.table.jobs["job_id"].astype(str))}
         self.forecast_versions: list[str] = []
         self.fallback_shares: list[float] = []
@@ -181,6 +189,8 @@ class HourlyPlanner:
         if not self.track_other:
             free = free[0]
         done = self.work_done[idx]
+        share, rest = self._chunk_plan(idx, done)
+        chunked = share < 1.0
         prob = self.table.problem(
             now,
             idx,
@@ -190,6 +200,18 @@ class HourlyPlanner:
             forecast_version=version,
             work_left=1.0 - done if done.any() else None,
         )
+        whole_dur = prob.dur
+        if chunked.any():
+            # the chunk: the restore (when resumed), its share of the work left, and the checkpoint written at its
+            # end (its GPUs held meanwhile); it ends early enough for the rest
+            ck = self.table.checkpoint_h[idx][chunked][:, None, None]
+            done_c, share_c = done[chunked][:, None, None], share[chunked][:, None, None]
+            full = self.table.dur[idx[chunked], : prob.dur.shape[1]]
+            prob.dur = prob.dur.copy()
+            prob.dur[chunked] = np.where(done_c > 0, ck, 0.0) + full * (1.0 - done_c) * share_c + ck
+            prob.deadline_rel = prob.deadline_rel - rest
+            if prob.run_now_dur is None:  # the run-now counterfactual stays the whole job
+                prob.run_now_dur = self.table.dur[idx, 0]
         prob.evictable = self.evictable(now, now_h)
         if prob.evictable and self.policy.preemption is not None and self.policy.preemption.for_carbon:
             self._running_problem(prob, now, now_h, free, F)
@@ -199,6 +221,10 @@ class HourlyPlanner:
         pods = [self.pods[i] for i in idx]
         out = self.policy.plan(prob, self.agents, pods, now_h, explain=self.explain, tentative=self.tentative)
         out.stats["forecast_fallback_share"] = meta.get("fallback_share")
+        if chunked.any():  # the plan's runs are the whole rest (the recap and the executors' estimate), stopped early
+            j_all, kk, cc = np.arange(len(idx)), np.maximum(out.k, 0), np.maximum(out.c, 0)
+            out.chunk_run_h = np.where(chunked & out.placed, prob.dur[j_all, kk, cc], np.nan)
+            out.problem = dataclasses.replace(out.problem, dur=whole_dur, deadline_rel=prob.deadline_rel + rest)
         go = np.flatnonzero(out.placed & (out.s == 0))
         for jj in go:
             j = int(idx[jj])
@@ -209,6 +235,10 @@ class HourlyPlanner:
                 self.first_start_h[j] = now_h
             self.k[j], self.c[j] = kk, cc
             self.end_occ_h[j] = now_h + int(np.ceil(self.run_hours(j) - 1e-9))
+            self.chunk_end_h[j] = np.nan
+            if chunked[jj]:
+                self.chunk_end_h[j] = now_h + float(out.chunk_run_h[jj])
+                self.end_occ_h[j] = now_h + int(np.ceil(out.chunk_run_h[jj] - 1e-9))
             self.node[j], self.gpus[j] = out.node[jj], out.gpus[jj]
         for victim, _, _ in out.evicted:
             if victim not in self.running_evictable:  # the loop's running jobs are preempted by their executors
@@ -217,6 +247,31 @@ class HourlyPlanner:
         self.last_outcome = out
         out.global_index = idx
         return out
+
+    def _chunk_plan(self, idx: np.ndarray, done: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(share of its work left each job's next run does, hours its rest needs after it) of jobs `idx`
+        (`scheduling.planning.chunks`; the horizon: `max_horizon`)."""
+        n = len(idx)
+        if not self.chunks or not n:
+            return np.ones(n), np.zeros(n)
+        tbl = self.table
+        fastest = np.where(tbl.allowed[idx], tbl.dur[idx, 0], np.inf).min(axis=1) * (1.0 - done)
+        share = chunk_shares(fastest, tbl.jobs["checkpointing"].to_numpy(bool)[idx], self.max_horizon)
+        ck = tbl.checkpoint_h[idx]
+        return share, rest_hours(fastest, share, ck)
+
+    def end_chunks(self, now_h: int) -> list[int]:
+        """Stop the runs whose chunk ended by `now_h` at their checkpoint (their work kept, pending again with the
+        rest, `preempt`); returns them."""
+        due = np.flatnonzero(self.started & (self.chunk_end_h <= now_h + 1e-9))
+        for j in due:
+            j = int(j)
+            agent, job_id = self.agents[int(self.c[j])], str(self.table.jobs["job_id"].iat[j])
+            if job_id in agent.end_hour:
+                agent.release(job_id)
+            self.preempt(j, now_h)
+            self.chunk_stops.append((j, now_h))
+        return [int(j) for j in due]
 
     def run_hours(self, j: int) -> float:
         """Hours job j's current run takes: the restore of its checkpoint (when resumed) and the work left at its
@@ -364,6 +419,7 @@ class HourlyPlanner:
         self.preemptions[j] += 1
         self.started[j] = False
         self.start_h[j] = self.end_occ_h[j] = self.k[j] = self.c[j] = -1
+        self.chunk_end_h[j] = np.nan
         self.node[j] = self.gpus[j] = None
 
     def reserve_nodes_for(self, idx: np.ndarray, now_h: int) -> dict[str, str]:

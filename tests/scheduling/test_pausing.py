@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scheduling.planning.pausing import Pausing, evictable_running, pause_running
+from scheduling.planning.pausing import Pausing, evictable_running, explain_pause, pause_running
 from scheduling.planning.recap import RunTimeError
 
 NOW = pd.Timestamp("2021-07-15T12:00Z")
@@ -131,3 +131,25 @@ def test_a_jobs_own_checkpoint_time_and_preemption_cap_replace_the_settings():
     assert slow["work_done"] == pytest.approx((4 - 0.5) / 10)
     assert _pause(*_case(preemptions=2, max_preemptions=5)).iloc[0]["reason"] == "carbon"  # the default cap is 2
     assert _pause(*_case(max_preemptions=0)).empty
+
+
+@pytest.mark.parametrize("reason", ["keep", "at_risk"])
+def test_a_run_whose_chunk_is_done_stops_at_its_checkpoint_whatever_the_carbon(reason):
+    """A long job's run (`planning.chunks`) stops once its chunk's end is reached, on a flat grid, with pausing for
+    carbon off, at risk or not, even past its preemption cap: the rest resumes from the next hour. Before its chunk
+    ends, or on an executor that cannot preempt, it runs on."""
+    flat, settings = np.full((48, 1), 300.0), Pausing(save_h=0.25)
+    done = _case(reason=reason, chunk_end=NOW - pd.Timedelta(minutes=5), preemptions=2)
+    out = pause_running(*done, FLEET, OPTIONS, flat, NOW, EXACT, settings)
+    assert len(out) == 1 and out.iloc[0]["reason"] == "chunk"
+    assert out.iloc[0]["resume_at"] == NOW + pd.Timedelta(hours=1)
+    assert out.iloc[0]["work_done"] == pytest.approx((4 - 0.25) / 10)  # the work by the checkpoint signal
+    # the rest from +1 h: restore 0.25 + 6 h left + 0.25 h lost at 300 g, 2 GPUs at 300 W
+    assert out.iloc[0]["kgco2e"] == pytest.approx(0.6 * 6.5 * 300 / 1000)
+    assert "its chunk of work is done" in explain_pause(out.iloc[0].to_dict())
+    later = _case(reason=reason, chunk_end=NOW + pd.Timedelta(minutes=5))
+    assert pause_running(*later, FLEET, OPTIONS, flat, NOW, EXACT, settings).empty
+    stuck = _case(reason=reason, chunk_end=NOW - pd.Timedelta(minutes=5), preempt=False)
+    assert pause_running(*stuck, FLEET, OPTIONS, flat, NOW, EXACT, settings).empty
+    whole = _case(reason=reason, chunk_end=pd.NaT)
+    assert pause_running(*whole, FLEET, OPTIONS, flat, NOW, EXACT, settings).empty
