@@ -240,6 +240,11 @@ def make_plan(
         running = running.copy()
         projected = pd.to_datetime(running["job_id"].map(ends), utc=True)
         running["end_time"] = projected.where(projected.notna(), pd.to_datetime(running["end_time"], utc=True))
+    if len(running) and "chunk_end" in running.columns:  # a long job's run stops after its chunk (planning.chunks)
+        running = running.copy()
+        stop = pd.to_datetime(running["chunk_end"], utc=True).dt.ceil("h")
+        end = pd.to_datetime(running["end_time"], utc=True)
+        running["end_time"] = end.where(stop.isna() | (end <= stop), stop)
     if jobs.empty:
         moving = frozenset(pauses.loc[pauses["reason"] == "drained", "job_id"])
         report_off_fleet(off_fleet_running(fleet, running), plan_time, info, moving)

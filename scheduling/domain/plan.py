@@ -49,8 +49,8 @@ EXTRA_ASSIGNMENT_COLUMNS = (
     # the speed the plan assumed on the chosen cluster, relative to a V100 at the default limit (duration_h_ref /
     # run time at the default limit): with the run's actual time, what runtime feedback learns from
     "speed",
-    # when a long checkpointing job's first chunk ends (`planning.chunks`): the run is decided again then and at
-    # the end of each chunk of that length after it; NaT: not in chunks
+    # when a long checkpointing job's run stops after its chunk, its checkpoint written (`planning.chunks`); NaT:
+    # it runs to the job's end (`end_time`, the whole rest)
     "chunk_end",
 )
 UNPLACED_COLUMNS = ("job_id", "reason")
@@ -178,8 +178,6 @@ def _jsonable(value: Any) -> Any:
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
-    if value is pd.NaT:
-        return None
     if isinstance(value, pd.Timestamp):
         return value.isoformat()
     if isinstance(value, np.generic):

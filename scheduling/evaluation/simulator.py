@@ -169,9 +169,10 @@ def simulate(
     for t in range(T0, T_max):
         now = pd.Timestamp(t * 3_600_000_000_000, tz="UTC")
         hp.release_finished(t)
+        hp.end_chunks(t)
         if t in held_at:
             apply_running(hp, held_at[t], now)
-        if pausing is not None or hp.in_chunks(t):
+        if pausing is not None:
             hp.pause_running(now, t)
         pend = hp.pending(t)
         if len(pend):
@@ -184,7 +185,7 @@ def simulate(
             free_parts[t - T0] = [a.free_breakdown() for a in hp.agents]
         if progress is not None:
             progress.update(1)
-        if t >= T_arr and hp.started.all():
+        if t >= T_arr and hp.started.all() and not (hp.chunk_end_h > t).any():  # every chunk stopped too
             break
     if progress is not None and t + 1 < T_max:
         progress.update(T_max - t - 1)

@@ -104,8 +104,8 @@ class PlanOutcome:
     # running jobs this plan preempts (`PlacementPolicy.preemption`): [(job id, cluster index, the job id it made
     # room for, or "carbon" when stopped to resume somewhere cleaner)]
     evicted: list = field(default_factory=list)
-    # hours each job's first chunk takes (`scheduling.planning.chunks`), its checkpoint written; NaN (or None for
-    # all): not in chunks
+    # hours each job's run takes until it stops after its chunk (`scheduling.planning.chunks`): its checkpoint
+    # written; NaN (or None for all): the run goes on to the job's end
     chunk_run_h: np.ndarray | None = None
 
     def energy_kwh(self) -> np.ndarray:

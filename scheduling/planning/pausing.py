@@ -12,9 +12,6 @@ runs the recap does not raise (at risk), of jobs that checkpoint, on executors t
 than `max_preemptions` times, are paused. A job's spec may give its own checkpoint time (`checkpoint_overhead_min`)
 and cap (`max_preemptions`); the settings are the defaults. Its counterfactual is "keep running".
 
-A long checkpointing job's run (`scheduling.planning.chunks`) is weighed by the same rule at the end of each of its
-chunks, whether or not pausing for carbon is on (reason `chunk`).
-
 Pausing for carbon is opt-in (`Pausing(for_carbon=True)`): on the evaluation's default trace it saved 0.2 % at
 load 0.5 and cost 2.3 % at 0.8 (docs/results/planner/loop.md, "Preemption at checkpoints"), where the stopped
 jobs' capacity goes to others and they resume somewhere dirtier.
@@ -39,7 +36,6 @@ import pandas as pd
 
 from common.timeutil import utc
 from scheduling.domain.execution import DEFAULT_CHECKPOINT_MIN
-from scheduling.planning.chunks import at_chunk_end
 from scheduling.planning.recap import QUANTILES, Cumulatives, RunTimeError, option_of
 
 PAUSE_COLUMNS = (
@@ -96,12 +92,12 @@ def pause_running(
     n = np.arange(len(c.r))
     best = np.argmin(np.where(ok, c.kg, np.inf), axis=1)
     best_kg = np.where(ok.any(axis=1), c.kg[n, best], np.inf)
-    weighed = settings.for_carbon | c.chunk_end  # a long job's run is decided again at the end of each chunk
-    saves = weighed & (best_kg <= (1.0 - settings.min_saving) * c.keep_kg)
-    moves = moving & ok[:, 0]
-    reason = np.where(moves, "drained", "carbon" if settings.for_carbon else "chunk")
-    out = c.rows(reason, best_kg, c.hours[best])
-    return out[saves | moves].reset_index(drop=True)
+    saves = settings.for_carbon & c.pausable & (best_kg <= (1.0 - settings.min_saving) * c.keep_kg)
+    moves = moving & ok[:, 0] & c.pausable
+    chunk = c.chunk_done & ~saves & ~moves  # the rest is planned again from the next hour
+    reason = np.where(moves, "drained", np.where(chunk, "chunk", "carbon"))
+    out = c.rows(reason, np.where(chunk, c.kg[:, 0], best_kg), np.where(chunk, c.hours[0], c.hours[best]))
+    return out[saves | moves | chunk].reset_index(drop=True)
 
 
 def evictable_running(
@@ -123,16 +119,16 @@ def evictable_running(
         return pd.DataFrame(columns=[*PAUSE_COLUMNS, "cost"])
     out = c.rows("deadline", c.kg[:, 0], c.hours[0])
     out["cost"] = c.share * 1000.0 * c.pause_h
-    return out[c.ok[:, 0]].reset_index(drop=True)
+    return out[c.ok[:, 0] & c.pausable].reset_index(drop=True)
 
 
 @dataclass
 class _Pausable:
-    """The runs that may be preempted now (checkpointing, not at risk, on an executor that can, preempted fewer
-    than `max_preemptions` times) with, for each, the forecast carbon of running on (`keep_kg`) and of stopping now
-    and resuming at each later hour (`kg`, `hours` from now), whether that resumption keeps the deadline (`ok`), and
-    whether the run is at the end of a chunk (`chunk_end`, `scheduling.planning.chunks.at_chunk_end`: runs given
-    `planned_start` and `chunk_end`)."""
+    """The runs that may be preempted now (`pausable`: checkpointing, not at risk, on an executor that can,
+    preempted fewer than `max_preemptions` times), and those whose chunk is done (`chunk_done`: checkpointing, on an
+    executor that can, `chunk_end` reached; `scheduling.planning.chunks`), with, for each, the forecast carbon of
+    running on (`keep_kg`) and of stopping now and resuming at each later hour (`kg`, `hours` from now), and whether
+    that resumption keeps the deadline (`ok`)."""
 
     r: pd.DataFrame
     now: pd.Timestamp
@@ -145,7 +141,8 @@ class _Pausable:
     hours: np.ndarray
     kg: np.ndarray
     ok: np.ndarray
-    chunk_end: np.ndarray
+    pausable: np.ndarray
+    chunk_done: np.ndarray
 
     @classmethod
     def of(cls, recaps, runs, fleet, options, forecast, now, errors, settings) -> _Pausable | None:
@@ -153,24 +150,31 @@ class _Pausable:
         if not settings.enabled or recaps is None or recaps.empty or runs is None or runs.empty:
             return None
         names = {n: i for i, n in enumerate(fleet.names)}
-        own = [c for c in (*_PER_JOB, *_CHUNKS) if c in runs.columns]
+        own = [c for c in (*_PER_JOB, "chunk_end") if c in runs.columns]
         r = recaps.merge(runs[["job_id", "num_gpu", "gpu_milli", *_FLAGS, *own]], on="job_id", how="inner")
         r = r[r["cluster"].isin(names)]
         cap = _per_job(r, "max_preemptions", settings.max_preemptions)
-        r = r[
-            (r["reason"] != "at_risk")
-            & r["checkpointing"].fillna(False).astype(bool)
-            & r["preempt"].fillna(False).astype(bool)
+        can = r["checkpointing"].fillna(False).astype(bool) & r["preempt"].fillna(False).astype(bool)
+        pausable = (
+            can
+            & (r["reason"] != "at_risk")
             & (r["preemptions"].fillna(0).to_numpy(float) < cap)
             & (r["work_done_h"] > 0)
-        ].reset_index(drop=True)
+        )
+        ends = pd.to_datetime(r["chunk_end"] if "chunk_end" in r.columns else pd.Series(pd.NaT, r.index), utc=True)
+        chunk_done = can & ends.notna() & (ends <= now)
+        keep = (pausable | chunk_done).to_numpy()
+        r = r[keep].reset_index(drop=True)
+        pausable, chunk_done = pausable.to_numpy()[keep], chunk_done.to_numpy()[keep]
         if r.empty:
             return None
         tf_all, pw_all, lw_all = (np.asarray(a, dtype=float) for a in options)
         c = r["cluster"].map(names).to_numpy(np.int64)
         tf, lw = tf_all[:, c].T, lw_all[:, c].T
         k = option_of(r["to_limit_w"].to_numpy(float), lw, np.isfinite(tf))
-        r, c, k = r[k >= 0].reset_index(drop=True), c[k >= 0], k[k >= 0]
+        known = k >= 0
+        r, c, k = r[known].reset_index(drop=True), c[known], k[known]
+        pausable, chunk_done = pausable[known], chunk_done[known]
         if r.empty:
             return None
         tf_run = tf_all[k, c]
@@ -195,12 +199,7 @@ class _Pausable:
         ok = hours[None, :] + sure_h[:, None] + settings.slack_h <= deadline_h[:, None]
         before = r["work_done"].fillna(0.0).to_numpy(float)
         kept = before + (1.0 - before) * np.maximum(done - lost, 0.0) / np.maximum(work_h, 1e-12)
-        chunk_end = (
-            at_chunk_end(r["planned_start"], r["chunk_end"], now)
-            if set(_CHUNKS).issubset(r.columns)
-            else np.zeros(len(r), dtype=bool)
-        )
-        return cls(r, now, settings, save_h, share, pause_h, kept, keep_kg, hours, kg, ok, chunk_end)
+        return cls(r, now, settings, save_h, share, pause_h, kept, keep_kg, hours, kg, ok, pausable, chunk_done)
 
     def rows(self, reason, kg: np.ndarray, resume_h) -> pd.DataFrame:
         """PAUSE_COLUMNS rows of every run, stopped for `reason`, emitting `kg` resumed `resume_h` hours from now."""
@@ -223,7 +222,6 @@ class _Pausable:
 
 _FLAGS = ("checkpointing", "preemptions", "work_done", "preempt")
 _PER_JOB = ("checkpoint_overhead_min", "max_preemptions")  # the job spec's, where given (else the settings')
-_CHUNKS = ("planned_start", "chunk_end")  # a long job's run: its start and its first chunk's end (planning.chunks)
 
 
 def _per_job(r: pd.DataFrame, column: str, default: float) -> np.ndarray:
@@ -245,8 +243,8 @@ def explain_pause(pause: dict) -> str:
     why = {
         "drained": "its node is drained",
         "deadline": "to make room for a job due now",
-        "chunk": "at the end of a chunk (a job longer than the plan horizon is decided again between checkpoints), "
-        "for carbon",
+        "chunk": "its chunk of work is done (a job longer than the plan horizon runs between checkpoints, the rest "
+        "planned again)",
     }.get(pause.get("reason"), "for carbon")
     return (
         f"Preempted at a checkpoint, {why}: stopped now and resumed from {when}, the rest of the run emits "

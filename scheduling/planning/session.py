@@ -94,10 +94,11 @@ class HourlyPlanner:
         self.first_start_h = np.full(n, -1, dtype=np.int64)
         self.preempted_runs: list[tuple[int, int, int, int, int]] = []
         self.preemptions = _column(table.jobs, "preemptions", 0, np.int64)
-        # long checkpointing jobs run in chunks (`scheduling.planning.chunks`): when each current run's first chunk
-        # ends (NaN: not in chunks); the run is decided again at the end of each chunk (`pause_running`)
+        # long checkpointing jobs run in chunks (`scheduling.planning.chunks`): the hour each current run stops at
+        # its checkpoint (NaN: it runs to the end), and every chunk's stop [(job, hour)]
         self.chunks = chunks
         self.chunk_end_h = np.full(n, np.nan)
+        self.chunk_stops: list[tuple[int, int]] = []
         self.index = {pid: j for j, pid in enumerate(self.table.jobs["job_id"].astype(str))}
         self.forecast_versions: list[str] = []
         self.fallback_shares: list[float] = []
@@ -220,7 +221,7 @@ class HourlyPlanner:
         pods = [self.pods[i] for i in idx]
         out = self.policy.plan(prob, self.agents, pods, now_h, explain=self.explain, tentative=self.tentative)
         out.stats["forecast_fallback_share"] = meta.get("fallback_share")
-        if chunked.any():  # the plan's runs are the whole rest (the recap and the executors' estimate)
+        if chunked.any():  # the plan's runs are the whole rest (the recap and the executors' estimate), stopped early
             j_all, kk, cc = np.arange(len(idx)), np.maximum(out.k, 0), np.maximum(out.c, 0)
             out.chunk_run_h = np.where(chunked & out.placed, prob.dur[j_all, kk, cc], np.nan)
             out.problem = dataclasses.replace(out.problem, dur=whole_dur, deadline_rel=prob.deadline_rel + rest)
@@ -234,7 +235,10 @@ class HourlyPlanner:
                 self.first_start_h[j] = now_h
             self.k[j], self.c[j] = kk, cc
             self.end_occ_h[j] = now_h + int(np.ceil(self.run_hours(j) - 1e-9))
-            self.chunk_end_h[j] = now_h + float(out.chunk_run_h[jj]) if chunked[jj] else np.nan
+            self.chunk_end_h[j] = np.nan
+            if chunked[jj]:
+                self.chunk_end_h[j] = now_h + float(out.chunk_run_h[jj])
+                self.end_occ_h[j] = now_h + int(np.ceil(out.chunk_run_h[jj] - 1e-9))
             self.node[j], self.gpus[j] = out.node[jj], out.gpus[jj]
         for victim, _, _ in out.evicted:
             if victim not in self.running_evictable:  # the loop's running jobs are preempted by their executors
@@ -256,9 +260,18 @@ class HourlyPlanner:
         ck = tbl.checkpoint_h[idx]
         return share, rest_hours(fastest, share, ck)
 
-    def in_chunks(self, now_h: int) -> bool:
-        """Whether a run in chunks is going at `now_h` (its chunks' ends are decided by `pause_running`)."""
-        return bool((self.started & np.isfinite(self.chunk_end_h) & (self.end_occ_h > now_h + 1)).any())
+    def end_chunks(self, now_h: int) -> list[int]:
+        """Stop the runs whose chunk ended by `now_h` at their checkpoint (their work kept, pending again with the
+        rest, `preempt`); returns them."""
+        due = np.flatnonzero(self.started & (self.chunk_end_h <= now_h + 1e-9))
+        for j in due:
+            j = int(j)
+            agent, job_id = self.agents[int(self.c[j])], str(self.table.jobs["job_id"].iat[j])
+            if job_id in agent.end_hour:
+                agent.release(job_id)
+            self.preempt(j, now_h)
+            self.chunk_stops.append((j, now_h))
+        return [int(j) for j in due]
 
     def run_hours(self, j: int) -> float:
         """Hours job j's current run takes: the restore of its checkpoint (when resumed) and the work left at its
@@ -333,14 +346,12 @@ class HourlyPlanner:
 
     def pause_running(self, now, now_h: int, horizon_h: int = PAUSE_HORIZON_H) -> list[int]:
         """Stop the running checkpointing jobs that `pausing.pause_running` pauses at `now_h` (the loop's rule, on
-        the simulator's exact run times: the run-time error is nil; runs in chunks at their chunks' ends even without
-        `pausing`), releasing their nodes; returns them."""
+        the simulator's exact run times: the run-time error is nil), releasing their nodes; returns them."""
         got = self._pausable(now, now_h, horizon_h)
         if got is None:
             return []
-        settings = self.pausing or Pausing()  # without pausing set: the runs in chunks only, at their chunks' ends
         pauses = pause_running(
-            *got, self.fleet, self._options, self.forecast_matrix(now, horizon_h), now, EXACT_RUN_TIMES, settings
+            *got, self.fleet, self._options, self.forecast_matrix(now, horizon_h), now, EXACT_RUN_TIMES, self.pausing
         )
         stopped = [self.index[j] for j in pauses["job_id"]]
         for j in stopped:
@@ -358,7 +369,7 @@ class HourlyPlanner:
             & (self.end_occ_h > now_h + 1)
             & tbl.jobs["checkpointing"].to_numpy(bool)
         )
-        if not len(run) or (self.pausing is None and not np.isfinite(self.chunk_end_h[run]).any()):
+        if self.pausing is None or not len(run):
             return None
         k, c = self.k[run], self.c[run]
         tf, _, lw = self._options
@@ -389,8 +400,6 @@ class HourlyPlanner:
                 "work_done": self.work_done[run],
                 "preempt": True,
                 "checkpoint_overhead_min": 60.0 * tbl.checkpoint_h[run],
-                "planned_start": pd.to_datetime(self.start_h[run] * 3.6e12, utc=True),
-                "chunk_end": pd.to_datetime(self.chunk_end_h[run] * 3.6e12, utc=True),
             }
         )
         if "max_preemptions" in tbl.jobs.columns:  # the job spec's cap, where it gives one

@@ -21,14 +21,13 @@ def test_only_checkpointing_jobs_longer_than_the_horizon_are_chunked():
     assert rest == pytest.approx([RESUME_WAIT_H + 5 / 60 + 116, 0.0, RESUME_WAIT_H + 5 / 60 + 416, 0.0, 0.0])
 
 
-def test_the_planner_plans_a_long_job_chunk_by_chunk_and_decides_it_at_each_chunks_end(data_dir):
-    """A 48-hour horizon, so every checkpointing job of more than 48 hours at its fastest is planned in chunks: one
-    such job, planned alone hour by hour as the simulator does (`HourlyPlanner`): its run's first chunk is 24 hours
-    of work at its fastest (longer on a slower option or cluster) plus the checkpoint; it is weighed only at the ends
-    of its chunks; whatever stops it keeps the work done by the checkpoint signal, and it ends by its deadline.
-    Without chunks the run has none."""
+def test_the_simulator_runs_a_long_job_in_chunks_that_add_up_to_its_work(data_dir):
+    """A 48-hour horizon, so every checkpointing job of more than 48 hours at its fastest is chunked. One such job,
+    planned alone hour by hour (`HourlyPlanner`, the loop's and the simulator's planner): each run stops at the
+    first hour after its chunk, keeping the work done by its checkpoint signal (`execution.kept_share`), the next
+    resumes with the restore, and the last run is the whole rest, which ends by the deadline; without chunks the job
+    is one run."""
     from scheduling.evaluation.scenario import build_scenario
-    from scheduling.planning.chunks import at_chunk_end
     from scheduling.planning.session import HourlyPlanner
 
     sc = build_scenario(start="2021-07-05", days=2, n_jobs=60, regions=6, load=0.5, seed=3, forecasts="dacf",
@@ -41,32 +40,39 @@ def test_the_planner_plans_a_long_job_chunk_by_chunk_and_decides_it_at_each_chun
     for chunks in (True, False):
         hp = HourlyPlanner(sc.fleet, table=tbl, policy="rolling-lp", forecasts=sc.forecasts, workload=sc.workload,
                            explain=False, max_horizon=48, chunks=chunks)  # fmt: skip
-        t, runs, weighed = int(tbl.submit_h[j]), [], []
-        while not (hp.started[j] and hp.end_occ_h[j] <= t):
-            hour = pd.Timestamp(t * 3_600_000_000_000, tz="UTC")
+        runs, t = [], int(tbl.submit_h[j])
+        while True:
             hp.release_finished(t)
-            if hp.in_chunks(t):
-                start, first = hp.start_h[j], hp.chunk_end_h[j]
-                if hp.pause_running(hour, t):
-                    weighed.append(bool(at_chunk_end([_ts(start)], [_ts(first)], hour)[0]))
+            stopped = hp.end_chunks(t)
+            if stopped:
+                (_, start, ran, k, c) = hp.preempted_runs[-1]
+                runs.append((start, ran, k, c))
             if not hp.started[j]:
                 done_before = hp.work_done[j]
-                hp.plan_outcome(hour, [j])
+                hp.plan_outcome(pd.Timestamp(t * 3_600_000_000_000, tz="UTC"), [j])
                 if hp.started[j]:
-                    runs.append(done_before)
-                    full = tbl.dur[j, hp.k[j], hp.c[j]]
-                    if chunks and fastest[j] * (1 - done_before) > 48:
+                    left = fastest[j] * (1 - done_before)
+                    chunk_end = hp.chunk_end_h[j]
+                    if chunks and left > 48:
+                        full = tbl.dur[j, hp.k[j], hp.c[j]]
                         restore = save if done_before > 0 else 0.0
-                        assert hp.chunk_end_h[j] - t == pytest.approx(restore + 24 / fastest[j] * full + save)
+                        # the chunk: 24 hours of work at the fastest, on this option and cluster, the checkpoint after
+                        assert chunk_end - t == pytest.approx(restore + 24 / fastest[j] * full + save)
                     else:
-                        assert np.isnan(hp.chunk_end_h[j])
+                        assert np.isnan(chunk_end)
+            elif np.isnan(hp.chunk_end_h[j]):  # the last run: whole
+                break
             t += 1
-        assert all(weighed) and len(runs) == 1 + len(weighed) == 1 + hp.preemptions[j]
         if not chunks:
-            assert not weighed
-        last = hp.start_h[j] + hp.run_hours(j)
-        assert last <= tbl.deadline_h[j] + tbl.deadline_spare[j] + 1e-6
-
-
-def _ts(hours: float) -> pd.Timestamp:
-    return pd.Timestamp(round(hours * 3_600_000_000_000), tz="UTC")
+            assert not runs and hp.preemptions[j] == 0
+            continue
+        assert len(runs) >= 1 and hp.preemptions[j] == len(runs)
+        done = 0.0
+        for _start, ran, k, c in runs:  # each stopped run keeps the work by its checkpoint signal
+            full = tbl.dur[j, k, c]
+            done += (ran - (save if done > 0 else 0.0) - save) / full
+            assert ran == int(np.ceil(ran)) and ran >= 24 / fastest[j] * full
+        assert hp.work_done[j] == pytest.approx(done)
+        last = save + tbl.dur[j, hp.k[j], hp.c[j]] * (1 - done)
+        assert hp.start_h[j] + last <= tbl.deadline_h[j] + tbl.deadline_spare[j] + 1e-6
+        assert fastest[j] * (1 - done) <= 48 + 1e-9  # the rest fits the horizon

@@ -133,32 +133,23 @@ def test_a_jobs_own_checkpoint_time_and_preemption_cap_replace_the_settings():
     assert _pause(*_case(max_preemptions=0)).empty
 
 
-def test_a_run_in_chunks_is_weighed_at_the_end_of_each_chunk_with_pausing_for_carbon_off():
-    """A long job's run (`planning.chunks`: 10-hour chunks from its start, the run 4 h in plus k chunks) is weighed
-    by the pause rule in the hour after each chunk's end, pausing for carbon off: in the dirty stretch it stops
-    (reason `chunk`, as a pause for carbon would), at any other hour it runs on; on a flat grid it runs on."""
-    settings = Pausing(save_h=0.25)
-    start = NOW - pd.Timedelta(hours=4)
-
-    def at(ran_h, chunk_h=10.0, **flags):
-        recaps, runs = _case(**flags)
-        runs["planned_start"] = [NOW - pd.Timedelta(hours=ran_h)]
-        runs["chunk_end"] = [NOW - pd.Timedelta(hours=ran_h - chunk_h)]
-        return pause_running(recaps, runs, FLEET, OPTIONS, DIRTY_THEN_CLEAN, NOW, EXACT, settings)
-
-    assert at(4.0).empty  # inside the first chunk
-    for ran in (10.0, 10.5, 20.2, 30.99):  # a chunk ended in the last hour
-        out = at(ran)
-        assert len(out) == 1 and out.iloc[0]["reason"] == "chunk", ran
-    for ran in (11.0, 25.0):  # the last chunk ended more than an hour ago
-        assert at(ran).empty, ran
-    assert at(10.5, reason="at_risk").empty and at(10.5, preemptions=2).empty  # the pause rule's own limits
-    expected = _pause(*_case()).drop(columns="reason")  # what the rule for carbon decides at that hour
-    pd.testing.assert_frame_equal(at(10.5).drop(columns="reason"), expected)
-    recaps, runs = _case()
-    runs["planned_start"], runs["chunk_end"] = [start], [NOW - pd.Timedelta(minutes=30)]
-    flat = np.full((48, 1), 300.0)
-    assert pause_running(recaps, runs, FLEET, OPTIONS, flat, NOW, EXACT, settings).empty
-    assert "end of a chunk" in explain_pause(at(10.5).iloc[0].to_dict())
-    # with pausing for carbon on, a pause is a pause for carbon whatever the chunk
-    assert _pause(*_case()).iloc[0]["reason"] == "carbon"
+@pytest.mark.parametrize("reason", ["keep", "at_risk"])
+def test_a_run_whose_chunk_is_done_stops_at_its_checkpoint_whatever_the_carbon(reason):
+    """A long job's run (`planning.chunks`) stops once its chunk's end is reached, on a flat grid, with pausing for
+    carbon off, at risk or not, even past its preemption cap: the rest resumes from the next hour. Before its chunk
+    ends, or on an executor that cannot preempt, it runs on."""
+    flat, settings = np.full((48, 1), 300.0), Pausing(save_h=0.25)
+    done = _case(reason=reason, chunk_end=NOW - pd.Timedelta(minutes=5), preemptions=2)
+    out = pause_running(*done, FLEET, OPTIONS, flat, NOW, EXACT, settings)
+    assert len(out) == 1 and out.iloc[0]["reason"] == "chunk"
+    assert out.iloc[0]["resume_at"] == NOW + pd.Timedelta(hours=1)
+    assert out.iloc[0]["work_done"] == pytest.approx((4 - 0.25) / 10)  # the work by the checkpoint signal
+    # the rest from +1 h: restore 0.25 + 6 h left + 0.25 h lost at 300 g, 2 GPUs at 300 W
+    assert out.iloc[0]["kgco2e"] == pytest.approx(0.6 * 6.5 * 300 / 1000)
+    assert "its chunk of work is done" in explain_pause(out.iloc[0].to_dict())
+    later = _case(reason=reason, chunk_end=NOW + pd.Timedelta(minutes=5))
+    assert pause_running(*later, FLEET, OPTIONS, flat, NOW, EXACT, settings).empty
+    stuck = _case(reason=reason, chunk_end=NOW - pd.Timedelta(minutes=5), preempt=False)
+    assert pause_running(*stuck, FLEET, OPTIONS, flat, NOW, EXACT, settings).empty
+    whole = _case(reason=reason, chunk_end=pd.NaT)
+    assert pause_running(*whole, FLEET, OPTIONS, flat, NOW, EXACT, settings).empty
