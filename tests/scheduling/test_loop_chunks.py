@@ -106,3 +106,34 @@ def test_the_queue_and_the_events_follow_each_chunk(operated):
     assert events == [("dispatched", 1), ("started", 1), ("preempted", 1), ("dispatched", 2), ("resumed", 2),
                       ("preempted", 2), ("dispatched", 3), ("resumed", 3), ("finished", 3)]  # fmt: skip
     assert [s for (s,) in history].count("preempted") == 2 and state == "finished"
+
+
+def test_runs_dispatched_by_plans_without_chunk_ends_are_whole_runs(tmp_path, data_dir):
+    """A warehouse whose plan.assignments predates chunks (no chunk_end column) still gives the loop its running
+    jobs' details, each a whole run; once the column exists its value comes through."""
+    from scheduling.executors.runs import ASSIGNMENTS
+
+    db = tmp_path / "warehouse.duckdb"
+    start = pd.Timestamp("2021-07-15T09:00Z")
+    with duckdb.connect(str(db)) as con:
+        con.execute("CREATE SCHEMA plan")
+        con.execute(
+            f"CREATE TABLE {ASSIGNMENTS} (plan_id VARCHAR, job_id VARCHAR, start_time TIMESTAMPTZ, "
+            "end_time TIMESTAMPTZ, power_limit_w DOUBLE, deadline TIMESTAMPTZ)"
+        )
+        con.execute(
+            f"INSERT INTO {ASSIGNMENTS} VALUES ('p@1', 't/a', ?, ?, 250.0, ?)",
+            [start.to_pydatetime(), (start + 40 * H).to_pydatetime(), DEADLINE.to_pydatetime()],
+        )
+    fleet = plan_fleet(None, data_dir).sampled()
+    ctx = loop.context("2021-07-15T12:00Z", db_path=db, data_dir=data_dir, fleet=fleet,
+                       executors=dict.fromkeys(fleet.names, ReplayExecutor(db_path=db)))  # fmt: skip
+    running = pd.DataFrame(
+        {"plan_id": ["p@1"], "job_id": ["t/a"], "cluster": ["usw-v100m16"], "power_limit_w": [250.0]}
+    )
+    out = loop._run_details(running, ctx)
+    assert out["planned_start"].iloc[0] == start and pd.isna(out["chunk_end"].iloc[0])
+    with duckdb.connect(str(db)) as con:
+        con.execute(f"ALTER TABLE {ASSIGNMENTS} ADD COLUMN chunk_end TIMESTAMPTZ")
+        con.execute(f"UPDATE {ASSIGNMENTS} SET chunk_end = ?", [(start + 12 * H).to_pydatetime()])
+    assert loop._run_details(running, ctx)["chunk_end"].iloc[0] == start + 12 * H
