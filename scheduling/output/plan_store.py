@@ -303,6 +303,10 @@ def write_plan(
 
     with writer(db_path) as con:
         create_tables(con, DDL)
+        if not explanations_only:
+            # before the transaction: DuckDB aborts a commit that alters a table and also deletes and re-inserts a
+            # key of another (a re-run hour's plan.plans row), so a new column is added on its own
+            _widen(con, "plan.assignments", assignments)
         con.execute("BEGIN TRANSACTION")
         try:
             tables = (
@@ -316,7 +320,6 @@ def write_plan(
             if not explanations_only:
                 _insert(con, "plan.plans", plans_row)
                 _fault("plans")
-                _widen(con, "plan.assignments", assignments)
                 _insert(con, "plan.assignments", assignments)
                 _fault("assignments")
                 _insert(con, "plan.unplaced", unplaced)

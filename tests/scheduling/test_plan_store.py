@@ -250,3 +250,26 @@ def test_an_empty_plan_first_does_not_mistype_the_extra_columns(tmp_path):
         )
     assert types["gpu_model"] == "VARCHAR" and types["deadline"].startswith("TIMESTAMP")
     assert types["cpu_milli"] == "BIGINT"
+
+
+def test_rewriting_a_plan_into_a_table_missing_a_new_column_widens_it(tmp_path):
+    """A warehouse written before a column existed (here: the sample plan's `cpu_milli`): re-writing the same hour's
+    plan (its plan.plans key deleted and inserted again) adds the column and keeps the rows, in a fresh process,
+    since DuckDB aborts the process on a commit that alters a table beside such a key's delete and re-insert."""
+    db = tmp_path / "wh.duckdb"
+    plan = sample_plan()
+    write_plan(plan, db_path=db)
+    with duckdb.connect(str(db)) as con:
+        con.execute("ALTER TABLE plan.assignments DROP COLUMN cpu_milli")
+    code = textwrap.dedent(
+        f"""
+        from tests.scheduling.test_plan_store import sample_plan
+        from scheduling.output.plan_store import write_plan
+        write_plan(sample_plan(), db_path={str(db)!r})
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = _rows(db, "plan.assignments")
+    assert len(rows) == len(plan.assignments) and rows["cpu_milli"].notna().all()
+    assert len(_rows(db, "plan.plans")) == 1
