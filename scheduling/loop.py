@@ -64,7 +64,7 @@ from scheduling.service import (
     validate_inputs,
     write_plan,
 )
-from warehouse.db import reader, session, table_exists, writer
+from warehouse.db import column_exists, reader, session, table_exists, writer
 
 log = logging.getLogger(__name__)
 
@@ -564,14 +564,7 @@ def _run_details(running: pd.DataFrame, ctx: LoopContext) -> pd.DataFrame:
             return running
         con.register("_runs", keys)
         # a long job's run stops after its chunk (plans written before chunks have no such column: whole runs)
-        has_chunks = bool(
-            con.execute(
-                "SELECT count(*) FROM information_schema.columns WHERE table_schema = ? AND table_name = ? "
-                "AND column_name = 'chunk_end'",
-                ASSIGNMENTS.split("."),
-            ).fetchone()[0]
-        )
-        chunk_end = "a.chunk_end" if has_chunks else "CAST(NULL AS TIMESTAMPTZ)"
+        chunk_end = "a.chunk_end" if column_exists(con, ASSIGNMENTS, "chunk_end") else "CAST(NULL AS TIMESTAMPTZ)"
         plans = con.execute(
             f"SELECT a.plan_id, a.job_id, a.start_time AS planned_start, a.end_time AS planned_end, "
             f"a.power_limit_w AS dispatch_limit_w, a.deadline, {chunk_end} AS chunk_end FROM {ASSIGNMENTS} AS a "

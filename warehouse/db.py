@@ -292,6 +292,18 @@ def table_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
     )
 
 
+def column_exists(con: duckdb.DuckDBPyConnection, table: str, column: str) -> bool:
+    """Whether `schema.name` has `column` (tables written before a column was added lack it)."""
+    schema, name = table.split(".", 1)
+    return bool(
+        con.execute(
+            "SELECT count(*) FROM information_schema.columns WHERE table_schema = ? AND table_name = ? "
+            "AND column_name = ?",
+            [schema, name, column],
+        ).fetchone()[0]
+    )
+
+
 REJECTED_VALUE_CHARS = 500  # quarantine.rejected_rows.value keeps this much of the bad value
 REJECTED_RECORD_CHARS = 2000  # and this much of the row's JSON
 

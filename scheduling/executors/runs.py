@@ -25,7 +25,7 @@ from scheduling.executors.power_log import TABLE as CHANGES
 from scheduling.models.performance.runs import FEEDBACK_RUNS_PER_KEY, RUN_COLUMNS
 from scheduling.queue import store
 from scheduling.queue.estimate import KNOWN_JOB_TYPES
-from warehouse.db import reader, table_exists
+from warehouse.db import column_exists, reader, table_exists
 
 ASSIGNMENTS = "plan.assignments"
 COLUMNS = (*RUN_COLUMNS, "tenant", "queue_job_id", "attempt", "plan_id", "cluster", "started_at")
@@ -62,7 +62,7 @@ def finished_runs(as_of, *, db_path=None, per_key: int = FEEDBACK_RUNS_PER_KEY) 
         with reader(db_path) as con:
             if not all(table_exists(con, t) for t in (EVENTS, ASSIGNMENTS, store.JOBS)):
                 return empty
-            if not _has_column(con, ASSIGNMENTS, "speed"):
+            if not column_exists(con, ASSIGNMENTS, "speed"):
                 return empty
             frame = con.execute(SQL, [utc(as_of).to_pydatetime(), int(per_key)]).df()
     except FileNotFoundError:
@@ -99,14 +99,3 @@ def _at_dispatch_limit(frame: pd.DataFrame, as_of, db_path) -> pd.DataFrame:
         segments += [Segment(t, f) for t, f in zip(pd.to_datetime(mine["event_time"], utc=True), mine["time_factor"])]
         frame.loc[i, "actual_h"] = work_done_h(segments, run["finished_at"])
     return frame
-
-
-def _has_column(con, table: str, column: str) -> bool:
-    schema, name = table.split(".", 1)
-    return bool(
-        con.execute(
-            "SELECT count(*) FROM information_schema.columns WHERE table_schema = ? AND table_name = ? "
-            "AND column_name = ?",
-            [schema, name, column],
-        ).fetchone()[0]
-    )

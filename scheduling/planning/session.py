@@ -95,10 +95,9 @@ class HourlyPlanner:
         self.preempted_runs: list[tuple[int, int, int, int, int]] = []
         self.preemptions = _column(table.jobs, "preemptions", 0, np.int64)
         # long checkpointing jobs run in chunks (`scheduling.planning.chunks`): the hour each current run stops at
-        # its checkpoint (NaN: it runs to the end), and every chunk's stop [(job, hour)]
+        # its checkpoint (NaN: it runs to the end)
         self.chunks = chunks
         self.chunk_end_h = np.full(n, np.nan)
-        self.chunk_stops: list[tuple[int, int]] = []
         self.index = {pid: j for j, pid in enumerate(self.table.jobs["job_id"].astype(str))}
         self.forecast_versions: list[str] = []
         self.fallback_shares: list[float] = []
@@ -270,7 +269,6 @@ class HourlyPlanner:
             if job_id in agent.end_hour:
                 agent.release(job_id)
             self.preempt(j, now_h)
-            self.chunk_stops.append((j, now_h))
         return [int(j) for j in due]
 
     def run_hours(self, j: int) -> float:
