@@ -17,10 +17,11 @@ load 0.5 and cost 2.3 % at 0.8 (docs/results/planner/loop.md, "Preemption at che
 jobs' capacity goes to others and they resume somewhere dirtier.
 
 For a job due now that no node takes (`Pausing(for_deadline=True)`, opt-in), the plan may preempt the runs
-that, resumed from the next hour, keep their deadline by the same rule; the cluster agent picks the cheapest
-victims that make room on one node (`ClusterAgent.evict_for`; reason `deadline`). Opt-in because on the
-evaluation's workloads it bought 0.7 points of deadlines on gpushare100 at load 0.8 for 0.8 % more carbon, and
-nothing but carbon elsewhere (docs/results/planner/loop.md, "Preemption at checkpoints").
+that, resumed from the next hour, still end by their deadline at the p99 run time (`evict_slack_factor`,
+`evict_slack_h`: no margin on top, since the due job is late for sure otherwise); the cluster agent picks the
+cheapest victims that make room on one node (`ClusterAgent.evict_for`; reason `deadline`). Opt-in because it
+buys deadlines with carbon on the shared-GPU workloads (docs/results/planner/summary.md, "With and without
+preemption for due jobs").
 
 A run on a drained node (`drained`: the operator or the resource manager empties it) is handed to migration the
 same way, whatever the carbon: stopped now when, resumed from the next hour, it still keeps its deadline by that
@@ -29,7 +30,7 @@ rule (reason `drained`; the next hour's plan places it on a schedulable node). O
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -62,6 +63,9 @@ class Pausing:
     min_saving: float = 0.10
     slack_factor: float = 1.1
     slack_h: float = 1.0
+    # a victim of a job due now needs only its p99 end, resumed an hour later: the due job is late for sure otherwise
+    evict_slack_factor: float = 1.0
+    evict_slack_h: float = 0.0
     max_preemptions: int = 2
     save_h: float = DEFAULT_CHECKPOINT_MIN / 60.0
     deadline_quantile: float = QUANTILES[0]
@@ -114,7 +118,8 @@ def evictable_running(
     (reason `deadline`, resumed from the next hour) of the runs the module doc's rule lets stop now and resume an
     hour later, plus `cost`, the GPU-milli-hours the stop costs the fleet (the rest, the lost work and the restore:
     the victims the agents minimise, `ClusterAgent.evict_for`). Same arguments as `pause_running`."""
-    c = _Pausable.of(recaps, runs, fleet, options, forecast, now, errors, settings) if settings.for_deadline else None
+    margins = replace(settings, slack_factor=settings.evict_slack_factor, slack_h=settings.evict_slack_h)
+    c = _Pausable.of(recaps, runs, fleet, options, forecast, now, errors, margins) if settings.for_deadline else None
     if c is None:
         return pd.DataFrame(columns=[*PAUSE_COLUMNS, "cost"])
     out = c.rows("deadline", c.kg[:, 0], c.hours[0])

@@ -116,8 +116,13 @@ def test_a_run_is_evictable_for_a_due_job_while_resuming_next_hour_keeps_its_dea
     assert row["kgco2e"] == pytest.approx(0.6 * (5 * 500 + 1.5 * 100) / 1000)
     assert row["cost"] == pytest.approx(2 * 1000 * 6.5)
     assert row["work_done"] == pytest.approx((4 - 0.25) / 10)
-    # it must end by the deadline at 1 + 0.25 + 1.1 x 6.25 + 1 h = 9.125 h
-    assert evictable_running(*_case(deadline_h=9.0), FLEET, OPTIONS, DIRTY_THEN_CLEAN, NOW, EXACT, settings).empty
+    # it must end by the deadline at its p99 run time, without the carbon pause's margins: 1 + 0.25 + 6.25 = 7.5 h
+    assert len(evictable_running(*_case(deadline_h=7.51), FLEET, OPTIONS, DIRTY_THEN_CLEAN, NOW, EXACT, settings)) == 1
+    assert evictable_running(*_case(deadline_h=7.49), FLEET, OPTIONS, DIRTY_THEN_CLEAN, NOW, EXACT, settings).empty
+    # with the pause's margins instead: 1 + 0.25 + 1.1 x 6.25 + 1 h = 9.125 h
+    margins = Pausing(save_h=0.25, for_deadline=True, evict_slack_factor=1.1, evict_slack_h=1.0)
+    assert len(evictable_running(*_case(deadline_h=9.2), FLEET, OPTIONS, DIRTY_THEN_CLEAN, NOW, EXACT, margins)) == 1
+    assert evictable_running(*_case(deadline_h=9.0), FLEET, OPTIONS, DIRTY_THEN_CLEAN, NOW, EXACT, margins).empty
     assert evictable_running(*_case(reason="at_risk"), FLEET, OPTIONS, DIRTY_THEN_CLEAN, NOW, EXACT, settings).empty
     assert evictable_running(*_case(), FLEET, OPTIONS, DIRTY_THEN_CLEAN, NOW, EXACT, Pausing(save_h=0.25)).empty
 
