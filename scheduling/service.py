@@ -234,17 +234,7 @@ def make_plan(
     info["recaps"], info["pauses"], evictable = recaps, pauses, _ = _recaps(
         running, fleet, power_table, forecasts, plan_time, horizon_hours, settings, errors, pausing
     )
-    if len(recaps):  # a run holds its GPUs until its projected end (at the median), not the plan's first estimate
-        ends = dict(zip(recaps["job_id"], recaps["expected_end"]))
-        ends.update(dict.fromkeys(pauses["job_id"], plan_time))  # a paused run frees its GPUs now
-        running = running.copy()
-        projected = pd.to_datetime(running["job_id"].map(ends), utc=True)
-        running["end_time"] = projected.where(projected.notna(), pd.to_datetime(running["end_time"], utc=True))
-    if len(running) and "chunk_end" in running.columns:  # a long job's run stops after its chunk (planning.chunks)
-        running = running.copy()
-        stop = pd.to_datetime(running["chunk_end"], utc=True).dt.ceil("h")
-        end = pd.to_datetime(running["end_time"], utc=True)
-        running["end_time"] = end.where(stop.isna() | (end <= stop), stop)
+    running = running_ends(running, recaps, pauses, plan_time)
     if jobs.empty:
         moving = frozenset(pauses.loc[pauses["reason"] == "drained", "job_id"])
         report_off_fleet(off_fleet_running(fleet, running), plan_time, info, moving)
@@ -283,6 +273,27 @@ def make_plan(
     for record in plan.explanations:
         record["models"] = info["models"]
     return plan, info
+
+
+def running_ends(running: pd.DataFrame, recaps: pd.DataFrame, pauses: pd.DataFrame, plan_time) -> pd.DataFrame:
+    """`running` with the end each run holds its GPUs until in this hour's plan: its projected end at the median
+    (`recaps`' expected_end) rather than the plan's first estimate; now for a run paused now (`pauses`); and for a long
+    job's run (`chunk_end`, `planning.chunks`) at most an hour past the first hour after its chunk, its stop: its GPUs
+    wait for the rest of the job until the next plan."""
+    hour = pd.Timedelta(hours=1)
+    if len(recaps):
+        ends = dict(zip(recaps["job_id"], recaps["expected_end"]))
+        ends.update(dict.fromkeys(pauses["job_id"], plan_time))
+        ends.update(dict.fromkeys(pauses.loc[pauses["reason"] == "chunk", "job_id"], plan_time + hour))
+        running = running.copy()
+        projected = pd.to_datetime(running["job_id"].map(ends), utc=True)
+        running["end_time"] = projected.where(projected.notna(), pd.to_datetime(running["end_time"], utc=True))
+    if len(running) and "chunk_end" in running.columns:
+        running = running.copy()
+        stop = pd.to_datetime(running["chunk_end"], utc=True).dt.ceil("h") + hour
+        end = pd.to_datetime(running["end_time"], utc=True)
+        running["end_time"] = end.where(stop.isna() | (end <= stop), stop)
+    return running
 
 
 RUN_DETAILS = ("planned_start", "planned_end", "dispatch_limit_w", "deadline", "changes")

@@ -7,9 +7,12 @@ half of the horizon ends inside it), and runs until that chunk is done; then it 
 with reason `chunk`, `pausing.pause_running`), its work is kept, and the rest is planned again like any queued job:
 in the cleanest hours and clusters that still keep its deadline, or in chunks again while it is still that long.
 
-The chunk's deadline in the plan is the job's less what the rest needs after it: the rest at the job's fastest,
-restoring the checkpoint first, plus the hour a stopped job waits for the next plan (`rest_h`). Each chunk costs the
-checkpoint's save and restore and that hour; the run-now counterfactual stays the whole job run now.
+The stopped job is queued again for the next hour's plan (its executor reports the stop then), and its GPUs wait for
+it until then: the stop hour's plan starts nothing on them, so the rest may resume in place (`service.running_ends`,
+`HourlyPlanner.end_chunks`). The chunk's deadline in the plan is the job's less what the rest needs after it
+(`rest_hours`): the rest at the job's fastest, restoring the checkpoint first, plus that hour's wait, and the same stop
+again for every further chunk the rest needs. Each chunk costs the checkpoint's save and restore and that hour; the
+run-now counterfactual stays the whole job run now.
 """
 
 from __future__ import annotations
@@ -33,11 +36,15 @@ def chunk_shares(fastest_left_h: np.ndarray, checkpointing: np.ndarray, horizon_
     return np.where(long, chunk_hours(horizon_h) / np.where(long, left, 1.0), 1.0)
 
 
-def rest_hours(fastest_left_h: np.ndarray, share: np.ndarray, restore_h: np.ndarray) -> np.ndarray:
+def rest_hours(fastest_left_h: np.ndarray, share: np.ndarray, restore_h: np.ndarray, horizon_h: float) -> np.ndarray:
     """Hours the rest of a chunked job needs after its chunk (0 for a whole run): the wait for the next plan, the
-    restore of the checkpoint, and the work after the chunk at the job's fastest. (The chunk's own run holds its
-    GPUs while it writes the checkpoint: that time is the chunk's.)"""
+    restore of the checkpoint, the work after the chunk at the job's fastest, and for each further chunk the rest
+    still needs (while longer than `horizon_h`) its checkpoint, the wait and the restore. (The chunk's own run holds
+    its GPUs while it writes the checkpoint: that time is the chunk's.)"""
     share = np.asarray(share, dtype=float)
+    restore = np.asarray(restore_h, dtype=float)
     left = np.where(np.isfinite(fastest_left_h), fastest_left_h, 0.0)
-    rest = RESUME_WAIT_H + np.asarray(restore_h, dtype=float) + left * (1.0 - share)
+    after = left * (1.0 - share)
+    further = np.maximum(np.ceil((after - float(horizon_h)) / chunk_hours(horizon_h) - EPS), 0.0)
+    rest = RESUME_WAIT_H + restore + after + further * (restore + RESUME_WAIT_H + restore)
     return np.where(share < 1.0 - EPS, rest, 0.0)

@@ -13,7 +13,7 @@ than `max_preemptions` times, are paused. A job's spec may give its own checkpoi
 and cap (`max_preemptions`); the settings are the defaults. Its counterfactual is "keep running".
 
 Pausing for carbon is opt-in (`Pausing(for_carbon=True)`): on the evaluation's default trace it saved 0.2 % at
-load 0.5 and cost 2.3 % at 0.8 (docs/results/planner/loop.md, "Preemption at checkpoints"), where the stopped
+load 0.5 and cost 1.2 % at 0.8 (docs/results/planner/loop.md, "Preemption at checkpoints"), where the stopped
 jobs' capacity goes to others and they resume somewhere dirtier.
 
 For a job due now that no node takes (`Pausing(for_deadline=True)`, opt-in), the plan may preempt the runs

@@ -94,6 +94,8 @@ class HourlyPlanner:
         self.first_start_h = np.full(n, -1, dtype=np.int64)
         self.preempted_runs: list[tuple[int, int, int, int, int]] = []
         self.preemptions = _column(table.jobs, "preemptions", 0, np.int64)
+        # a stopped run's job is queued again from the next hour, as the loop's executors report the stop then
+        self.resume_h = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
         # long checkpointing jobs run in chunks (`scheduling.planning.chunks`): the hour each current run stops at
         # its checkpoint (NaN: it runs to the end)
         self.chunks = chunks
@@ -143,7 +145,7 @@ class HourlyPlanner:
             agent.release_finished(h)
 
     def pending(self, now_h: int) -> np.ndarray:
-        return np.flatnonzero((self.table.submit_h <= now_h) & ~self.started)
+        return np.flatnonzero((self.table.submit_h <= now_h) & ~self.started & (self.resume_h <= now_h))
 
     # ------------------------------------------------------------------ planning
     def _forecast(self, now, hours: int):
@@ -235,9 +237,12 @@ class HourlyPlanner:
             self.k[j], self.c[j] = kk, cc
             self.end_occ_h[j] = now_h + int(np.ceil(self.run_hours(j) - 1e-9))
             self.chunk_end_h[j] = np.nan
-            if chunked[jj]:
+            if chunked[jj]:  # stopped the first hour after its chunk; its GPUs then wait an hour for the rest
                 self.chunk_end_h[j] = now_h + float(out.chunk_run_h[jj])
-                self.end_occ_h[j] = now_h + int(np.ceil(out.chunk_run_h[jj] - 1e-9))
+                self.end_occ_h[j] = now_h + int(np.ceil(out.chunk_run_h[jj] - 1e-9)) + 1
+                bound = self.agents[cc].end_hour
+                if str(self.table.jobs["job_id"].iat[j]) in bound:
+                    bound[str(self.table.jobs["job_id"].iat[j])] = int(self.end_occ_h[j])
             self.node[j], self.gpus[j] = out.node[jj], out.gpus[jj]
         for victim, _, _ in out.evicted:
             if victim not in self.running_evictable:  # the loop's running jobs are preempted by their executors
@@ -257,17 +262,19 @@ class HourlyPlanner:
         fastest = np.where(tbl.allowed[idx], tbl.dur[idx, 0], np.inf).min(axis=1) * (1.0 - done)
         share = chunk_shares(fastest, tbl.jobs["checkpointing"].to_numpy(bool)[idx], self.max_horizon)
         ck = tbl.checkpoint_h[idx]
-        return share, rest_hours(fastest, share, ck)
+        return share, rest_hours(fastest, share, ck, self.max_horizon)
 
     def end_chunks(self, now_h: int) -> list[int]:
         """Stop the runs whose chunk ended by `now_h` at their checkpoint (their work kept, pending again with the
-        rest, `preempt`); returns them."""
+        rest from the next hour, `preempt`); their GPUs wait for that rest until then (`planning.chunks`). Returns
+        them."""
         due = np.flatnonzero(self.started & (self.chunk_end_h <= now_h + 1e-9))
         for j in due:
             j = int(j)
-            agent, job_id = self.agents[int(self.c[j])], str(self.table.jobs["job_id"].iat[j])
-            if job_id in agent.end_hour:
-                agent.release(job_id)
+            c, job_id = int(self.c[j]), str(self.table.jobs["job_id"].iat[j])
+            if job_id in self.agents[c].end_hour:
+                self.agents[c].end_hour[job_id] = now_h + 1
+            self.external.append((c, now_h + 1, tuple(int(x) for x in self.table.requests[j])))
             self.preempt(j, now_h)
         return [int(j) for j in due]
 
@@ -410,11 +417,12 @@ class HourlyPlanner:
 
     def preempt(self, j: int, now_h: int) -> None:
         """Job j stopped at `now_h` (its agent has released it): the run so far is recorded, the work it keeps
-        (`_done_if_stopped`) too, and it is pending again."""
+        (`_done_if_stopped`) too, and it is pending again from the next hour."""
         kk, cc = int(self.k[j]), int(self.c[j])
         self.preempted_runs.append((j, int(self.start_h[j]), int(now_h - self.start_h[j]), kk, cc))
         self.work_done[j] = self._done_if_stopped(np.array([j]), now_h)[0]
         self.preemptions[j] += 1
+        self.resume_h[j] = now_h + 1
         self.started[j] = False
         self.start_h[j] = self.end_occ_h[j] = self.k[j] = self.c[j] = -1
         self.chunk_end_h[j] = np.nan

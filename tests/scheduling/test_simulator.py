@@ -575,7 +575,8 @@ def test_a_preempted_job_resumes_with_the_work_left_and_both_runs_are_charged(sc
     hp.preempt(j, T + 2)
     ck_h = DEFAULT_CHECKPOINT_MIN / 60.0  # the trace sets no checkpoint_overhead_min: save and restore take 5 min
     done = (2 - ck_h) / tbl.dur[j, 0, c1]
-    assert hp.work_done[j] == pytest.approx(done) and j in hp.pending(T + 2) and hp.preemptions[j] == 1
+    assert hp.work_done[j] == pytest.approx(done) and hp.preemptions[j] == 1
+    assert j not in hp.pending(T + 2) and j in hp.pending(T + 3)  # queued again from the next hour, as in the loop
     prob = tbl.problem(
         sc.start, [j], np.zeros((24, len(sc.fleet)), np.int64), np.zeros((24, len(sc.fleet))), work_left=[1 - done]
     )
@@ -748,7 +749,7 @@ def test_run_now_starts_every_job_at_submission_on_its_home_cluster(scenario):
 def test_the_simulator_pauses_a_run_with_the_loops_rule_and_resumes_it_with_the_work_kept(scenario):
     """HourlyPlanner.pause_running runs `pausing.pause_running` on the simulator's state: a running checkpointing
     job it pauses leaves its node at once, keeps the work done by the checkpoint signal (2 h in, minus the 5-minute
-    save) and is pending again, resuming for the restore plus the rest (`execution.run_wall_h`)."""
+    save) and is pending again from the next hour, resuming for the restore plus the rest (`execution.run_wall_h`)."""
     from scheduling.domain.execution import DEFAULT_CHECKPOINT_MIN
     from scheduling.planning.pausing import Pausing
     from scheduling.planning.session import HourlyPlanner
@@ -778,7 +779,8 @@ def test_the_simulator_pauses_a_run_with_the_loops_rule_and_resumes_it_with_the_
     assert hp.pause_running(now, T + 2) == [j]
     ck_h = DEFAULT_CHECKPOINT_MIN / 60.0
     assert hp.work_done[j] == pytest.approx((2 - ck_h) / tbl.dur[j, 0, c])
-    assert hp.agents[c].gpu_milli_allocated == used - tbl.gpu_total[j] and j in hp.pending(T + 2)
+    assert hp.agents[c].gpu_milli_allocated == used - tbl.gpu_total[j]
+    assert j not in hp.pending(T + 2) and j in hp.pending(T + 3)  # the stop is the loop's: queued the next hour
     assert hp.paused == [(j, T + 2)] and hp.preempted_runs == [(j, T, 2, 0, c)]
     hp.k[j], hp.c[j] = 0, c  # resumed where it ran: the restore, then the rest
     assert hp.run_hours(j) == pytest.approx(ck_h + tbl.dur[j, 0, c] * (1 - hp.work_done[j]))
