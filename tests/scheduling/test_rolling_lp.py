@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 
 from scheduling.evaluation.ablations import ClairvoyantArrivals, DefaultPowerReduction, WarmStarted
+from scheduling.planning.job_priority import priority_parts
 from scheduling.planning.lp import solve_lp
 from scheduling.planning.policies.base import PlacementPolicy
 from scheduling.planning.policies.registry import make_policy
-from scheduling.planning.policies.rolling_lp import RollingLP, RollingLPOptions, _thinned_expected
+from scheduling.planning.policies.rolling_lp import RollingLP, RollingLPOptions, _thinned_expected, due_now
+from scheduling.planning.problem import PriorityWeights
 from tests.scheduling.test_planner import toy_problem
 
 
@@ -141,6 +143,19 @@ def test_rolling_lp_defers_the_tail_of_a_backlog_above_its_job_budget():
     assert [e["job_id"] for e in out.explanations] == ["j0", "j2"]
     plan = out.to_plan()
     assert plan.unplaced["reason"].tolist() == ["deferred_lp_budget"]
+
+
+def test_a_job_due_now_is_planned_before_the_budget_defers_anything():
+    """Budget one job. j1 (10 h, deadline in 10 h) must start now; by priority it comes after j0 (1 h, deadline in
+    2 h: it may still wait an hour), since its declared flexibility (2.0) is large. The LP plans the due job and
+    defers j0, which an hour later can still start in time; in priority order j1 would be deferred, and late."""
+    p = toy_problem([[100, 300]] * 12, [[2000, 2000]] * 12, gpu=[1000] * 2, dur=[[1, 1], [10, 10]],
+                    kw=[[1, 1]] * 2, deadline=[2, 10], flex=[0.0, 2.0])  # fmt: skip
+    prio = priority_parts(p, PriorityWeights())
+    assert prio.priority[0] < prio.priority[1] and due_now(p).tolist() == [False, True]
+    out = RollingLP(RollingLPOptions(capacity_factor=1.0, standby_pool=False, max_lp_jobs=1)).plan(p, now_hour=0)
+    assert out.placed[1] and out.s[1] == 0
+    assert not out.placed[0] and out.reason[0] == "deferred_lp_budget"
 
 
 def test_expected_arrivals_keep_the_green_slot_for_the_job_that_needs_it():

@@ -35,8 +35,9 @@ What the LP sees, and why (`RollingLPOptions` holds the defaults):
 * Size: capacity rows are hourly for the first `hourly_rows` hours, then per 6-hour block (the block's mean), since
   only hour 0 is committed; above `max_power_candidates` candidates one power option per (job, start hour,
   cluster) is kept, the one with the least forecast carbon, and the option is chosen again at dispatch; above
-  `max_lp_jobs` pending jobs the LP plans the most urgent ones and defers the rest to the next hour, and sees the
-  same share of the expected jobs, each standing for those dropped beside it (`_thinned_expected`).
+  `max_lp_jobs` pending jobs the LP plans the jobs due now and then the most urgent ones and defers the rest to the
+  next hour, and sees the same share of the expected jobs, each standing for those dropped beside it
+  (`_thinned_expected`).
 
 A capacity price on the problem (`problem.capacity_price`) is added to the intensity the LP minimises (`_priced`).
 The variants evaluated beside it (preemption, warm start, learned prices, clairvoyant arrivals, node holds, standby
@@ -416,11 +417,12 @@ class RollingLP(PlacementPolicy):
         )
 
     def _plan_head(self, p, agents, pods, now_hour, *, explain):
-        """A backlog above `max_lp_jobs`: the LP plans the `max_lp_jobs` jobs first in priority order (P = 0.35 U +
-        0.40 F + 0.25 O, lowest first: the urgent, inflexible ones); the others are deferred to the next hour
-        (unplaced, reason `deferred_lp_budget`). Bounds the latency and memory of one plan."""
+        """A backlog above `max_lp_jobs`: the LP plans the `max_lp_jobs` jobs first: those due now (`due_now`: an
+        hour later they are late), then in priority order (P = 0.35 U + 0.40 F + 0.25 O, lowest first: the urgent,
+        inflexible ones); the others are deferred to the next hour (unplaced, reason `deferred_lp_budget`). Bounds the
+        latency and memory of one plan."""
         prio = priority_parts(p, PriorityWeights())
-        head = np.sort(np.argsort(prio.priority, kind="stable")[: self.options.max_lp_jobs])
+        head = np.sort(np.lexsort((prio.priority, ~due_now(p)))[: self.options.max_lp_jobs])
         N = p.n_jobs
         sub = _thinned_expected(_subset(p, head), len(head) / N)
         head_pods = [pods[i] for i in head] if pods is not None else None
@@ -560,6 +562,13 @@ def _by_deadline(p, mask: np.ndarray) -> list[int]:
     """The jobs of `mask`, earliest deadline first."""
     idx = np.flatnonzero(mask)
     return [int(j) for j in idx[np.argsort(p.deadline_rel[idx], kind="stable")]]
+
+
+def due_now(p) -> np.ndarray:
+    """(N,) the jobs whose latest timely start is this hour: released, and deadline - fastest run in [0, 1) hours."""
+    fastest = np.where(p.allowed[:, None, :], p.dur, np.inf).min(axis=(1, 2))
+    latest = p.deadline_rel - fastest
+    return (np.asarray(p.release) <= 0) & (latest >= 0.0) & (latest < 1.0)
 
 
 def _with_expected(p):
