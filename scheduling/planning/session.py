@@ -240,9 +240,9 @@ class HourlyPlanner:
             if chunked[jj]:  # stopped the first hour after its chunk; its GPUs then wait an hour for the rest
                 self.chunk_end_h[j] = now_h + float(out.chunk_run_h[jj])
                 self.end_occ_h[j] = now_h + int(np.ceil(out.chunk_run_h[jj] - 1e-9)) + 1
-                bound = self.agents[cc].end_hour
-                if str(self.table.jobs["job_id"].iat[j]) in bound:
-                    bound[str(self.table.jobs["job_id"].iat[j])] = int(self.end_occ_h[j])
+                job_id, bound = str(self.table.jobs["job_id"].iat[j]), self.agents[cc].end_hour
+                if job_id in bound:
+                    bound[job_id] = int(self.end_occ_h[j])
             self.node[j], self.gpus[j] = out.node[jj], out.gpus[jj]
         for victim, _, _ in out.evicted:
             if victim not in self.running_evictable:  # the loop's running jobs are preempted by their executors
@@ -271,9 +271,8 @@ class HourlyPlanner:
         due = np.flatnonzero(self.started & (self.chunk_end_h <= now_h + 1e-9))
         for j in due:
             j = int(j)
-            c, job_id = int(self.c[j]), str(self.table.jobs["job_id"].iat[j])
-            if job_id in self.agents[c].end_hour:
-                self.agents[c].end_hour[job_id] = now_h + 1
+            # its binding already ends at now_h + 1 (set at its start); the capacity view keeps that hour too
+            c = int(self.c[j])
             self.external.append((c, now_h + 1, tuple(int(x) for x in self.table.requests[j])))
             self.preempt(j, now_h)
         return [int(j) for j in due]
