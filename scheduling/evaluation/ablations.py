@@ -4,7 +4,6 @@ Each variant is a `RollingLP` subclass that overrides one or two of its hooks; n
 (`RollingLPOptions`), which the registered `rolling-lp` runs. Each takes its own parameters, then `options`
 (default `RollingLPOptions()`); ReplayPlan runs fixed options.
 
-    Preempting(Preemption())                 evict running checkpointing jobs for a job that is due
     WarmStarted()                            each hour's LP starts from the last one's simplex basis
     LearnedPrices()                          the priority policy's learned capacity prices in the LP's objective
     ClairvoyantArrivals(48)                  the trace's true next arrivals instead of the replayed ones
@@ -29,13 +28,12 @@ import numpy as np
 
 from scheduling.evaluation.simulator import simulate
 from scheduling.planning.agents import STANDBY
-from scheduling.planning.candidates import Evaluator
 from scheduling.planning.forecasts import make_forecasts
 from scheduling.planning.lp import LPResult, WarmStart, solve_lp
 from scheduling.planning.policies.base import PlacementPolicy
-from scheduling.planning.policies.rolling_lp import Dispatch, RollingLP, RollingLPOptions, derated
+from scheduling.planning.policies.rolling_lp import Dispatch, RollingLP, RollingLPOptions
 from scheduling.planning.prices import PriceLearner
-from scheduling.planning.problem import Preemption, PriorityWeights, abs_hours
+from scheduling.planning.problem import PriorityWeights, abs_hours
 
 PERFECT_INFORMATION = "rolling-lp-perfect-information"
 PERFECT_ARRIVALS_H = 48  # the perfect-information run's look-ahead on arrivals: shorter sees less, longer adds nothing
@@ -43,71 +41,6 @@ REFERENCE_RUNS = (PERFECT_INFORMATION,)  # ablations reported over seeds beside 
 
 
 # ---------------------------------------------------------------------------------------------------- variants
-class Preempting(RollingLP):
-    """`rolling-lp` preempting for due jobs (`RollingLP._start_by_eviction`, as the loop does with
-    `Pausing.for_deadline`); with `preemption.for_carbon`, evictable jobs are also stopped where resuming them later
-    emits `min_saving` less.
-
-    Changes `_after_dispatch`. The `HourlyPlanner` offers the evictable running jobs (`problem.evictable`) because
-    `preemption` is set, and re-plans the evicted ones from the next hour with the work they kept."""
-
-    def __init__(self, preemption: Preemption | None = None, options: RollingLPOptions | None = None):
-        super().__init__(options)
-        self.preemption = preemption or Preemption()
-
-    def _after_dispatch(self, d: Dispatch, p_lp, lp_all: LPResult) -> None:
-        super()._after_dispatch(d, p_lp, lp_all)
-        if d.evictable and self.preemption.for_carbon and d.p.running is not None:
-            self._stop_for_carbon(d, p_lp, lp_all)
-
-    def _stop_for_carbon(self, d: Dispatch, p_lp, lp: LPResult) -> None:
-        """Stop the evictable running jobs (`p.running`) whose cheapest resumption -- from the next hour, anywhere,
-        on the capacity this plan leaves (the LP's capacity less what it plans for the pending and expected jobs,
-        plus the job's own share) -- emits at least `min_saving` less than running on (forecast; the resumption's
-        run time includes the preemption's lost work). Largest saving first; each one stopped takes its
-        resumption's capacity from what is left."""
-        p, agents, evictable = d.p, d.agents, d.evictable
-        r, on = p.running, p.runs_on
-        H, C = p.hours, p.n_clusters
-        resid = derated(p, self.options.capacity_factor).free.astype(float)
-        occ = np.ceil(p_lp.dur[lp.job, lp.k, lp.c] - 1e-9).astype(np.int64)
-        g = p_lp.gpu_total[lp.job] * lp.x
-        diff = np.zeros((H + 1, C))
-        np.add.at(diff, (lp.s, lp.c), g)
-        np.add.at(diff, (np.minimum(lp.s + occ, H), lp.c), -g)
-        resid -= np.cumsum(diff, axis=0)[:H]
-        F = p.forecast
-        S = np.vstack([np.zeros((1, C)), np.cumsum(F, axis=0)])
-        ev = Evaluator(r)
-        ids = r.jobs["job_id"].astype(str).tolist()
-
-        def saving(i):
-            kk, cc, left = int(on[i, 0]), int(on[i, 1]), float(on[i, 2])
-            whole = int(np.floor(left + 1e-9))
-            if whole >= H:
-                return None
-            run_on = r.kw[i, kk, cc] / 1000.0 * (S[whole, cc] + (left - whole) * F[whole, cc])
-            room = resid.copy()
-            room[: int(np.ceil(left - 1e-9)), cc] += r.gpu_total[i]
-            v = ev.view(i, np.maximum(room, 0).astype(np.int64))
-            cost = np.where(v.feasible, v.cost, np.inf)
-            b = np.unravel_index(int(np.argmin(cost)), cost.shape)
-            if not np.isfinite(cost[b]) or run_on - cost[b] < self.preemption.min_saving * run_on:
-                return None
-            return run_on - cost[b], cc, b
-
-        first = [(sv[0], i) for i in range(r.n_jobs) if ids[i] in evictable and (sv := saving(i)) is not None]
-        for _, i in sorted(first, reverse=True):
-            sv = saving(i)  # again: the jobs stopped before took capacity
-            if sv is None:
-                continue
-            _, cc, (kb, sb, cb) = sv
-            resid[sb : sb + int(np.ceil(r.dur[i, kb, cb] - 1e-9)), cb] -= r.gpu_total[i]
-            agents[cc].release(ids[i])
-            evictable.pop(ids[i])
-            d.evicted.append((ids[i], cc, "carbon"))
-
-
 class WarmStarted(RollingLP):
     """Each hour's LP starts from the simplex basis of the last one (`lp.WarmStart`): the same optimum in fewer
     simplex iterations, though where the LP is degenerate now and then another optimal vertex.

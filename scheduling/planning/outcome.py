@@ -101,8 +101,8 @@ class PlanOutcome:
     priority: PriorityParts
     explanations: list = field(default_factory=list)
     stats: dict = field(default_factory=dict)
-    # running jobs this plan preempts (`PlacementPolicy.preemption`): [(job id, cluster index, the job id it made
-    # room for, or "carbon" when stopped to resume somewhere cleaner)]
+    # running jobs this plan preempts for a job due now (`problem.evictable`): [(job id, cluster index, the job id
+    # it made room for)]
     evicted: list = field(default_factory=list)
     # hours each job's run takes until it stops after its chunk (`scheduling.planning.chunks`): its checkpoint
     # written; NaN (or None for all): the run goes on to the job's end

@@ -1,5 +1,5 @@
 """The numeric planning problem: `PlanningProblem` (what every placement policy plans), its options
-(`PriorityWeights`, `Preemption`) and the static per-job arrays (`JobTable`) it is sliced from.
+(`PriorityWeights`) and the static per-job arrays (`JobTable`) it is sliced from.
 
 A `JobTable` is computed once for a job set and a fleet: run time per power option and cluster (predictor speeds
 x power-limit time factors), draw in kW incl. PUE, which clusters can host the job, transfer energy when it runs
@@ -19,26 +19,6 @@ from scheduling.domain.jobs import SpeedModel, hostable
 from scheduling.planning.power_options import PowerTable, load_power_table, option_arrays
 
 HOUR_NS = 3_600_000_000_000
-
-
-@dataclass(frozen=True)
-class Preemption:
-    """When a policy may preempt running checkpointing jobs (the trace's `checkpointing` flag) to start a job that
-    is due now. A preempted job stops at the hour boundary, keeps the work it had done when told to checkpoint (its
-    `checkpoint_h` before the stop), and is pending again from the next hour with the rest of its work plus the
-    restore of its checkpoint (`scheduling.domain.execution`); it is evictable only while, resumed an hour later on
-    its current cluster, it would still finish by its deadline with `slack_factor` x its remaining run time plus
-    `slack_h` hours to spare, and at most `max_per_job` times. `restart_others`: jobs without checkpoints may be
-    preempted too (Kubernetes' default: the pod is killed and starts again), losing all the work of the run, under
-    the same slack rule for the whole job. `for_carbon`: an evictable job is also stopped when resuming it later (on
-    capacity the plan leaves free) emits at least `min_saving` less than running on, overhead included (forecast)."""
-
-    slack_factor: float = 1.1
-    slack_h: float = 1.0
-    max_per_job: int = 2
-    restart_others: bool = False
-    for_carbon: bool = False
-    min_saving: float = 0.1
 
 
 @dataclass(frozen=True)
@@ -121,11 +101,6 @@ class PlanningProblem:
     # running checkpointing jobs that may be preempted now (job id -> what evicting it costs: GPU-milli x hours of
     # work left); None or empty: no preemption
     evictable: dict | None = None
-    # `Preemption.for_carbon`: the evictable running jobs as a problem of their own (their work left after a
-    # preemption, release 1: they would resume from the next hour), with `runs_on` (N, 3): the option, cluster and
-    # hours left of each one's current run
-    running: PlanningProblem | None = None
-    runs_on: np.ndarray | None = None
     speed: np.ndarray | None = None  # (N, C) speed relative to a V100 at the default limit (None: not recorded)
     # a power option below the default limit starts only where its run time x `option_margin` still ends by the
     # job's deadline, which lies `deadline_spare` (N,) hours after `deadline_rel` (the reserve the plan keeps)

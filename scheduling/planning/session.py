@@ -87,8 +87,8 @@ class HourlyPlanner:
         self.c = np.full(n, -1, dtype=np.int64)
         self.node: list = [None] * n
         self.gpus: list = [None] * n
-        # preemption (policies with `preemption` set): share of each job's work done before its current run, the
-        # first start, the runs that ended in a preemption [(job, start hour, hours run, option, cluster)]
+        # preemption: share of each job's work done before its current run, the first start, the runs that ended
+        # in a preemption [(job, start hour, hours run, option, cluster)]
         # a queued job preempted in an earlier hour (the queue's `work_done`, `preemptions`) resumes from its checkpoint
         self.work_done = _column(table.jobs, "work_done", 0.0, float)
         self.first_start_h = np.full(n, -1, dtype=np.int64)
@@ -110,7 +110,7 @@ class HourlyPlanner:
         self.track_other = True  # CPU and memory in the coordinator's capacity view
         self.reserve_nodes = reserve_nodes
         self.reserve_lead_h = 0.0  # hold a node for a blocked job this many hours before its latest start
-        # preemption for carbon, the loop's own rule (`scheduling.planning.pausing`): None = off
+        # preemption for carbon and for due jobs, the loop's own rule (`scheduling.planning.pausing`): None = off
         self.pausing = pausing
         self.paused: list[tuple[int, int]] = []  # (job, hour) of every pause
         # running jobs outside the table the plan may preempt for a due job (the loop's, `service.make_plan`)
@@ -214,8 +214,6 @@ class HourlyPlanner:
             if prob.run_now_dur is None:  # the run-now counterfactual stays the whole job
                 prob.run_now_dur = self.table.dur[idx, 0]
         prob.evictable = self.evictable(now, now_h)
-        if prob.evictable and self.policy.preemption is not None and self.policy.preemption.for_carbon:
-            self._running_problem(prob, now, now_h, free, F)
         prob.capacity_price = self.policy.capacity_prices(self, now_h, H)
         prob.expected = self.policy.expected_jobs(self, now, free, F)
         prob.postpone_margin_h = self.postpone_margin_h
@@ -285,10 +283,8 @@ class HourlyPlanner:
     def evictable(self, now, now_h: int) -> dict[str, float] | None:
         """The running jobs the plan may preempt now to start a job due now; job id -> GPU-milli-hours of work it
         would take elsewhere plus those lost (the cost the agents minimise). With `pausing.for_deadline`, the loop's
-        rule (`pausing.evictable_running`) on the table's running jobs, and the loop's own running jobs
-        (`running_evictable`); else, with the policy's `Preemption` (evaluation variants): checkpointing (or any,
-        `restart_others`), running since an earlier hour, not ending by the next hour, preempted fewer than
-        `max_per_job` times, and with the slack to resume an hour later."""
+        rule (`pausing.evictable_running`) on the table's running jobs; always the loop's own running jobs that its
+        service offers (`running_evictable`)."""
         out = dict(self.running_evictable)
         if self.pausing is not None and self.pausing.for_deadline:
             got = self._pausable(now, now_h, PAUSE_HORIZON_H)
@@ -296,26 +292,7 @@ class HourlyPlanner:
                 F = self.forecast_matrix(now, PAUSE_HORIZON_H)
                 ev = evictable_running(*got, self.fleet, self._options, F, now, EXACT_RUN_TIMES, self.pausing)
                 out.update(zip(ev["job_id"], ev["cost"].astype(float)))
-            return out or None
-        pre = self.policy.preemption
-        if pre is None:
-            return out or None
-        tbl = self.table
-        ck = tbl.jobs["checkpointing"].to_numpy(bool)
-        run = np.flatnonzero(
-            self.started
-            & (self.start_h < now_h)
-            & (self.end_occ_h > now_h + 1)
-            & (ck | pre.restart_others)
-            & (self.preemptions < pre.max_per_job)
-        )
-        full = tbl.dur[run, self.k[run], self.c[run]]
-        done = self._done_if_stopped(run, now_h)
-        left_h = run_wall_h(full, done, tbl.checkpoint_h[run])
-        lost = (now_h - self.start_h[run]) - full * (done - self.work_done[run])
-        ok = now_h + 1 + pre.slack_factor * left_h + pre.slack_h <= tbl.deadline_h[run]
-        ids = tbl.jobs["job_id"].astype(str).to_numpy()[run]
-        return {str(i): float(v) for i, v in zip(ids[ok], (tbl.gpu_total[run] * (left_h + lost))[ok])}
+        return out or None
 
     def _done_if_stopped(self, idx: np.ndarray, now_h: int) -> np.ndarray:
         """Share of their work jobs `idx` (running) keep if stopped at `now_h` (`execution.kept_share`): a
@@ -330,23 +307,6 @@ class HourlyPlanner:
             ck_h,
             tbl.jobs["checkpointing"].to_numpy(bool)[idx],
         )
-
-    def _running_problem(self, prob, now, now_h: int, free, F) -> None:
-        """`prob.running` / `prob.runs_on` for the evictable jobs (see PlanningProblem)."""
-        ridx = np.array([self.index[i] for i in prob.evictable], dtype=np.int64)
-        full = self.table.dur[ridx, self.k[ridx], self.c[ridx]]
-        left_h = run_wall_h(full, self.work_done[ridx], self.table.checkpoint_h[ridx]) - (now_h - self.start_h[ridx])
-        prob.running = self.table.problem(
-            now,
-            ridx,
-            free,
-            F,
-            power_aware=self.policy.power_aware,
-            forecast_version=prob.forecast_version,
-            work_left=1.0 - self._done_if_stopped(ridx, now_h),
-            release=np.ones(len(ridx), dtype=np.int64),
-        )
-        prob.runs_on = np.stack([self.k[ridx], self.c[ridx], left_h], axis=1)
 
     def pause_running(self, now, now_h: int, horizon_h: int = PAUSE_HORIZON_H) -> list[int]:
         """Stop the running checkpointing jobs that `pausing.pause_running` pauses at `now_h` (the loop's rule, on

@@ -543,9 +543,9 @@ def test_a_preempted_job_resumes_with_the_work_left_and_both_runs_are_charged(sc
     stop), makes the job pending again with run times of the restore plus the work left; execute charges the run
     before the preemption and the one after (and the data moved between two clusters) from the actual intensity."""
     from scheduling.domain.execution import DEFAULT_CHECKPOINT_MIN
-    from scheduling.evaluation.ablations import Preempting
     from scheduling.evaluation.simulator import execute
-    from scheduling.planning.problem import Preemption
+    from scheduling.planning.pausing import Pausing
+    from scheduling.planning.policies.rolling_lp import RollingLP
     from scheduling.planning.session import HourlyPlanner
 
     sc = scenario
@@ -553,10 +553,11 @@ def test_a_preempted_job_resumes_with_the_work_left_and_both_runs_are_charged(sc
     hp = HourlyPlanner(
         sc.fleet,
         table=tbl,
-        policy=Preempting(Preemption()),
+        policy=RollingLP(),
         forecasts=sc.forecasts,
         workload=sc.workload,
         explain=False,
+        pausing=Pausing(for_deadline=True),
     )
     ck = tbl.jobs["checkpointing"].to_numpy(bool)
     fits = [

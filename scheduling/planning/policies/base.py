@@ -29,7 +29,7 @@ import numpy as np
 from scheduling.planning.coordinator import Coordinator
 from scheduling.planning.job_priority import PriorityParts
 from scheduling.planning.outcome import PlanOutcome
-from scheduling.planning.problem import PlanningProblem, Preemption, PriorityWeights
+from scheduling.planning.problem import PlanningProblem, PriorityWeights
 
 BIG = 1e6  # separates "start hour" from the tie-break inside one score
 
@@ -40,7 +40,6 @@ class PlacementPolicy(ABC):
     name: ClassVar[str] = "base"
     power_aware: ClassVar[bool] = False
     description: ClassVar[str] = ""
-    preemption: Preemption | None = None  # set: the policy may evict running checkpointing jobs (`evicted`)
 
     @abstractmethod
     def plan(
