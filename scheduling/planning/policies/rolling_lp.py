@@ -40,8 +40,9 @@ What the LP sees, and why (`RollingLPOptions` holds the defaults):
   (`_thinned_expected`).
 
 A capacity price on the problem (`problem.capacity_price`) is added to the intensity the LP minimises (`_priced`).
-The variants evaluated beside it (preemption, warm start, learned prices, clairvoyant arrivals, node holds, standby
-variants) are subclasses in `scheduling.evaluation.ablations` that override the hooks below.
+The variants evaluated beside it (warm start, learned prices, clairvoyant arrivals, node holds, standby variants) are
+subclasses in `scheduling.evaluation.ablations` that override the hooks below. Preemption is the planner's own
+(`problem.evictable`, offered by `pausing.evictable_running` where it is on).
 """
 
 from __future__ import annotations
