@@ -120,6 +120,19 @@ def _deadline_dur(problem: PlanningProblem, dur: np.ndarray) -> np.ndarray:
     return out
 
 
+def latest_all(problem: PlanningProblem, dur: np.ndarray) -> np.ndarray:
+    """(N, K, C) each option's latest timely start, in whole hours from now (`dur`: run times, 0 where none)."""
+    return np.floor(problem.deadline_rel[:, None, None] - _deadline_dur(problem, dur) + 1e-9)
+
+
+def due_now(problem: PlanningProblem) -> np.ndarray:
+    """(N,) the released jobs whose latest timely start over the options and clusters that host them is now."""
+    finite = np.isfinite(problem.dur)
+    host = problem.allowed[:, None, :] & finite
+    latest = np.where(host, latest_all(problem, np.where(finite, problem.dur, 0.0)), -1).max(axis=(1, 2), initial=-1)
+    return (np.asarray(problem.release) <= 0) & (latest == 0)
+
+
 BATCH_CELLS = 32_000  # candidate cells (jobs x options x start hours x clusters) per batch: temporaries stay in L2
 
 
@@ -160,7 +173,7 @@ class Evaluator:
         frac = np.where(never, 0.0, self._dur - self.whole_all)
         frac[frac < 1e-9] = 0.0
         self.frac_all = frac
-        self.latest_all = np.floor(problem.deadline_rel[:, None, None] - _deadline_dur(problem, self._dur) + 1e-9)
+        self.latest_all = latest_all(problem, self._dur)
         self.host_all = problem.allowed[:, None, :] & self._finite  # (N, K, C)
         self._now = None  # `start_now`'s per-plan table
         self.Pflat = None

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from scheduling.evaluation.ablations import ClairvoyantArrivals, DefaultPowerReduction, WarmStarted
+from scheduling.planning.candidates import due_now
 from scheduling.planning.job_priority import priority_parts
 from scheduling.planning.lp import solve_lp
 from scheduling.planning.policies.base import PlacementPolicy
 from scheduling.planning.policies.registry import make_policy
-from scheduling.planning.policies.rolling_lp import RollingLP, RollingLPOptions, _thinned_expected, due_now
+from scheduling.planning.policies.rolling_lp import RollingLP, RollingLPOptions, _thinned_expected
 from scheduling.planning.problem import PriorityWeights
 from tests.scheduling.test_planner import toy_problem
 

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from scheduling.planning.candidates import Evaluator
+from scheduling.planning.candidates import Evaluator, due_now
 from scheduling.planning.decision_records import explain_batch
 from scheduling.planning.job_priority import priority_parts
 from scheduling.planning.lp import LPResult, solve_lp
@@ -563,13 +563,6 @@ def _by_deadline(p, mask: np.ndarray) -> list[int]:
     """The jobs of `mask`, earliest deadline first."""
     idx = np.flatnonzero(mask)
     return [int(j) for j in idx[np.argsort(p.deadline_rel[idx], kind="stable")]]
-
-
-def due_now(p) -> np.ndarray:
-    """(N,) the jobs whose latest timely start is this hour: released, and deadline - fastest run in [0, 1) hours."""
-    fastest = np.where(p.allowed[:, None, :], p.dur, np.inf).min(axis=(1, 2))
-    latest = p.deadline_rel - fastest
-    return (np.asarray(p.release) <= 0) & (latest >= 0.0) & (latest < 1.0)
 
 
 def _with_expected(p):
